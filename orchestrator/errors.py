@@ -1,0 +1,31 @@
+"""The OrchError tree. Expected failures carry an exit code and a one-line message; bugs stay tracebacks."""
+
+from __future__ import annotations
+
+
+class OrchError(Exception):
+    """Base of every error the CLI turns into a one-line message."""
+
+    exit_code = 1
+
+
+class SpecError(OrchError):
+    """Bad user input: a spec file, a layout string, a catalog name, a config.json."""
+
+    exit_code = 2
+
+
+class NoLayoutMeetsSLO(OrchError):
+    """A valid answer: no candidate layout meets the SLO."""
+
+    exit_code = 3
+
+
+class DeployError(OrchError):
+    """A deployment could not be brought up or torn down."""
+
+    exit_code = 4
+
+
+class EngineDied(DeployError):
+    """An engine process exited while it was being waited on or measured."""
