@@ -1,0 +1,238 @@
+"""Every load-generator metric, defined once (see DESIGN.md, "Metrics (loadgen/)").
+
+Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
+
+- TTFT: send to the first chunk carrying output.
+- E2E: send to end of stream.
+- TPOT: (E2E - TTFT) / (N - 1), N = output tokens from the server's usage (fallback: tokens counted
+  per chunk; `fallback_token_counts` says how many requests used it). Requests with N < 2 have no TPOT.
+- ITL per chunk (`itl_chunk`): gaps between consecutive content chunks (vLLM's convention).
+- ITL per token (`itl_token`): each chunk's gap spread evenly over the tokens that chunk carries.
+- Percentiles p50/p90/p95/p99 use numpy's linear interpolation (as `vllm bench serve`), plus the mean.
+- Throughputs over the measurement window: from the first scheduled send plus warm-up to the last
+  event (end of stream) minus cool-down; a request counts when it was sent and ended inside it.
+- Goodput: completed requests per second (same window) whose every SLO metric is within bounds.
+- Achieved rate: sends per second over the span of actual send times; scheduling lag = sent - scheduled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.loadgen.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token")
+SLO_STATS = ("p50", "p90", "p95", "p99", "mean", "max")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of a set of values in ms; fields are None when there are no values."""
+
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+
+    def stat(self, name: str) -> float | None:
+        value: float | None = getattr(self, name)
+        return value
+
+
+def summarize(values_ms: Iterable[float]) -> Distribution:
+    arr = np.asarray(list(values_ms), dtype=np.float64)
+    if arr.size == 0:
+        return Distribution(0, None, None, None, None, None, None)
+    p = np.percentile(arr, PERCENTILES)
+    return Distribution(
+        count=int(arr.size),
+        mean=float(arr.mean()),
+        p50=float(p[0]),
+        p90=float(p[1]),
+        p95=float(p[2]),
+        p99=float(p[3]),
+        max=float(arr.max()),
+    )
+
+
+def parse_slo(slo: Mapping[str, float]) -> list[tuple[str, str, float]]:
+    """{"ttft_p99_ms": 2000, "itl_token_p95_ms": 50} -> [("ttft", "p99", 2000.0), ...]."""
+    out: list[tuple[str, str, float]] = []
+    for key, bound in slo.items():
+        if not key.endswith("_ms"):
+            raise ValueError(f"SLO key {key!r} must end in _ms (e.g. ttft_p99_ms)")
+        metric, _, stat = key[: -len("_ms")].rpartition("_")
+        if metric not in SLO_METRICS or stat not in SLO_STATS:
+            raise ValueError(
+                f"SLO key {key!r}: metric must be one of {SLO_METRICS}, statistic one of {SLO_STATS}"
+            )
+        out.append((metric, stat, float(bound)))
+    return out
+
+
+def _request_value_ms(rec: RequestRecord, metric: str, stat: str) -> float | None:
+    """The request's own value of `metric`: a scalar, or its `stat` over its own ITL gaps."""
+    if metric == "ttft":
+        v = rec.ttft_s
+    elif metric == "tpot":
+        v = rec.tpot_s
+    elif metric == "e2e":
+        v = rec.e2e_s
+    else:
+        gaps = rec.itl_chunk_s if metric == "itl" else rec.itl_token_s
+        return summarize(g * 1e3 for g in gaps).stat(stat)
+    return None if v is None else v * 1e3
+
+
+def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
+    """A completed request meets the SLO when each bound holds for its own value.
+
+    Missing values (no TPOT for a one-token answer, no ITL gaps) do not fail a bound.
+    """
+    if not rec.ok:
+        return False
+    for metric, stat, bound in parse_slo(slo):
+        v = _request_value_ms(rec, metric, stat)
+        if v is not None and v > bound:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Metrics:
+    n_requests: int  # all records given
+    n_in_window: int
+    n_completed: int  # completed inside the window
+    n_failed: int  # failed, all records
+    failures: dict[str, int]
+    fallback_token_counts: int  # completed requests whose N did not come from usage
+    window_s: float
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_chunk_ms: Distribution
+    itl_token_ms: Distribution
+    e2e_ms: Distribution
+    request_throughput: float  # completed req/s
+    output_throughput: float  # output tok/s
+    total_throughput: float  # (prompt + output) tok/s
+    total_input_tokens: int
+    total_output_tokens: int
+    gpus: int | None
+    per_gpu: dict[str, float] | None
+    slo: dict[str, float] = field(default_factory=dict)
+    goodput: float | None = None  # req/s meeting every SLO bound
+    achieved_rate: float | None = None  # sends/s actually achieved
+    scheduled_rate: float | None = None  # sends/s the schedule asked for
+    sched_lag_ms: Distribution | None = None
+    queue_wait_ms: Distribution | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _span_rate(times: Sequence[float]) -> float | None:
+    if len(times) < 2:
+        return None
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else math.inf
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord],
+    *,
+    warmup_s: float = 0.0,
+    cooldown_s: float = 0.0,
+    gpus: int | None = None,
+    slo: Mapping[str, float] | None = None,
+) -> Metrics:
+    """All metrics over `records`; see the module docstring for each definition."""
+    slo_d = dict(slo or {})
+    parse_slo(slo_d)  # validate early
+    if not records:
+        empty = summarize([])
+        return Metrics(
+            0, 0, 0, 0, {}, 0, 0.0, empty, empty, empty, empty, empty, 0.0, 0.0, 0.0, 0, 0, gpus, None, slo_d
+        )
+
+    def end_of(r: RequestRecord) -> float:
+        return r.done_s if r.done_s is not None else r.sent_s
+
+    start = min(r.scheduled_s for r in records) + warmup_s
+    end = max(end_of(r) for r in records) - cooldown_s
+    window = max(end - start, 0.0)
+    inside = [r for r in records if r.sent_s >= start and end_of(r) <= end]
+    done = [r for r in inside if r.ok]
+
+    failures = Counter(r.error for r in records if r.error is not None)
+    out_tokens = sum(r.n_output_tokens for r in done)
+    in_tokens = sum(r.prompt_tokens or 0 for r in done)
+
+    def rate(x: float) -> float:
+        return x / window if window > 0 else 0.0
+
+    req_tp, out_tp, tot_tp = rate(len(done)), rate(out_tokens), rate(out_tokens + in_tokens)
+    per_gpu = None
+    if gpus:
+        per_gpu = {
+            "request_throughput": req_tp / gpus,
+            "output_throughput": out_tp / gpus,
+            "total_throughput": tot_tp / gpus,
+        }
+    goodput = rate(sum(1 for r in done if meets_slo(r, slo_d))) if slo_d else None
+
+    def ms(values: Iterable[float | None]) -> Distribution:
+        return summarize(v * 1e3 for v in values if v is not None)
+
+    return Metrics(
+        n_requests=len(records),
+        n_in_window=len(inside),
+        n_completed=len(done),
+        n_failed=sum(failures.values()),
+        failures=dict(sorted(failures.items())),
+        fallback_token_counts=sum(1 for r in done if r.output_tokens_source != "usage"),
+        window_s=window,
+        ttft_ms=ms(r.ttft_s for r in done),
+        tpot_ms=ms(r.tpot_s for r in done),
+        itl_chunk_ms=ms(g for r in done for g in r.itl_chunk_s),
+        itl_token_ms=ms(g for r in done for g in r.itl_token_s),
+        e2e_ms=ms(r.e2e_s for r in done),
+        request_throughput=req_tp,
+        output_throughput=out_tp,
+        total_throughput=tot_tp,
+        total_input_tokens=in_tokens,
+        total_output_tokens=out_tokens,
+        gpus=gpus,
+        per_gpu=per_gpu,
+        slo=slo_d,
+        goodput=goodput,
+        achieved_rate=_span_rate([r.sent_s for r in records]),
+        scheduled_rate=_span_rate([r.scheduled_s for r in records]),
+        sched_lag_ms=ms(r.scheduling_lag_s for r in records),
+        queue_wait_ms=ms(r.queued_s for r in records),
+    )
+
+
+def slo_met(metrics: Metrics, slo: Mapping[str, float]) -> bool:
+    """Aggregate check: every bound holds on the run's distribution (e.g. p99 TTFT <= 2000 ms)."""
+    dists = {
+        "ttft": metrics.ttft_ms,
+        "tpot": metrics.tpot_ms,
+        "e2e": metrics.e2e_ms,
+        "itl": metrics.itl_chunk_ms,
+        "itl_token": metrics.itl_token_ms,
+    }
+    for metric, stat, bound in parse_slo(slo):
+        v = dists[metric].stat(stat)
+        if v is not None and v > bound:
+            return False
+    return True

@@ -1,0 +1,108 @@
+"""A small deterministic OpenAI-style streaming server for tests (aiohttp.web on 127.0.0.1:0).
+
+Each request may override the defaults in its JSON body: `ttft_ms`, `itl_ms`, `tokens`
+(output tokens; else max_tokens), `tokens_per_chunk`, and `fault`, one of
+"http_500", "drop" (connection closed mid-stream), "truncated" (clean end without [DONE]),
+"malformed" (an event that is not JSON), "hang" (never answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class ServerConfig:
+    ttft_ms: float = 50.0
+    itl_ms: float = 10.0
+    tokens_per_chunk: int = 1
+    prompt_tokens: int = 7
+
+
+def _chunk(chat: bool, text: str, usage: dict[str, int] | None) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+    if chat:
+        choice["delta"] = {"content": text}
+    else:
+        choice["text"] = text
+    obj: dict[str, Any] = {"id": "x", "object": "chunk", "choices": [choice] if text else []}
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def make_app(cfg: ServerConfig | None = None) -> web.Application:
+    conf = cfg or ServerConfig()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        fault = body.get("fault")
+        if fault == "http_500":
+            return web.json_response({"error": "boom"}, status=500)
+        n = int(body.get("tokens", body.get("max_tokens", 16)))
+        per = int(body.get("tokens_per_chunk", conf.tokens_per_chunk))
+        ttft = float(body.get("ttft_ms", conf.ttft_ms)) / 1e3
+        itl = float(body.get("itl_ms", conf.itl_ms)) / 1e3
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        sent, i = 0, 0
+        while sent < n:
+            target = start + ttft + i * itl
+            delay = target - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            k = min(per, n - sent)
+            sent += k
+            usage = None
+            if continuous:
+                usage = {
+                    "prompt_tokens": conf.prompt_tokens,
+                    "completion_tokens": sent,
+                    "total_tokens": conf.prompt_tokens + sent,
+                }
+            await resp.write(_chunk(chat, " tok" * k, usage))
+            i += 1
+            if i == 2 and fault == "drop":
+                assert request.transport is not None
+                request.transport.close()
+                return resp
+            if i == 2 and fault == "malformed":
+                await resp.write(b"data: {not json\n\n")
+        if fault == "truncated":
+            await resp.write_eof()
+            return resp
+        final = {
+            "prompt_tokens": conf.prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": conf.prompt_tokens + n,
+        }
+        await resp.write(_chunk(chat, "", final))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", handle)
+    app.router.add_post("/v1/chat/completions", handle)
+    return app
+
+
+async def start_server(cfg: ServerConfig | None = None) -> tuple[web.AppRunner, str]:
+    """Start on a free port; returns the runner (call .cleanup()) and the base URL."""
+    runner = web.AppRunner(make_app(cfg), shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = int(runner.addresses[0][1])
+    return runner, f"http://127.0.0.1:{port}"
