@@ -200,8 +200,12 @@ async def run_open_loop(
     offsets: Sequence[float],
     max_concurrency: int | None = None,
     session: aiohttp.ClientSession | None = None,
+    sink: list[RequestRecord] | None = None,
 ) -> list[RequestRecord]:
     """Send specs[i] at absolute time start + offsets[i]; returns records in spec order.
+
+    `sink`, when given, receives each record as it completes, so an interrupted run (Ctrl-C,
+    cancellation) keeps what was measured so far.
 
     With max_concurrency, a request waits for a slot after its scheduled time; that wait is both
     in its scheduling lag and in RequestRecord.queued_s.
@@ -217,9 +221,13 @@ async def run_open_loop(
 
     async def one(spec: RequestSpec, at: float) -> RequestRecord:
         if sem is None:
-            return await send_request(sess, cfg, spec, scheduled_s=at)
-        async with sem:
-            return await send_request(sess, cfg, spec, scheduled_s=at, queued_s=time.perf_counter() - at)
+            rec = await send_request(sess, cfg, spec, scheduled_s=at)
+        else:
+            async with sem:
+                rec = await send_request(sess, cfg, spec, scheduled_s=at, queued_s=time.perf_counter() - at)
+        if sink is not None:
+            sink.append(rec)
+        return rec
 
     tasks: list[asyncio.Task[RequestRecord]] = []
     try:
@@ -236,3 +244,37 @@ async def run_open_loop(
             t.cancel()
         if own:
             await sess.close()
+
+
+async def run_closed_loop(
+    cfg: ClientConfig,
+    specs: Sequence[RequestSpec],
+    concurrency: int,
+    session: aiohttp.ClientSession | None = None,
+    sink: list[RequestRecord] | None = None,
+) -> list[RequestRecord]:
+    """Closed loop: `concurrency` workers, each sending its next request when the previous ends.
+
+    Each request is scheduled when a worker becomes free, so its scheduling lag is the client's own.
+    Returns records in spec order.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    own = session is None
+    sess = session or aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+    out: list[RequestRecord | None] = [None] * len(specs)
+    it = iter(enumerate(specs))
+
+    async def worker() -> None:
+        for i, spec in it:
+            rec = await send_request(sess, cfg, spec, scheduled_s=time.perf_counter())
+            out[i] = rec
+            if sink is not None:
+                sink.append(rec)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        if own:
+            await sess.close()
+    return [r for r in out if r is not None]
