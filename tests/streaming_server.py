@@ -3,7 +3,8 @@
 Each request may override the defaults in its JSON body: `ttft_ms`, `itl_ms`, `tokens`
 (output tokens; else max_tokens), `tokens_per_chunk`, and `fault`, one of
 "http_500", "drop" (connection closed mid-stream), "truncated" (clean end without [DONE]),
-"malformed" (an event that is not JSON), "hang" (never answers).
+"malformed" (an event that is not JSON),
+"error_event" (an OpenAI error object inside the stream, code 400), "hang" (never answers).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def make_app(cfg: ServerConfig | None = None) -> web.Application:
                 assert request.transport is not None
                 request.transport.close()
                 return resp
+            if i == 2 and fault == "error_event":
+                await resp.write(b'data: {"error": {"code": 400, "message": "bad"}}\n\n')
             if i == 2 and fault == "malformed":
                 await resp.write(b"data: {not json\n\n")
         if fault == "truncated":

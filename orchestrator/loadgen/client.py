@@ -3,6 +3,7 @@
 Timestamps are taken with time.perf_counter() as soon as a read returns bytes, before parsing.
 Failures never raise: they end up as RequestRecord.error kinds ("http_<status>", "timeout",
 "truncated" = stream ended cleanly without [DONE], "malformed" = an event that is not valid JSON,
+an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
 "connection" = connect failure or the connection dropped mid-stream).
 """
 
@@ -130,6 +131,10 @@ async def send_request(
                             break
                         if not isinstance(obj, dict):
                             error = "malformed"
+                            break
+                        if isinstance(obj.get("error"), dict):  # error event inside a 200 stream
+                            code = obj["error"].get("code")
+                            error = f"http_{code}" if isinstance(code, int) else "malformed"
                             break
                         usage = obj.get("usage")
                         n_chunk: int | None = None

@@ -84,7 +84,7 @@ def test_faults_counted_by_kind() -> None:
         runner, url = await start_server()
         try:
             cfg = ClientConfig(url, "m")
-            faults = ["http_500", "drop", "truncated", "malformed", None]
+            faults = ["http_500", "drop", "truncated", "malformed", "error_event", None]
             specs = [
                 RequestSpec(str(i), "hi", 6, extra_body={"fault": f, "ttft_ms": 5, "itl_ms": 2})
                 for i, f in enumerate(faults)
@@ -97,11 +97,11 @@ def test_faults_counted_by_kind() -> None:
         finally:
             await runner.cleanup()
         kinds = [r.error for r in recs]
-        assert kinds == ["http_500", "connection", "truncated", "malformed", None]
+        assert kinds == ["http_500", "connection", "truncated", "malformed", "http_400", None]
         assert getattr(hang, "error", None) == "timeout"
         assert getattr(dead, "error", None) == "connection"
         m = compute_metrics(recs)
-        assert m.failures == {"connection": 1, "http_500": 1, "malformed": 1, "truncated": 1}
+        assert m.failures == {"connection": 1, "http_400": 1, "http_500": 1, "malformed": 1, "truncated": 1}
         assert m.n_completed == 1
 
     asyncio.run(main())
