@@ -22,7 +22,9 @@ def test_parse(text: str, tp: int, pp: int, dp: int, ep: bool, replicas: int, gp
     assert layout.gpus == gpus
 
 
-@pytest.mark.parametrize("text", ["tp8", "tp4x2", "tp8pp2", "dp8ep", "tp2dp4ep", "tp1x8", "tp1", "ep", "pp4x2"])
+@pytest.mark.parametrize(
+    "text", ["tp8", "tp4x2", "tp8pp2", "dp8ep", "tp2dp4ep", "tp1x8", "tp1", "ep", "pp4x2"]
+)
 def test_canonical_round_trip(text: str) -> None:
     assert str(parse_layout(text)) == text
 
