@@ -1,0 +1,37 @@
+"""The `orch` command line: the only place that prints, exits or parses argv; commands stay thin."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from orchestrator.errors import OrchError
+
+app = typer.Typer(
+    name="orch",
+    help="Pick the parallel serving layout (TP/PP/DP/EP) for an LLM: predict, deploy, measure, record.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """orch: predict, deploy and measure LLM serving layouts."""
+
+
+# Command modules register themselves on `app` when imported.
+from orchestrator.cli import catalog_cmd  # noqa: E402, F401
+
+
+def main() -> None:
+    """Console-script entry: expected failures become one line on stderr and their exit code."""
+    try:
+        app()
+    except OrchError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
