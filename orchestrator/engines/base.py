@@ -1,0 +1,217 @@
+"""Engine-neutral launch types, the Engine protocol, placement of replicas on nodes, passthrough checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
+
+Role = Literal["leader", "worker", "headless"]
+
+# Ports used per replica slot on one node: http = base + stride*slot, then +1 (rpc/master), +2 (ray).
+PORT_STRIDE = 10
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a layout runs: host addresses (index 0 first), accelerators per node, the first port."""
+
+    nodes: tuple[str, ...] = ("127.0.0.1",)
+    gpus_per_node: int = 8
+    base_port: int = 8000
+    on_cpu: bool = False
+    bind_host: str = "0.0.0.0"
+    cpu_cores_per_node: int = 0  # on CPU: cores to split over local ranks; 0 = one core per rank
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise SpecError("placement: at least one node address is needed")
+        if self.gpus_per_node < 1:
+            raise SpecError(f"placement: gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if not 1 <= self.base_port <= 65535 - PORT_STRIDE:
+            raise SpecError(f"placement: base_port {self.base_port} out of range")
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    node_index: int = 0
+    gpu_ids: tuple[int, ...] = ()
+    ports: tuple[int, ...] = ()
+    role: Role = "leader"
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "node_index": self.node_index,
+            "gpu_ids": list(self.gpu_ids),
+            "ports": list(self.ports),
+            "role": self.role,
+        }
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    processes: tuple[ProcessSpec, ...]
+    health_url: str
+    openai_base_url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "processes": [p.to_dict() for p in self.processes],
+            "health_url": self.health_url,
+            "openai_base_url": self.openai_base_url,
+        }
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    engine: str
+    layout_str: str
+    replicas: tuple[ReplicaPlan, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "layout": self.layout_str,
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str
+    served_model_name: str | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    enforce_eager: bool = False
+    extra_args: tuple[str, ...] = ()
+    num_redundant_experts: int = 0
+    executor: Literal["mp", "ray"] = "mp"
+    a2a_backend: str | None = None  # vLLM --all2all-backend / SGLang --moe-a2a-backend
+    extra_env: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise SpecError("engine options: model is empty")
+        if self.num_redundant_experts < 0:
+            raise SpecError("engine options: num_redundant_experts must be >= 0")
+        if self.executor not in ("mp", "ray"):
+            raise SpecError(f"engine options: executor must be 'mp' or 'ray', got {self.executor!r}")
+
+
+class Engine(Protocol):
+    name: str
+
+    def unsupported(self, layout: Layout, placement: Placement) -> list[str]: ...
+
+    def launch_plan(self, layout: Layout, options: EngineOptions, placement: Placement) -> LaunchPlan: ...
+
+
+# Flags the layout and placement own; an extra-args passthrough must not set them.
+RESERVED_FLAGS = frozenset(
+    {
+        "-tp", "--tensor-parallel-size", "-pp", "--pipeline-parallel-size", "-dp",
+        "--data-parallel-size", "--data-parallel-size-local", "--data-parallel-address",
+        "--data-parallel-rpc-port", "--data-parallel-start-rank", "--data-parallel-backend",
+        "--headless", "--enable-expert-parallel", "--distributed-executor-backend",
+        "--nnodes", "--node-rank", "--master-addr", "--master-port",
+        "--host", "--port", "--model", "--model-path",
+        "--tp-size", "--tp", "--pp-size", "--dp-size", "--dp", "--ep-size", "--ep",
+        "--enable-dp-attention", "--attn-dp-size", "--dist-init-addr", "--base-gpu-id",
+        "--enable-eplb", "--eplb-config", "--ep-num-redundant-experts",
+    }
+)  # fmt: skip
+
+
+def check_extra_args(extra_args: tuple[str, ...], reserved: frozenset[str] = RESERVED_FLAGS) -> None:
+    """Raise SpecError naming the first passthrough flag that fights the layout or placement."""
+    for token in extra_args:
+        flag = token.split("=", 1)[0]
+        if flag in reserved:
+            raise SpecError(
+                f"engine extra_args: {flag} is set by the layout/placement; "
+                "remove it from extra_args and change the layout or placement instead"
+            )
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One replica's share of one node."""
+
+    node_index: int
+    host: str
+    gpu_ids: tuple[int, ...]
+    port: int  # http port of this replica on this node; port+1, port+2 are its side ports
+
+
+def placement_problems(layout: Layout, placement: Placement) -> list[str]:
+    reasons: list[str] = []
+    gpr, gpn = layout.gpus_per_replica, placement.gpus_per_node
+    if gpr > gpn and gpr % gpn:
+        reasons.append(f"a replica needs {gpr} GPUs, not a multiple of {gpn} GPUs per node")
+        return reasons
+    nodes_needed = -(-layout.gpus // gpn) if gpr <= gpn else (gpr // gpn) * layout.replicas
+    if gpr <= gpn:
+        per_node = gpn // gpr
+        nodes_needed = -(-layout.replicas // per_node)
+    if nodes_needed > len(placement.nodes):
+        reasons.append(f"needs {nodes_needed} nodes of {gpn} GPUs, placement has {len(placement.nodes)}")
+    return reasons
+
+
+def assign_slots(layout: Layout, placement: Placement) -> list[list[Slot]]:
+    """Per replica, the node slots it uses (first slot = leader). Call placement_problems first."""
+    problems = placement_problems(layout, placement)
+    if problems:
+        raise SpecError(f"layout {layout}: " + "; ".join(problems))
+    gpr, gpn = layout.gpus_per_replica, placement.gpus_per_node
+    out: list[list[Slot]] = []
+    if gpr <= gpn:
+        per_node = gpn // gpr
+        for r in range(layout.replicas):
+            node, slot = divmod(r, per_node)
+            gpus = tuple(range(slot * gpr, (slot + 1) * gpr))
+            port = placement.base_port + PORT_STRIDE * slot
+            out.append([Slot(node, placement.nodes[node], gpus, port)])
+    else:
+        span = gpr // gpn
+        for r in range(layout.replicas):
+            slots = [
+                Slot(n, placement.nodes[n], tuple(range(gpn)), placement.base_port)
+                for n in range(r * span, (r + 1) * span)
+            ]
+            out.append(slots)
+    return out
+
+
+def device_env(slot: Slot, placement: Placement, local_ranks: int) -> list[tuple[str, str]]:
+    """CUDA_VISIBLE_DEVICES on GPUs; on CPU, VLLM_CPU_OMP_THREADS_BIND with one core list per local rank."""
+    if not placement.on_cpu:
+        return [("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in slot.gpu_ids))]
+    first = slot.gpu_ids[0] if slot.gpu_ids else 0
+    total = placement.cpu_cores_per_node or placement.gpus_per_node
+    per_rank = max(1, total // placement.gpus_per_node)
+    lists = []
+    for rank in range(local_ranks):
+        start = (first + rank) * per_rank
+        lists.append(str(start) if per_rank == 1 else f"{start}-{start + per_rank - 1}")
+    return [("VLLM_CPU_OMP_THREADS_BIND", "|".join(lists))]
+
+
+def merge_env(base: list[tuple[str, str]], options: EngineOptions) -> tuple[tuple[str, str], ...]:
+    env: Mapping[str, str] = dict(base) | dict(options.extra_env)
+    return tuple(sorted(env.items()))
