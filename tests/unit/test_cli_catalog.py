@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _orch(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,3 +29,16 @@ def test_catalog_table_and_unknown_command() -> None:
     bad = _orch("no-such-command")
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
+
+
+def test_schema_and_validate(tmp_path: Path) -> None:
+    schema = _orch("schema")
+    assert schema.returncode == 0 and json.loads(schema.stdout)["type"] == "object"
+    ok = _orch("validate", "layouts/qwen72b.yaml")
+    assert ok.returncode == 0 and "tp8, tp4x2, tp2x4" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {name: x}\nhardware: {gpu: h100, nodez: 2}\n")
+    result = _orch("validate", str(bad))
+    assert result.returncode == 2
+    assert "bad.yaml:2: hardware.nodez: unknown field; did you mean 'nodes'?" in result.stderr
+    assert "Traceback" not in result.stderr

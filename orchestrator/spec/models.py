@@ -1,0 +1,267 @@
+"""Pydantic v2 models of a sweep spec (the YAML a user writes). Units are in the field names."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    model_validator,
+)
+
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout, parse_layout
+
+_CONFIG = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Spec(BaseModel):
+    model_config = _CONFIG
+
+
+def _to_layout(value: object) -> Layout:
+    if isinstance(value, Layout):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"layout must be a string such as 'tp8' or 'tp4x2', got {value!r}")
+    try:
+        return parse_layout(value)
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+
+
+LayoutField = Annotated[
+    Layout,
+    PlainValidator(_to_layout),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": r"^((tp|pp|dp)\d+|ep\d*)+(x\d+)?$", "examples": ["tp4x2"]}),
+]
+"""A layout written as a string (``tp4x2``), held as Layout, serialised back to its canonical string."""
+
+
+class ModelSpec(_Spec):
+    """Which model to serve: a catalog preset name or a local HF ``config.json``."""
+
+    name: str | None = Field(None, description="Catalog preset name, e.g. 'qwen2.5-72b'.")
+    config_path: str | None = Field(
+        None, description="Path to a local HF config.json, instead of a preset name."
+    )
+    path: str | None = Field(
+        None, description="Weights (HF repo id or local directory) for real engines; the sim needs none."
+    )
+    revision: str | None = Field(None, description="Checkpoint revision (git sha or tag) of the weights.")
+    weight_dtype: Literal["bf16", "fp16", "fp8", "int4"] = Field(
+        "bf16", description="Data type the weights are served in."
+    )
+    quant_group_size: int | None = Field(
+        None, gt=0, description="Quantization group size along the input dimension (e.g. 128 for int4)."
+    )
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = Field(
+        "auto", description="KV cache data type; 'auto' follows the activations."
+    )
+    max_model_len: int | None = Field(
+        None, gt=0, description="Maximum context length in tokens; default: the model's own."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.name is None) == (self.config_path is None):
+            raise ValueError("give exactly one of 'name' (a preset) or 'config_path' (a config.json)")
+        return self
+
+
+class HardwareSpec(_Spec):
+    """The GPUs the layouts are placed on."""
+
+    gpu: str = Field(description="GPU preset name, e.g. 'h100-sxm'.")
+    nodes: int = Field(1, gt=0, description="Number of nodes.")
+    gpus_per_node: int | None = Field(None, gt=0, description="Override of the preset's GPUs per node.")
+    overrides: dict[str, float] = Field(
+        default_factory=dict,
+        description="Numeric GPU preset fields to override, e.g. {hbm_bytes_per_s: 3.0e12}.",
+    )
+
+    @model_validator(mode="after")
+    def _positive_overrides(self) -> HardwareSpec:
+        for key, value in self.overrides.items():
+            if not value > 0:
+                raise ValueError(f"overrides.{key} must be greater than 0 (got {value!r})")
+        return self
+
+
+class EngineSpec(_Spec):
+    """The serving engine and its settings."""
+
+    name: Literal["vllm", "sglang", "sim"] = Field("sim", description="Engine: vllm, sglang or sim.")
+    version: str | None = Field(None, description="Expected engine version; checked when given.")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (0 < x <= 1)."
+    )
+    max_num_seqs: int | None = Field(None, gt=0, description="Maximum sequences in one batch.")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="Maximum tokens in one step.")
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
+    extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")
+    time_scale: float = Field(
+        1.0, gt=0, description="sim only: virtual seconds per wall second (>1 runs faster than real)."
+    )
+    startup_s: float | None = Field(
+        None, gt=0, description="Time allowed for the engine to become ready, in seconds."
+    )
+
+
+class LocalTarget(_Spec):
+    """Processes on this machine."""
+
+    kind: Literal["local"] = Field("local", description="Discriminator.")
+    host: str = Field("127.0.0.1", description="Address the servers bind to.")
+    base_port: int = Field(8000, gt=0, lt=65536, description="First port; replicas count up from it.")
+    workdir: str | None = Field(None, description="Directory for logs and scripts; default a temp dir.")
+
+
+class RayTarget(_Spec):
+    """A Ray cluster; one placement group per replica."""
+
+    kind: Literal["ray"] = Field(description="Discriminator.")
+    address: str = Field("auto", description="Ray cluster address, e.g. 'ray://head:10001' or 'auto'.")
+    namespace: str | None = Field(None, description="Ray namespace.")
+    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env.")
+
+
+class KubernetesTarget(_Spec):
+    """A Kubernetes cluster: a Deployment per single-node replica, a LeaderWorkerSet per multi-node one."""
+
+    kind: Literal["kubernetes"] = Field(description="Discriminator.")
+    namespace: str = Field("default", description="Namespace the engine objects are created in.")
+    image: str = Field(description="Container image of the engine.")
+    context: str | None = Field(None, description="kubeconfig context; default the current one.")
+    service_account: str | None = Field(None, description="Service account of the engine pods.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Pod tolerations.")
+    use_helm: bool = Field(True, description="Deploy through the Helm chart (else direct objects).")
+    ready_timeout_s: float = Field(1800.0, gt=0, description="Time allowed for pods to become ready.")
+
+
+TargetSpec = Annotated[LocalTarget | RayTarget | KubernetesTarget, Field(discriminator="kind")]
+
+
+class TokenDistribution(_Spec):
+    """A distribution of token counts, sampled per request with the workload seed."""
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(description="Distribution family.")
+    mean: float = Field(gt=0, description="Mean token count (uniform: midpoint).")
+    stddev: float = Field(0.0, ge=0, description="Standard deviation (normal, lognormal).")
+    min: int = Field(1, gt=0, description="Smallest count; samples are clipped to [min, max].")
+    max: int | None = Field(None, gt=0, description="Largest count; uniform samples from [min, max].")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TokenDistribution:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        if self.kind == "uniform" and self.max is None:
+            raise ValueError("a uniform distribution needs 'max'")
+        return self
+
+
+TokenCount = Annotated[int, Field(gt=0)] | TokenDistribution
+
+
+class WorkloadSpec(_Spec):
+    """The requests sent to each layout and how they arrive."""
+
+    kind: Literal["random", "sharegpt", "prefix", "trace"] = Field(
+        "random", description="random tokens, ShareGPT conversations, shared-prefix prompts, or a trace."
+    )
+    input_tokens: TokenCount = Field(1024, description="Prompt tokens: a number or a distribution.")
+    output_tokens: TokenCount = Field(256, description="Output tokens: a number or a distribution.")
+    prefix_tokens: int | None = Field(None, gt=0, description="prefix only: tokens shared by prompts.")
+    dataset_path: str | None = Field(None, description="Dataset or trace file (sharegpt, trace).")
+    arrival: Literal["poisson", "gamma", "constant"] = Field("poisson", description="Arrival process.")
+    burstiness: float = Field(
+        1.0, gt=0, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
+    )
+    rates_per_s: list[Annotated[float, Field(gt=0)]] = Field(
+        min_length=1, description="Request rates to measure each layout at, in requests per second."
+    )
+    num_requests: int | None = Field(None, gt=0, description="Requests per load point.")
+    duration_s: float | None = Field(None, gt=0, description="Length of each load point in seconds.")
+    warmup_s: float = Field(0.0, ge=0, description="Seconds at the start excluded from metrics.")
+    seed: int = Field(0, description="Seed of prompts, lengths and arrival times.")
+    max_concurrency: int | None = Field(None, gt=0, description="Cap on requests in flight.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if self.kind in ("sharegpt", "trace") and self.dataset_path is None:
+            raise ValueError(f"workload kind '{self.kind}' needs 'dataset_path'")
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("give 'num_requests' or 'duration_s' (or both)")
+        return self
+
+
+def _ms(metric: str, pct: str) -> Any:
+    return Field(None, gt=0, description=f"Upper bound on the {pct} of {metric}, in milliseconds.")
+
+
+class SLOSpec(_Spec):
+    """Service-level objectives, each a bound on a percentile; unset bounds are not checked."""
+
+    ttft_p50_ms: float | None = _ms("time to first token", "p50")
+    ttft_p90_ms: float | None = _ms("time to first token", "p90")
+    ttft_p95_ms: float | None = _ms("time to first token", "p95")
+    ttft_p99_ms: float | None = _ms("time to first token", "p99")
+    itl_p50_ms: float | None = _ms("inter-token latency", "p50")
+    itl_p90_ms: float | None = _ms("inter-token latency", "p90")
+    itl_p95_ms: float | None = _ms("inter-token latency", "p95")
+    itl_p99_ms: float | None = _ms("inter-token latency", "p99")
+    tpot_p50_ms: float | None = _ms("time per output token", "p50")
+    tpot_p90_ms: float | None = _ms("time per output token", "p90")
+    tpot_p95_ms: float | None = _ms("time per output token", "p95")
+    tpot_p99_ms: float | None = _ms("time per output token", "p99")
+    e2e_p50_ms: float | None = _ms("end-to-end latency", "p50")
+    e2e_p90_ms: float | None = _ms("end-to-end latency", "p90")
+    e2e_p95_ms: float | None = _ms("end-to-end latency", "p95")
+    e2e_p99_ms: float | None = _ms("end-to-end latency", "p99")
+    max_error_rate: float = Field(
+        0.01, ge=0, le=1, description="Largest fraction of failed requests a passing load point may have."
+    )
+
+    def bounds_ms(self) -> dict[tuple[str, str], float]:
+        """The set bounds as {(metric, percentile): ms}, e.g. {('ttft', 'p99'): 2000.0}."""
+        out: dict[tuple[str, str], float] = {}
+        for key, value in self.model_dump().items():
+            if key.endswith("_ms") and value is not None:
+                metric, pct, _ = key.split("_")
+                out[(metric, pct)] = float(value)
+        return out
+
+
+Objective = Literal["goodput_per_gpu", "throughput_per_gpu", "min_latency"]
+
+
+class SweepSpec(_Spec):
+    """One sweep: a model on some hardware, candidate layouts, the load to measure them at, the SLO."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    hardware: HardwareSpec = Field(description="The GPUs to place layouts on.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="The serving engine.")
+    target: TargetSpec = Field(default_factory=LocalTarget, description="Where to deploy.")
+    workload: WorkloadSpec = Field(description="The requests and their arrival.")
+    slo: SLOSpec = Field(default_factory=SLOSpec, description="Bounds a layout must meet.")
+    objective: Objective = Field("goodput_per_gpu", description="What the winner maximises.")
+    layouts: list[LayoutField] = Field(min_length=1, description="Candidate layouts, e.g. [tp8, tp4x2].")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Free-form eval metadata: eval run id, dataset, checkpoint ..."
+    )
+
+    @model_validator(mode="after")
+    def _unique_layouts(self) -> SweepSpec:
+        seen: set[Layout] = set()
+        for layout in self.layouts:
+            if layout in seen:
+                raise ValueError(f"layout {layout} is listed twice")
+            seen.add(layout)
+        return self
