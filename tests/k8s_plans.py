@@ -1,0 +1,96 @@
+"""Hand-built LaunchPlans shaped like the vLLM/SGLang engines' plans, for the Kubernetes and Helm tests.
+
+Built by hand so these tests do not depend on the engine modules; one test also runs the real engine
+when it is registered.
+"""
+
+from __future__ import annotations
+
+from orchestrator.compile.k8s import K8sOptions
+from orchestrator.engines.base import PORT_STRIDE, LaunchPlan, ProcessSpec, ReplicaPlan
+from orchestrator.layout import Layout, parse_layout
+
+MODEL = "/models/Qwen2.5-72B-Instruct"
+NODES = ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")
+GPUS_PER_NODE = 8
+
+
+def _vllm_argv(layout: Layout, port: int, nnodes: int, rank: int, leader: str) -> tuple[str, ...]:
+    argv = [
+        "vllm", "serve", MODEL, "--served-model-name", "qwen2.5-72b",
+        "--host", NODES[0] if nnodes == 1 else "0.0.0.0", "--port", str(port),
+        "--tensor-parallel-size", str(layout.tp), "--pipeline-parallel-size", str(layout.pp),
+        "--gpu-memory-utilization", "0.9", "--max-model-len", "8192",
+    ]  # fmt: skip
+    if nnodes > 1:
+        argv += ["--nnodes", str(nnodes), "--node-rank", str(rank), f"--master-addr={leader}"]
+        argv += ["--master-port", str(port + 1), "--distributed-executor-backend", "mp"]
+        if rank > 0:
+            argv.append("--headless")
+    return tuple(argv)
+
+
+def vllm_plan(text: str, gpus_per_node: int = GPUS_PER_NODE) -> LaunchPlan:
+    """A vLLM-like plan: replicas packed on nodes (own GPUs and port block) or spread over whole nodes."""
+    layout = parse_layout(text)
+    gpr = layout.gpus_per_replica
+    replicas = []
+    for r in range(layout.replicas):
+        if gpr <= gpus_per_node:
+            node, slot = divmod(r, gpus_per_node // gpr)
+            port = 8000 + PORT_STRIDE * slot
+            hosts = [(node, tuple(range(slot * gpr, (slot + 1) * gpr)))]
+        else:
+            span = gpr // gpus_per_node
+            port = 8000
+            hosts = [(n, tuple(range(gpus_per_node))) for n in range(r * span, (r + 1) * span)]
+        leader = NODES[hosts[0][0]]
+        procs = []
+        for rank, (node, gpus) in enumerate(hosts):
+            env = (
+                ("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))),
+                ("VLLM_HOST_IP", NODES[node]),
+                ("VLLM_LOGGING_LEVEL", "INFO"),
+            )
+            procs.append(
+                ProcessSpec(
+                    argv=_vllm_argv(layout, port, len(hosts), rank, leader),
+                    env=env,
+                    node_index=node,
+                    gpu_ids=gpus,
+                    ports=(port, port + 1),
+                    role="leader" if rank == 0 else "headless",
+                )
+            )
+        replicas.append(
+            ReplicaPlan(tuple(procs), f"http://{leader}:{port}/health", f"http://{leader}:{port}/v1")
+        )
+    return LaunchPlan("vllm", str(layout), tuple(replicas))
+
+
+def sglang_multi_node_plan(nnodes: int = 3) -> LaunchPlan:
+    """An SGLang-like replica over several nodes: the leader named in --dist-init-addr host:port."""
+    procs = []
+    for rank in range(nnodes):
+        argv = (
+            "python3", "-m", "sglang.launch_server", "--model-path", MODEL, "--host", "0.0.0.0",
+            "--port", "30000", "--tp-size", str(8 * nnodes), "--nnodes", str(nnodes),
+            "--node-rank", str(rank), "--dist-init-addr", f"{NODES[0]}:30001",
+        )  # fmt: skip
+        env = (("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"),)
+        procs.append(ProcessSpec(argv, env, node_index=rank, gpu_ids=tuple(range(8)), ports=(30000, 30001)))
+    rep = ReplicaPlan(tuple(procs), f"http://{NODES[0]}:30000/health", f"http://{NODES[0]}:30000/v1")
+    return LaunchPlan("sglang", f"tp{8 * nnodes}", (rep,))
+
+
+def options(**kw: object) -> K8sOptions:
+    base: dict[str, object] = {
+        "name": "qwen72b",
+        "image": "vllm/vllm-openai:v0.32.0",
+        "namespace": "llm",
+        "gpu_product": "NVIDIA-H100-80GB-HBM3",
+        "tolerations": ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
+        "spec_hash": "0f" * 32,
+    }
+    base.update(kw)
+    return K8sOptions(**base)  # type: ignore[arg-type]

@@ -1,0 +1,251 @@
+"""Structure of the Kubernetes objects built from LaunchPlans (tp8, tp4x2, tp8pp2 over two nodes)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.compile.k8s import (
+    ANNOTATION_SPEC_HASH,
+    LABEL_LAYOUT,
+    LABEL_ROLE,
+    LWS_API,
+    build_objects,
+    deployment,
+    leader_worker_set,
+    options_from_target,
+)
+from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
+from orchestrator.errors import SpecError
+from orchestrator.layout import parse_layout
+from orchestrator.spec.models import KubernetesTarget
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from k8s_plans import MODEL, options, sglang_multi_node_plan, vllm_plan
+
+
+def _flag(argv: list[str], name: str) -> str:
+    for i, tok in enumerate(argv):
+        if tok == name:
+            return argv[i + 1]
+        if tok.startswith(name + "="):
+            return tok.split("=", 1)[1]
+    raise AssertionError(f"{name} not in {argv}")
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def _objects(text: str) -> list[dict[str, Any]]:
+    return build_objects(vllm_plan(text), parse_layout(text), options())
+
+
+def _common_pod_checks(pod: dict[str, Any], gpus: int) -> dict[str, Any]:
+    spec = pod["spec"]
+    assert spec["enableServiceLinks"] is False
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert vols["model-cache"]["persistentVolumeClaim"]["claimName"] == "model-cache"
+    (c,) = spec["containers"]
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": gpus}
+    assert {m["mountPath"] for m in c["volumeMounts"]} == {"/dev/shm", "/models"}
+    env = _env(c)
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    assert env["HF_HOME"] == "/models"
+    assert c["command"][:3] == ["vllm", "serve", MODEL]
+    return c
+
+
+def _check_probes(c: dict[str, Any]) -> None:
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    for probe in ("startupProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    start = c["startupProbe"]
+    assert start["failureThreshold"] * start["periodSeconds"] >= 30 * 60
+
+
+def test_tp8_deployment() -> None:
+    dep, svc = _objects("tp8")
+    assert dep["kind"] == "Deployment" and dep["apiVersion"] == "apps/v1"
+    assert dep["spec"]["replicas"] == 1
+    assert dep["metadata"]["labels"][LABEL_LAYOUT] == "tp8"
+    assert dep["metadata"]["annotations"] == {ANNOTATION_SPEC_HASH: "0f" * 32}
+    c = _common_pod_checks(dep["spec"]["template"], 8)
+    _check_probes(c)
+    assert _flag(c["command"], "--host") == "0.0.0.0"
+    assert _flag(c["command"], "--port") == "8000"
+    assert _flag(c["command"], "--tensor-parallel-size") == "8"
+    # The selector must match the pod template, and the Service must select the same pods.
+    tmpl_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= tmpl_labels.items()
+    assert svc["kind"] == "Service"
+    assert svc["spec"]["selector"].items() <= tmpl_labels.items()
+    assert svc["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_tp4x2_same_port_in_every_pod() -> None:
+    plan = vllm_plan("tp4x2")
+    # On a host the two replicas use ports 8000 and 8010; in pods both use the container port.
+    assert {_flag(list(r.processes[0].argv), "--port") for r in plan.replicas} == {"8000", "8010"}
+    dep, _ = build_objects(plan, parse_layout("tp4x2"), options())
+    assert dep["kind"] == "Deployment"
+    assert dep["spec"]["replicas"] == 2
+    c = _common_pod_checks(dep["spec"]["template"], 4)
+    _check_probes(c)
+    assert _flag(c["command"], "--port") == "8000"
+
+
+def test_tp8pp2_leader_worker_set() -> None:
+    lws, svc = _objects("tp8pp2")
+    assert lws["apiVersion"] == LWS_API and lws["kind"] == "LeaderWorkerSet"
+    spec = lws["spec"]
+    assert spec["replicas"] == 1
+    tmpl = spec["leaderWorkerTemplate"]
+    assert tmpl["size"] == 2
+    leader = _common_pod_checks(tmpl["leaderTemplate"], 8)
+    worker = _common_pod_checks(tmpl["workerTemplate"], 8)
+    _check_probes(leader)
+    assert "startupProbe" not in worker and "ports" not in worker
+    assert _flag(leader["command"], "--master-addr") == "$(LWS_LEADER_ADDRESS)"
+    assert _flag(worker["command"], "--master-addr") == "$(LWS_LEADER_ADDRESS)"
+    assert _flag(leader["command"], "--master-port") == "8001"
+    assert _flag(worker["command"], "--node-rank") == "$(LWS_WORKER_INDEX)"
+    assert _flag(leader["command"], "--node-rank") == "0"
+    assert "--headless" in worker["command"] and "--headless" not in leader["command"]
+    assert _env(worker)["VLLM_HOST_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert tmpl["leaderTemplate"]["metadata"]["labels"][LABEL_ROLE] == "leader"
+    assert tmpl["workerTemplate"]["metadata"]["labels"][LABEL_ROLE] == "worker"
+    # Only leaders serve HTTP, so the Service selects leaders.
+    assert svc["spec"]["selector"][LABEL_ROLE] == "leader"
+
+
+def test_tp8pp2x2_two_groups() -> None:
+    lws, _ = build_objects(vllm_plan("tp8pp2x2"), parse_layout("tp8pp2x2"), options())
+    assert lws["spec"]["replicas"] == 2
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+
+
+def test_sglang_dist_init_addr_three_nodes() -> None:
+    plan = sglang_multi_node_plan(3)
+    lws, _ = build_objects(plan, parse_layout("tp24"), options())
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    assert tmpl["size"] == 3
+    worker = tmpl["workerTemplate"]["spec"]["containers"][0]
+    assert _flag(worker["command"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):8001"
+    assert _flag(worker["command"], "--node-rank") == "$(LWS_WORKER_INDEX)"
+    assert _flag(worker["command"], "--port") == "8000"
+
+
+def test_dollar_in_user_argv_stays_literal() -> None:
+    plan = vllm_plan("tp8")
+    rep = plan.replicas[0]
+    proc = rep.processes[0]
+    odd = ProcessSpec((*proc.argv, "--chat-template", "x$(y)"), proc.env, 0, proc.gpu_ids, proc.ports)
+    plan2 = LaunchPlan(
+        plan.engine, plan.layout_str, (ReplicaPlan((odd,), rep.health_url, rep.openai_base_url),)
+    )
+    dep = deployment(plan2, parse_layout("tp8"), options())
+    assert dep["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "x$$(y)"
+
+
+def test_optional_parts_off() -> None:
+    opts = options(
+        model_cache_pvc=None, hf_token_secret=None, gpu_product=None, tolerations=(), spec_hash=None
+    )
+    dep, _ = build_objects(vllm_plan("tp8"), parse_layout("tp8"), opts)
+    spec = dep["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec and "tolerations" not in spec
+    assert [v["name"] for v in spec["volumes"]] == ["dshm"]
+    assert "HF_TOKEN" not in _env(spec["containers"][0])
+    assert "annotations" not in dep["metadata"]
+
+
+def test_options_from_target() -> None:
+    target = KubernetesTarget(
+        kind="kubernetes", image="img:1", namespace="llm", node_selector={"pool": "gpu"}, ready_timeout_s=3600
+    )
+    opts = options_from_target(target, "qwen", gpu_product="NVIDIA-H200")
+    dep = deployment(vllm_plan("tp8"), parse_layout("tp8"), opts)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "gpu"}
+    start = pod["containers"][0]["startupProbe"]
+    assert start["failureThreshold"] * start["periodSeconds"] == 3600
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"name": "Bad_Name"}, "kubernetes name"),
+        ({"image": ""}, "kubernetes image"),
+        ({"namespace": "a.b"}, "kubernetes namespace"),
+        ({"container_port": 0}, "container_port"),
+    ],
+)
+def test_bad_options(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        options(**kw)
+
+
+def test_wrong_kind_and_layout_mismatch() -> None:
+    with pytest.raises(SpecError, match="LeaderWorkerSet"):
+        deployment(vllm_plan("tp8pp2"), parse_layout("tp8pp2"), options())
+    with pytest.raises(SpecError, match="Deployment"):
+        leader_worker_set(vllm_plan("tp8"), parse_layout("tp8"), options())
+    with pytest.raises(SpecError, match="not layout tp4x2"):
+        deployment(vllm_plan("tp8"), parse_layout("tp4x2"), options())
+
+
+def test_replicas_that_differ_are_refused() -> None:
+    plan = vllm_plan("tp4x2")
+    r0, r1 = plan.replicas
+    p = r1.processes[0]
+    changed = ProcessSpec((*p.argv, "--seed", "7"), p.env, p.node_index, p.gpu_ids, p.ports)
+    bad = LaunchPlan(
+        plan.engine, plan.layout_str, (r0, ReplicaPlan((changed,), r1.health_url, r1.openai_base_url))
+    )
+    with pytest.raises(SpecError, match="replica 1 runs a different command"):
+        deployment(bad, parse_layout("tp4x2"), options())
+
+
+def _real_vllm() -> Any:
+    with contextlib.suppress(ImportError):
+        importlib.import_module("orchestrator.engines.vllm")
+    from orchestrator.engines import ENGINES
+
+    return ENGINES.get("vllm")
+
+
+@pytest.mark.parametrize("text", ["tp8", "tp4x2", "tp8pp2"])
+def test_real_vllm_engine_plans(text: str) -> None:
+    engine = _real_vllm()
+    if engine is None:
+        pytest.skip("orchestrator.engines.ENGINES has no 'vllm' yet (engine module written in parallel)")
+    from orchestrator.engines.base import EngineOptions, Placement
+
+    layout = parse_layout(text)
+    placement = Placement(nodes=("10.0.0.1", "10.0.0.2"), gpus_per_node=8)
+    plan = engine.launch_plan(layout, EngineOptions(model=MODEL), placement)
+    workload, svc = build_objects(plan, layout, options())
+    assert workload["kind"] == ("LeaderWorkerSet" if text == "tp8pp2" else "Deployment")
+    if workload["kind"] == "Deployment":
+        pods = [workload["spec"]["template"]]
+    else:
+        tmpl = workload["spec"]["leaderWorkerTemplate"]
+        pods = [tmpl["leaderTemplate"], tmpl["workerTemplate"]]
+    for pod in pods:
+        c = pod["spec"]["containers"][0]
+        assert "CUDA_VISIBLE_DEVICES" not in _env(c)
+        assert "10.0.0.1" not in " ".join(c["command"])
+        assert "10.0.0.2" not in " ".join(c["command"])
+    leader = pods[0]["spec"]["containers"][0]
+    assert _flag(leader["command"], "--port") == "8000"
+    assert svc["spec"]["ports"][0]["targetPort"] == "http"
