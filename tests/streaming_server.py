@@ -5,6 +5,8 @@ Each request may override the defaults in its JSON body: `ttft_ms`, `itl_ms`, `t
 "http_500", "drop" (connection closed mid-stream), "truncated" (clean end without [DONE]),
 "malformed" (an event that is not JSON),
 "error_event" (an OpenAI error object inside the stream, code 400), "hang" (never answers).
+With `ServerConfig.slots`, at most that many requests stream at once; the others wait for a slot
+before their TTFT clock starts (a server with a capacity, so latency grows with load).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class ServerConfig:
     itl_ms: float = 10.0
     tokens_per_chunk: int = 1
     prompt_tokens: int = 7
+    slots: int | None = None
 
 
 def _chunk(chat: bool, text: str, usage: dict[str, int] | None) -> bytes:
@@ -39,8 +42,15 @@ def _chunk(chat: bool, text: str, usage: dict[str, int] | None) -> bytes:
 
 def make_app(cfg: ServerConfig | None = None) -> web.Application:
     conf = cfg or ServerConfig()
+    slots = asyncio.Semaphore(conf.slots) if conf.slots else None
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if slots is None:
+            return await _handle(request)
+        async with slots:
+            return await _handle(request)
+
+    async def _handle(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         chat = request.path.endswith("/chat/completions")
         fault = body.get("fault")

@@ -10,16 +10,18 @@ an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import numpy as np
 
+from orchestrator.loadgen.balance import Balance, Balancer
 from orchestrator.loadgen.records import ErrorKind, RequestRecord
 from orchestrator.loadgen.sse import SSEParser
 
@@ -173,63 +175,118 @@ async def send_request(
 
 
 def arrival_offsets(
-    n: int, rate: float, kind: Arrival = "poisson", burstiness: float = 1.0, seed: int = 0
+    n: int | None,
+    rate: float,
+    kind: Arrival = "poisson",
+    burstiness: float = 1.0,
+    seed: int = 0,
+    duration_s: float | None = None,
 ) -> list[float]:
     """Send offsets in seconds from the start (first at 0). rate=inf sends everything at once.
 
     gamma: shape = burstiness, mean gap 1/rate (burstiness 1 is Poisson; < 1 burstier).
+    duration_s: only offsets below it are kept; n may then be None (as many as fit).
     """
-    if n <= 0:
-        return []
+    if n is None and duration_s is None:
+        raise ValueError("give n or duration_s")
     if rate <= 0:
         raise ValueError("rate must be > 0")
+    if kind not in ("constant", "poisson", "gamma"):
+        raise ValueError(f"unknown arrival kind {kind!r}")
+    if kind == "gamma" and burstiness <= 0:
+        raise ValueError("burstiness must be > 0")
     if np.isinf(rate):
+        if n is None:
+            raise ValueError("an infinite rate needs a request count")
         return [0.0] * n
     rng = np.random.default_rng(seed)
-    if kind == "constant":
-        gaps = np.full(n - 1, 1.0 / rate)
-    elif kind == "poisson":
-        gaps = rng.exponential(1.0 / rate, n - 1)
-    elif kind == "gamma":
-        if burstiness <= 0:
-            raise ValueError("burstiness must be > 0")
-        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n - 1)
-    else:
-        raise ValueError(f"unknown arrival kind {kind!r}")
-    return [0.0, *np.cumsum(gaps).tolist()]
+
+    def gaps(k: int) -> Any:
+        if kind == "constant":
+            return np.full(k, 1.0 / rate)
+        if kind == "poisson":
+            return rng.exponential(1.0 / rate, k)
+        return rng.gamma(burstiness, 1.0 / (rate * burstiness), k)
+
+    if duration_s is None:
+        assert n is not None
+        return [] if n <= 0 else [0.0, *np.cumsum(gaps(n - 1)).tolist()]
+    out: list[float] = [0.0]
+    block = max(16, int(rate * duration_s * 1.2) + 1)
+    while out[-1] < duration_s and (n is None or len(out) < n):
+        out.extend((out[-1] + np.cumsum(gaps(block))).tolist())
+    return [t for t in out if t < duration_s - 1e-9][: n if n is not None else None]
+
+
+class RecordSink(Protocol):
+    """Receives each record as it completes (a list works; the CLI's progress bar is one too)."""
+
+    def append(self, rec: RequestRecord, /) -> None: ...
+
+
+Targets = ClientConfig | Sequence[ClientConfig]
+
+
+def _targets(cfg: Targets) -> list[ClientConfig]:
+    out = [cfg] if isinstance(cfg, ClientConfig) else list(cfg)
+    if not out:
+        raise ValueError("need at least one endpoint")
+    return out
+
+
+def _session(limit: int) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300))
+
+
+async def _send_balanced(
+    sess: aiohttp.ClientSession,
+    cfgs: list[ClientConfig],
+    bal: Balancer,
+    spec: RequestSpec,
+    scheduled_s: float,
+    queued_s: float = 0.0,
+) -> RequestRecord:
+    i = bal.acquire()
+    try:
+        rec = await send_request(sess, cfgs[i], spec, scheduled_s=scheduled_s, queued_s=queued_s)
+    finally:
+        bal.release(i)
+    return replace(rec, extra={"endpoint": cfgs[i].base_url}) if len(cfgs) > 1 else rec
 
 
 async def run_open_loop(
-    cfg: ClientConfig,
+    cfg: Targets,
     specs: Sequence[RequestSpec],
     offsets: Sequence[float],
     max_concurrency: int | None = None,
     session: aiohttp.ClientSession | None = None,
-    sink: list[RequestRecord] | None = None,
+    sink: RecordSink | None = None,
+    balance: Balance = "round_robin",
 ) -> list[RequestRecord]:
     """Send specs[i] at absolute time start + offsets[i]; returns records in spec order.
 
-    `sink`, when given, receives each record as it completes, so an interrupted run (Ctrl-C,
-    cancellation) keeps what was measured so far.
+    `cfg` is one endpoint or several (replicas), spread by `balance`. `sink`, when given, receives
+    each record as it completes, so an interrupted run (Ctrl-C, cancellation) keeps what was measured.
 
-    With max_concurrency, a request waits for a slot after its scheduled time; that wait is both
-    in its scheduling lag and in RequestRecord.queued_s.
+    With max_concurrency, a request waits for a slot after its scheduled time; that wait is
+    RequestRecord.queued_s, kept apart from the client's own scheduling lag.
     """
     if len(specs) != len(offsets):
         raise ValueError("specs and offsets must have the same length")
+    cfgs = _targets(cfg)
+    bal = Balancer(len(cfgs), balance)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     own = session is None
-    if session is None:
-        connector = aiohttp.TCPConnector(limit=max_concurrency or 0, ttl_dns_cache=300)
-        session = aiohttp.ClientSession(connector=connector)
-    sess = session
+    sess = session if session is not None else _session(max_concurrency or 0)
 
     async def one(spec: RequestSpec, at: float) -> RequestRecord:
         if sem is None:
-            rec = await send_request(sess, cfg, spec, scheduled_s=at)
+            rec = await _send_balanced(sess, cfgs, bal, spec, at)
         else:
+            wait0 = time.perf_counter()
             async with sem:
-                rec = await send_request(sess, cfg, spec, scheduled_s=at, queued_s=time.perf_counter() - at)
+                queued = time.perf_counter() - wait0
+                rec = await _send_balanced(sess, cfgs, bal, spec, at, queued)
         if sink is not None:
             sink.append(rec)
         return rec
@@ -252,28 +309,47 @@ async def run_open_loop(
 
 
 async def run_closed_loop(
-    cfg: ClientConfig,
+    cfg: Targets,
     specs: Sequence[RequestSpec],
     concurrency: int,
     session: aiohttp.ClientSession | None = None,
-    sink: list[RequestRecord] | None = None,
+    sink: RecordSink | None = None,
+    balance: Balance = "round_robin",
+    duration_s: float | None = None,
 ) -> list[RequestRecord]:
     """Closed loop: `concurrency` workers, each sending its next request when the previous ends.
 
     Each request is scheduled when a worker becomes free, so its scheduling lag is the client's own.
-    Returns records in spec order.
+    With duration_s, no request starts after it, and specs are reused in order (ids suffixed
+    "#k") until then; without, each spec is sent once. Returns records in send order.
     """
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
+    if not specs:
+        return []
+    cfgs = _targets(cfg)
+    bal = Balancer(len(cfgs), balance)
     own = session is None
-    sess = session or aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
-    out: list[RequestRecord | None] = [None] * len(specs)
-    it = iter(enumerate(specs))
+    sess = session if session is not None else _session(concurrency)
+    out: list[RequestRecord | None] = []
+    counter = itertools.count()
+    start = time.perf_counter()
+
+    def next_spec() -> tuple[int, RequestSpec] | None:
+        k = next(counter)
+        if duration_s is None:
+            return (k, specs[k]) if k < len(specs) else None
+        if time.perf_counter() - start >= duration_s:
+            return None
+        spec = specs[k % len(specs)]
+        return k, spec if k < len(specs) else replace(spec, request_id=f"{spec.request_id}#{k // len(specs)}")
 
     async def worker() -> None:
-        for i, spec in it:
-            rec = await send_request(sess, cfg, spec, scheduled_s=time.perf_counter())
-            out[i] = rec
+        while (item := next_spec()) is not None:
+            k, spec = item
+            out.append(None)
+            rec = await _send_balanced(sess, cfgs, bal, spec, time.perf_counter())
+            out[k] = rec
             if sink is not None:
                 sink.append(rec)
 

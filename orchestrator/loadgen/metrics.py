@@ -12,7 +12,9 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
 - Throughputs over the measurement window: from the first scheduled send plus warm-up to the last
   event (end of stream) minus cool-down; a request counts when it was sent and ended inside it.
 - Goodput: completed requests per second (same window) whose every SLO metric is within bounds.
-- Achieved rate: sends per second over the span of actual send times; scheduling lag = sent - scheduled.
+- Achieved rate: sends per second over the span of actual send times. Scheduling lag = sent - scheduled
+  - queue wait (the client's own lateness); queue wait = time waiting for a max-concurrency slot,
+  reported apart. Error rate = failed / all requests.
 """
 
 from __future__ import annotations
@@ -136,8 +138,15 @@ class Metrics:
     sched_lag_ms: Distribution | None = None
     queue_wait_ms: Distribution | None = None
 
+    @property
+    def error_rate(self) -> float:
+        """Failed requests over all requests (0 when there were none)."""
+        return self.n_failed / self.n_requests if self.n_requests else 0.0
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["error_rate"] = self.error_rate
+        return d
 
 
 def _span_rate(times: Sequence[float]) -> float | None:

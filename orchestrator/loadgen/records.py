@@ -30,7 +30,7 @@ class RequestRecord:
     prompt_tokens: int | None = None
     output_tokens_source: OutputTokensSource = "usage"
     error: ErrorKind = None
-    queued_s: float = 0.0  # time waiting for a concurrency slot (included in sent_s - scheduled_s)
+    queued_s: float = 0.0  # time waiting for a concurrency slot (part of sent_s - scheduled_s)
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -88,4 +88,5 @@ class RequestRecord:
 
     @property
     def scheduling_lag_s(self) -> float:
-        return self.sent_s - self.scheduled_s
+        """The client's own lateness: sent - scheduled, less the wait for a concurrency slot."""
+        return self.sent_s - self.scheduled_s - self.queued_s

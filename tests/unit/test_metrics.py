@@ -111,3 +111,13 @@ def test_sse_split_and_multiple() -> None:
     ev2 = p2.feed(b": comment\r\nevent: x\r\ndata: a\r\ndata: b\r\n\r\n")
     assert [(e.event, e.data) for e in ev2] == [("x", "a\nb")]
     assert p2.pending == b""
+
+
+def test_queue_wait_apart_from_scheduling_lag_and_error_rate() -> None:
+    # scheduled at i, waited 0.5 s for a slot, then sent 2 ms after the slot freed
+    recs = [RequestRecord(str(i), float(i), i + 0.502, done_s=i + 1.0, queued_s=0.5) for i in range(4)]
+    recs.append(RequestRecord("f", 5.0, 5.0, done_s=5.1, error="timeout"))
+    m = compute_metrics(recs)
+    assert m.sched_lag_ms is not None and m.sched_lag_ms.p99 == pytest.approx(2.0, abs=1e-6)
+    assert m.queue_wait_ms is not None and m.queue_wait_ms.p50 == pytest.approx(500.0)
+    assert m.error_rate == pytest.approx(0.2) and m.to_dict()["error_rate"] == pytest.approx(0.2)
