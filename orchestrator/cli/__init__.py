@@ -25,7 +25,7 @@ def _root() -> None:
 
 
 # Command modules register themselves on `app` when imported.
-from orchestrator.cli import catalog_cmd, spec_cmd  # noqa: E402, F401
+from orchestrator.cli import catalog_cmd, plan_cmd, spec_cmd  # noqa: E402, F401
 
 
 def main() -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 
-def touched_fraction(num_experts: int, top_k: int, batch_tokens: int) -> float:
+def touched_fraction(num_experts: int, top_k: int, batch_tokens: float) -> float:
     """Expected fraction of E experts touched when B tokens each pick k uniformly: 1-(1-k/E)^B."""
-    return 1.0 - (1.0 - top_k / num_experts) ** batch_tokens
+    return float(1.0 - (1.0 - top_k / num_experts) ** batch_tokens)
 
 
 def all_to_all_bytes_per_layer(tokens: int, top_k: int, hidden_size: int, bytes_per_value: float) -> float:

@@ -67,6 +67,12 @@ class ModelSpec(_Spec):
     max_model_len: int | None = Field(
         None, gt=0, description="Maximum context length in tokens; default: the model's own."
     )
+    expert_stats_path: str | None = Field(
+        None, description="MoE only: per-expert token counts (CSV or JSON, docs/expert-stats.md)."
+    )
+    expert_popularity_sigma: float | None = Field(
+        None, ge=0, description="MoE only: lognormal sigma of the assumed expert popularity (0 = uniform)."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
@@ -108,6 +114,9 @@ class EngineSpec(_Spec):
     extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")
     time_scale: float = Field(
         1.0, gt=0, description="sim only: virtual seconds per wall second (>1 runs faster than real)."
+    )
+    runtime_reserve_bytes: float | None = Field(
+        None, ge=0, description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."
     )
     startup_s: float | None = Field(
         None, gt=0, description="Time allowed for the engine to become ready, in seconds."

@@ -1,0 +1,131 @@
+"""`orch plan SPEC`: the cost model's verdict per layout, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli import app
+from orchestrator.errors import SpecError
+from orchestrator.layout import parse_layouts
+from orchestrator.plan.planner import PlanRow
+from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
+from orchestrator.spec.load import load_spec
+
+GB = 1e9
+
+
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SpecError(f"{flag} {text!r}: expected comma-separated integers, e.g. {flag} 1,64") from None
+    if not values:
+        raise SpecError(f"{flag}: give at least one value")
+    return values
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n / 1e3:.0f}k" if n >= 10_000 else str(n)
+
+
+def _row_cells(row: PlanRow, candidates: set[str]) -> list[str]:
+    name = str(row.layout) + (" *" if str(row.layout) in candidates else "")
+    if not row.fits:
+        weights = f"{row.weight_bytes_per_gpu / GB:.1f}" if row.weight_bytes_per_gpu else "-"
+        return [name, str(row.gpus), "[red]no[/]", weights, "-", "-", "-"] + ["-"] * (len(row.decode) + 2)
+    cells = [name, str(row.gpus), "[green]yes[/]", f"{row.weight_bytes_per_gpu / GB:.1f}",
+             _tokens(row.kv_tokens_per_replica), _tokens(row.kv_tokens_total), str(row.max_batch)]
+    for d in row.decode:
+        mark = "" if d.fits_kv else "[dim]†[/]"
+        cells.append(f"{d.itl_ms:.1f} / {d.output_tokens_per_s_per_gpu:,.0f}{mark}")
+    cells.append(f"{row.prefill_ms:.0f}" if row.prefill_ms is not None else "-")
+    b = row.best
+    cells.append(f"b{b.batch}: {b.output_tokens_per_s_per_gpu:,.0f} @ {b.itl_ms:.1f} ms" if b else "-")
+    return cells
+
+
+def print_plan(result: PlanResult, candidates: set[str], console: Console) -> None:
+    inp = result.inputs
+    counts = inp.counts
+    console.print(
+        f"[bold]{inp.cfg.name}[/] ({counts.total / 1e9:.1f}B params, {counts.active / 1e9:.1f}B active, "
+        f"{inp.weight_dtype}) on {inp.cluster.nodes} x {inp.cluster.gpus_per_node} {inp.gpu.name}; "
+        f"context {result.context_tokens} tokens, prompt {result.prompt_tokens} tokens"
+        + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), highlight=False)
+    table = Table(title="plan: predicted by the cost model (not measured)", title_justify="left")
+    for col in ("layout", "GPUs", "fits", "weights GB/GPU", "KV tok/replica", "KV tok total", "max batch"):
+        table.add_column(col, justify="right" if col != "layout" else "left")
+    for b in result.batches:
+        table.add_column(f"b={b}: ITL ms / tok/s/GPU", justify="right")
+    table.add_column("prefill ms", justify="right")
+    table.add_column("best within SLO", justify="right")
+    for row in result.rows:
+        table.add_row(*_row_cells(row, candidates))
+    console.print(table)
+
+    parts = Table(title="decode step parts at each batch (ms, one micro-batch through all stages)",
+                  title_justify="left")
+    for col in ("layout", "batch", "weights", "KV", "compute", "TP comm", "EP comm", "PP comm", "step",
+                "bound", "experts touched"):
+        parts.add_column(col, justify="right" if col != "layout" else "left")
+    for row in result.rows:
+        if not row.fits:
+            continue
+        for d in row.decode:
+            p = d.parts
+            touched = f"{d.touched_expert_fraction:.0%}" if d.touched_expert_fraction is not None else "-"
+            times = (p.weight_read_s, p.kv_read_s, p.compute_s, p.tp_comm_s, p.ep_comm_s, p.pp_comm_s,
+                     p.total_s)
+            parts.add_row(str(row.layout), str(d.batch), *(f"{t * 1e3:.2f}" for t in times), p.bound, touched)
+    console.print(parts)
+
+    for row in result.rows:
+        notes = [f"[red]rejected:[/] {r}" for r in row.rejected_because] + [f"[yellow]warning:[/] {w}"
+                                                                          for w in row.warnings]
+        if row.expert_imbalance is not None:
+            notes.append(f"expert imbalance (busiest EP rank / mean) {row.expert_imbalance:.2f}")
+        for note in notes:
+            console.print(f"  {row.layout}: {note}", highlight=False)
+    a = result.to_dict()["assumptions"]
+    console.print(
+        "[dim]assumptions (guesses, override in the spec): "
+        + ", ".join(f"{k}={v:g}" for k, v in a.items())
+        + f"; GPU figures: {inp.gpu.source}. * = candidate in the spec; † = batch exceeds KV capacity.[/]",
+        highlight=False)
+
+
+@app.command("plan")
+def plan_command(
+    spec_path: Annotated[str, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")],
+    layouts: Annotated[str | None, typer.Option(
+        "--layouts", help="Only these, e.g. tp8,tp4x2; 'spec' = the spec's candidates. "
+        "Default: every sensible layout.")] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="Decode batch sizes, e.g. 1,64.")] = None,
+    context: Annotated[int | None, typer.Option(
+        "--context", help="Context tokens per sequence while decoding.")] = None,
+    prompt: Annotated[int | None, typer.Option(
+        "--prompt", help="Prompt tokens for the prefill estimate.")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON with every number and its parts.")] = False,
+) -> None:
+    """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
+    spec = load_spec(spec_path)
+    chosen = None
+    if layouts is not None and layouts.strip() != "spec":
+        chosen = parse_layouts(layouts)
+    elif layouts is not None:
+        chosen = list(spec.layouts)
+    result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
+                       batches=_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
+                       prompt_tokens=prompt)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    print_plan(result, {str(lay) for lay in spec.layouts}, Console(width=220))

@@ -1,0 +1,209 @@
+"""Step-time model of one replica of a layout: weight and KV reads, compute, TP/EP/PP communication.
+
+`LayoutCost` precomputes per-stage coefficients once, so a step costs a few float operations: the
+planner evaluates thousands of layouts and the simulator calls `step` once per engine iteration.
+A step's time on a stage is max(bytes read / effective HBM bandwidth, FLOPs / effective FLOP/s) plus
+the communication of that stage; a token visits every stage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from orchestrator.catalog.types import GPUSpec, LinkSpec, ModelConfig
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
+from orchestrator.plan.assumptions import Assumptions
+from orchestrator.plan.comm import allreduce_time_s, p2p_time_s
+from orchestrator.plan.memory import (
+    kv_bytes_per_token_per_gpu,
+    split_stages,
+    weight_bytes_per_gpu,
+)
+from orchestrator.plan.moe import all_to_all_bytes_per_layer, all_to_all_time_s, touched_fraction
+from orchestrator.plan.params import ParamCounts
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """One step of one micro-batch through every stage, split by cause. Seconds."""
+
+    weight_read_s: float
+    kv_read_s: float
+    compute_s: float
+    tp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    total_s: float  # sum over stages of max(read, compute) + communication
+    bound: str  # "memory" or "compute": what the slowest stage is limited by
+
+    def to_ms_dict(self) -> dict[str, float | str]:
+        return {
+            "weight_read_ms": self.weight_read_s * 1e3, "kv_read_ms": self.kv_read_s * 1e3,
+            "compute_ms": self.compute_s * 1e3, "tp_comm_ms": self.tp_comm_s * 1e3,
+            "ep_comm_ms": self.ep_comm_s * 1e3, "pp_comm_ms": self.pp_comm_s * 1e3,
+            "total_ms": self.total_s * 1e3, "bound": self.bound,
+        }
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Per-GPU coefficients of one PP stage."""
+
+    dense_weight_bytes: float  # read every step
+    expert_weight_bytes: float  # routed experts held; the touched fraction of them is read
+    kv_bytes_per_token: float  # per context token read
+    dense_flops_per_token: float  # 2 * non-routed flop params / tp
+    expert_flops_per_routed_token: float  # 2 * one expert * moe layers / (ranks sharing the experts)
+    attn_flops_per_pair: float  # per (new token, context token) pair
+    allreduces: int  # 2 per layer under TP
+    moe_layers: int
+
+
+def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
+    """A group that spans more than one node pays the inter-node link."""
+    return gpu.intra_node if group <= gpus_per_node else gpu.inter_node
+
+
+@dataclass(frozen=True)
+class LayoutCost:
+    cfg: ModelConfig
+    layout: Layout
+    gpu: GPUSpec
+    stages: tuple[StageCost, ...]
+    hbm_bytes_per_s: float  # effective: datasheet x efficiency
+    flops_per_s: float  # effective
+    tp_link: LinkSpec
+    ep_link: LinkSpec
+    pp_link: LinkSpec
+    activation_bytes: float
+    expert_imbalance: float  # busiest EP rank's load / mean (1.0 without EP)
+
+    # -- one stage ---------------------------------------------------------------------------------
+    def touched_fraction(self, moe_tokens: float) -> float:
+        """Expected fraction of routed experts a step touches: 1 - (1 - k/E)^B."""
+        cfg = self.cfg
+        if not cfg.is_moe or moe_tokens <= 0:
+            return 0.0
+        return touched_fraction(cfg.num_routed_experts, cfg.num_experts_per_token, moe_tokens)
+
+    def _stage(self, st: StageCost, tokens: float, kv_tokens: float, attn_pairs: float,
+               touched: float, moe_tokens_per_rank: float) -> tuple[float, float, float, float, float]:
+        """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage."""
+        w = (st.dense_weight_bytes + st.expert_weight_bytes * touched) / self.hbm_bytes_per_s
+        kv = st.kv_bytes_per_token * kv_tokens / self.hbm_bytes_per_s
+        flops = (st.dense_flops_per_token * tokens + st.attn_flops_per_pair * attn_pairs
+                 + st.expert_flops_per_routed_token * moe_tokens_per_rank * self.expert_imbalance)
+        comp = flops / self.flops_per_s
+        tp = st.allreduces * allreduce_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
+                                              self.layout.tp, self.tp_link)
+        ep = 0.0
+        if self.layout.ep and st.moe_layers:
+            one_way = all_to_all_bytes_per_layer(math.ceil(tokens), self.cfg.num_experts_per_token,
+                                                 self.cfg.hidden_size, self.activation_bytes)
+            ep = st.moe_layers * all_to_all_time_s(one_way * self.expert_imbalance, self.ep_link.latency_s,
+                                                   self.ep_link.bandwidth_bytes_per_s)
+        return w, kv, comp, tp, ep
+
+    def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float) -> tuple[float, ...]:
+        """Time of each stage for one step of `tokens` new tokens (used by the simulator for PP)."""
+        moe_tokens, per_rank = self._moe_tokens(tokens)
+        touched = self.touched_fraction(moe_tokens)
+        out = []
+        for st in self.stages:
+            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank)
+            out.append(max(w + kv, comp) + tp + ep)
+        return tuple(out)
+
+    def _moe_tokens(self, tokens: float) -> tuple[float, float]:
+        """(tokens the EP group routes, routed tokens per rank-share). With EP, every DP rank's tokens
+        meet at the experts (the other ranks are taken to be as busy); without EP each DP rank routes
+        its own tokens to its own full set of experts."""
+        if self.layout.ep:
+            group_tokens = tokens * self.layout.dp
+            return group_tokens, group_tokens * self.cfg.num_experts_per_token
+        return tokens, tokens * self.cfg.num_experts_per_token
+
+    # -- whole replica -----------------------------------------------------------------------------
+    def step(self, tokens: float, kv_tokens: float, attn_pairs: float) -> StepParts:
+        """One step of one micro-batch through all stages.
+
+        tokens: new tokens computed (decodes + prefill chunk); kv_tokens: context tokens whose KV is
+        read; attn_pairs: sum over new tokens of the context each attends to.
+        """
+        moe_tokens, per_rank = self._moe_tokens(tokens)
+        touched = self.touched_fraction(moe_tokens)
+        sw = skv = sc = stp = sep = total = 0.0
+        slowest, bound = -1.0, "memory"
+        for st in self.stages:
+            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank)
+            t = max(w + kv, comp) + tp + ep
+            sw, skv, sc, stp, sep, total = sw + w, skv + kv, sc + comp, stp + tp, sep + ep, total + t
+            if t > slowest:
+                slowest, bound = t, ("compute" if comp > w + kv else "memory")
+        pp = (len(self.stages) - 1) * p2p_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
+                                                 self.pp_link)
+        return StepParts(sw, skv, sc, stp, sep, pp, total + pp, bound)
+
+    def decode_round_s(self, batch: int, context_tokens: int) -> tuple[StepParts, float, int]:
+        """Per-token latency of `batch` sequences decoding with `context_tokens` each.
+
+        Under PP the batch is split into m = min(p, batch) micro-batches that keep every stage busy;
+        one round (every sequence gets a token) takes m times the slowest stage's micro-batch time
+        plus the p-1 transfers, and at least one micro-batch's trip through all stages.
+        Returns (parts of one micro-batch, round seconds, m).
+        """
+        p = len(self.stages)
+        m = max(1, min(p, batch))
+        mb = math.ceil(batch / m)
+        parts = self.step(mb, mb * context_tokens, mb * context_tokens)
+        if p == 1:
+            return parts, parts.total_s, 1
+        stage_max = max(self.stage_times_s(mb, mb * context_tokens, mb * context_tokens))
+        # A round can be no shorter than one token's trip through every stage.
+        return parts, max(m * stage_max + parts.pp_comm_s, parts.total_s), m
+
+    def prefill(self, prompt_tokens: int) -> StepParts:
+        """One prompt prefilled alone (TTFT without queueing): causal attention over T(T+1)/2 pairs."""
+        return self.step(prompt_tokens, 0, prompt_tokens * (prompt_tokens + 1) / 2)
+
+
+def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layout: Layout, *,
+                      gpus_per_node: int, weight_bytes_per_value: float, kv_bytes_per_value: float,
+                      fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
+                      ) -> LayoutCost:
+    if layout.pp > counts.num_layers:
+        raise SpecError(f"layout {layout}: {layout.pp} pipeline stages for {counts.num_layers} layers")
+    tp = layout.tp
+    expert_ranks = layout.ep_size if layout.ep else tp
+    d_qk = (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) if cfg.is_mla else cfg.head_dim
+    d_v = cfg.v_head_dim if cfg.is_mla else cfg.head_dim
+    stages = []
+    for sp in split_stages(cfg, counts, layout.pp):
+        dense_b, expert_b = weight_bytes_per_gpu(sp, weight_bytes_per_value=weight_bytes_per_value, tp=tp,
+                                                 expert_ranks=expert_ranks)
+        routed_active = sp.moe_layers * counts.top_k * counts.routed_expert
+        stages.append(StageCost(
+            dense_weight_bytes=dense_b,
+            expert_weight_bytes=expert_b,
+            kv_bytes_per_token=kv_bytes_per_token_per_gpu(cfg, kv_bytes_per_value, tp=tp, layers=sp.layers),
+            dense_flops_per_token=2.0 * (sp.flop_params - routed_active) / tp,
+            expert_flops_per_routed_token=2.0 * counts.routed_expert * sp.moe_layers / expert_ranks,
+            attn_flops_per_pair=2.0 * cfg.num_heads * (d_qk + d_v) * sp.layers / tp,
+            allreduces=2 * sp.layers if tp > 1 else 0,
+            moe_layers=sp.moe_layers,
+        ))
+    peak = gpu.fp8_flops_per_s if fp8_compute and gpu.fp8_flops_per_s > 0 else gpu.bf16_flops_per_s
+    # PP stages sit on different nodes once a replica spans nodes; its neighbours then talk over IB.
+    pp_link = _link_for(layout.gpus_per_replica, gpus_per_node, gpu)
+    return LayoutCost(
+        cfg=cfg, layout=layout, gpu=gpu, stages=tuple(stages),
+        hbm_bytes_per_s=gpu.hbm_bytes_per_s * gpu.hbm_efficiency,
+        flops_per_s=peak * gpu.compute_efficiency,
+        tp_link=_link_for(tp, gpus_per_node, gpu),
+        ep_link=_link_for(layout.ep_size, gpus_per_node, gpu),
+        pp_link=pp_link,
+        activation_bytes=assumptions.activation_bytes_per_value,
+        expert_imbalance=expert_imbalance if layout.ep else 1.0,
+    )

@@ -1,0 +1,48 @@
+"""Build PlanInputs from a loaded SweepSpec: catalog lookups, dtypes, engine limits, assumptions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.plan.assumptions import Assumptions
+from orchestrator.plan.checks import Cluster
+from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
+from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.planner import PlanInputs
+from orchestrator.spec.models import SweepSpec, TokenDistribution
+
+DEFAULT_INT4_GROUP_SIZE = 128
+
+
+def mean_tokens(value: int | TokenDistribution) -> int:
+    return int(value) if isinstance(value, int) else round(value.mean)
+
+
+def plan_inputs(spec: SweepSpec) -> PlanInputs:
+    cfg = load_model(spec.model.name or spec.model.config_path or "")
+    gpu = load_gpu(spec.hardware.gpu, dict(spec.hardware.overrides))
+    gpn = spec.hardware.gpus_per_node or gpu.gpus_per_node
+    group = spec.model.quant_group_size or DEFAULT_INT4_GROUP_SIZE
+    kv_dtype = spec.model.kv_cache_dtype
+    assumptions = Assumptions()
+    if spec.engine.runtime_reserve_bytes is not None:
+        assumptions = replace(assumptions, runtime_reserve_bytes=spec.engine.runtime_reserve_bytes)
+    if spec.model.expert_popularity_sigma is not None:
+        assumptions = replace(assumptions, expert_popularity_sigma=spec.model.expert_popularity_sigma)
+    popularity = None
+    if spec.model.expert_stats_path is not None and cfg.is_moe:
+        stats = load_expert_stats(spec.model.expert_stats_path, num_experts=cfg.num_routed_experts)
+        popularity = tuple(float(x) for x in stats.popularity())
+    return PlanInputs(
+        cfg=cfg, gpu=gpu, cluster=Cluster(spec.hardware.nodes, gpn),
+        weight_dtype=spec.model.weight_dtype,
+        weight_bytes_per_value=weight_bytes_per_value(spec.model.weight_dtype, group),
+        quant_group_size=group,
+        kv_bytes_per_value=kv_bytes_per_value(kv_dtype if kv_dtype != "auto" else "bf16"),
+        max_model_len=spec.model.max_model_len or cfg.max_position_embeddings,
+        gpu_memory_utilization=spec.engine.gpu_memory_utilization,
+        max_num_seqs=spec.engine.max_num_seqs or 256,
+        assumptions=assumptions,
+        expert_popularity=popularity,
+    )

@@ -1,0 +1,226 @@
+"""The planner: memory fit, KV capacity, decode and prefill estimates per layout; rejects with reasons.
+
+`PlanInputs` gathers what the cost model needs from a spec once; `plan_layout` scores one layout and
+`plan` scores many and ranks them by predicted output tokens/s per GPU within the latency SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.layout import Layout
+from orchestrator.plan.assumptions import Assumptions
+from orchestrator.plan.checks import Cluster, layout_problems
+from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
+from orchestrator.plan.experts import imbalance, lognormal_popularity
+from orchestrator.plan.params import ParamCounts, count_params
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    cfg: ModelConfig
+    gpu: GPUSpec
+    cluster: Cluster
+    weight_dtype: str = "bf16"
+    weight_bytes_per_value: float = 2.0
+    quant_group_size: int = 128
+    kv_bytes_per_value: float = 2.0
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    assumptions: Assumptions = field(default_factory=Assumptions)
+    expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
+
+    @property
+    def counts(self) -> ParamCounts:
+        return count_params(self.cfg)
+
+    def popularity(self) -> np.ndarray[Any, np.dtype[np.float64]]:
+        if self.expert_popularity is not None:
+            return np.asarray(self.expert_popularity, dtype=np.float64)
+        a = self.assumptions
+        return lognormal_popularity(self.cfg.num_routed_experts, sigma=a.expert_popularity_sigma,
+                                    seed=a.expert_popularity_seed)
+
+
+@dataclass(frozen=True)
+class DecodeEstimate:
+    batch: int  # sequences decoding together on one engine (one DP rank)
+    context_tokens: int
+    parts: StepParts  # one micro-batch through every stage
+    itl_ms: float  # per-token latency: one round in which every sequence gets a token
+    microbatches: int
+    output_tokens_per_s_per_replica: float
+    output_tokens_per_s_per_gpu: float
+    fits_kv: bool
+    touched_expert_fraction: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch, "context_tokens": self.context_tokens, "itl_ms": self.itl_ms,
+            "microbatches": self.microbatches, "parts": self.parts.to_ms_dict(),
+            "output_tokens_per_s_per_replica": self.output_tokens_per_s_per_replica,
+            "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
+            "fits_kv": self.fits_kv, "touched_expert_fraction": self.touched_expert_fraction,
+        }
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    layout: Layout
+    gpus: int
+    rejected_because: tuple[str, ...]
+    warnings: tuple[str, ...]
+    weight_bytes_per_gpu: float = 0.0  # the most loaded PP stage
+    usable_bytes_per_gpu: float = 0.0
+    kv_bytes_per_token_per_gpu: float = 0.0
+    kv_tokens_per_replica: int = 0  # all DP ranks of one replica together
+    kv_tokens_total: int = 0
+    max_batch: int = 0  # sequences per engine whose KV fits at the context length
+    expert_imbalance: float | None = None
+    decode: tuple[DecodeEstimate, ...] = ()
+    prefill_ms: float | None = None
+    prefill_parts: StepParts | None = None
+    best: DecodeEstimate | None = None  # highest tokens/s per GPU within the ITL bound
+    pp_idle_fraction: float = 0.0  # synchronous bubble (p-1)/(m+p-1)
+
+    @property
+    def fits(self) -> bool:
+        return not self.rejected_because
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layout": str(self.layout), "gpus": self.gpus, "fits": self.fits,
+            "rejected_because": list(self.rejected_because), "warnings": list(self.warnings),
+            "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+            "usable_bytes_per_gpu": self.usable_bytes_per_gpu,
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "kv_tokens_per_replica": self.kv_tokens_per_replica, "kv_tokens_total": self.kv_tokens_total,
+            "max_batch": self.max_batch, "expert_imbalance": self.expert_imbalance,
+            "decode": [d.to_dict() for d in self.decode],
+            "prefill_ms": self.prefill_ms,
+            "prefill_parts": self.prefill_parts.to_ms_dict() if self.prefill_parts else None,
+            "best": self.best.to_dict() if self.best else None,
+            "pp_idle_fraction": self.pp_idle_fraction,
+        }
+
+
+def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
+    """The cost model of one layout; the simulator uses this too."""
+    imb = 1.0
+    if layout.ep and inputs.cfg.is_moe and inputs.cfg.num_routed_experts % layout.ep_size == 0:
+        imb = imbalance(inputs.popularity(), ep_ranks=layout.ep_size)
+    return build_layout_cost(
+        inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
+        weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
+        fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
+    )
+
+
+def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float, float]:
+    """(KV tokens one engine rank holds, heaviest stage's weight bytes per GPU, usable bytes per GPU).
+
+    The stage with the least room left after its weights bounds the rank: every stage holds KV for
+    the same tokens. Negative means the weights alone do not fit.
+    """
+    reserve = inputs.assumptions.runtime_reserve_bytes
+    usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
+    tokens = math.inf
+    heaviest = 0.0
+    for st in cost.stages:
+        weights = st.dense_weight_bytes + st.expert_weight_bytes
+        heaviest = max(heaviest, weights)
+        room = usable - weights
+        tokens = min(tokens, room / st.kv_bytes_per_token)
+    return math.floor(tokens), heaviest, usable
+
+
+def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
+                    kv_tokens: int) -> DecodeEstimate:
+    parts, round_s, m = cost.decode_round_s(batch, context)
+    per_replica = layout.dp * batch / round_s
+    moe_tokens = math.ceil(batch / m) * (layout.dp if layout.ep else 1)
+    return DecodeEstimate(
+        batch=batch, context_tokens=context, parts=parts, itl_ms=round_s * 1e3, microbatches=m,
+        output_tokens_per_s_per_replica=per_replica,
+        output_tokens_per_s_per_gpu=per_replica / layout.gpus_per_replica,
+        fits_kv=batch * context <= kv_tokens,
+        touched_expert_fraction=cost.touched_fraction(moe_tokens) if cost.cfg.is_moe else None,
+    )
+
+
+def _search_batches(max_batch: int) -> list[int]:
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    out.append(max_batch)
+    return out
+
+
+def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] = (1, 16, 64, 256),
+                context_tokens: int = 2048, prompt_tokens: int = 1024,
+                itl_bound_ms: float | None = None) -> PlanRow:
+    reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
+                                   group_size=inputs.quant_group_size)
+    if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
+        return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
+    cost = layout_cost(inputs, layout)
+    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
+    stage0 = cost.stages[0]
+    if kv_tokens < 0:
+        reject.append(f"weights {weights / GB:.1f} GB per GPU + reserve "
+                      f"{inputs.assumptions.runtime_reserve_bytes / GB:.1f} GB exceed the usable "
+                      f"{(usable + inputs.assumptions.runtime_reserve_bytes) / GB:.1f} GB "
+                      f"({inputs.gpu_memory_utilization:g} of {inputs.gpu.memory_bytes / GB:.0f} GB)")
+        kv_tokens = 0
+    elif kv_tokens < inputs.max_model_len:
+        reject.append(f"KV cache holds {kv_tokens} tokens per engine, less than max_model_len "
+                      f"{inputs.max_model_len}: one full-length request would not fit")
+    max_batch = min(inputs.max_num_seqs, kv_tokens // max(context_tokens, 1))
+    if 0 < max_batch < max(batches) and not reject:
+        warn.append(f"at {context_tokens} context tokens the KV cache holds only {max_batch} "
+                    "sequences per engine")
+    imb = cost.expert_imbalance if layout.ep else None
+    decode = tuple(decode_estimate(cost, layout, b, context_tokens, kv_tokens) for b in batches)
+    prefill = cost.prefill(prompt_tokens)
+    best = None
+    if max_batch >= 1 and not reject:
+        for b in _search_batches(max_batch):
+            est = decode_estimate(cost, layout, b, context_tokens, kv_tokens)
+            if itl_bound_ms is not None and est.itl_ms > itl_bound_ms:
+                break
+            if best is None or est.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:
+                best = est
+        if best is None and itl_bound_ms is not None:
+            one = decode_estimate(cost, layout, 1, context_tokens, kv_tokens)
+            warn.append(f"predicted ITL at batch 1 ({one.itl_ms:.1f} ms) exceeds the SLO bound "
+                        f"{itl_bound_ms:g} ms")
+    m = max(1, min(layout.pp, max_batch or 1))
+    return PlanRow(
+        layout=layout, gpus=layout.gpus, rejected_because=tuple(reject), warnings=tuple(warn),
+        weight_bytes_per_gpu=weights, usable_bytes_per_gpu=usable,
+        kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in cost.stages) if stage0 else 0.0,
+        kv_tokens_per_replica=kv_tokens * layout.dp, kv_tokens_total=kv_tokens * layout.dp * layout.replicas,
+        max_batch=max(max_batch, 0), expert_imbalance=imb, decode=decode,
+        prefill_ms=prefill.total_s * 1e3, prefill_parts=prefill, best=best,
+        pp_idle_fraction=(layout.pp - 1) / (m + layout.pp - 1),
+    )
+
+
+def rank_rows(rows: list[PlanRow]) -> list[PlanRow]:
+    """Fitting layouts first, by predicted tokens/s per GPU at their best batch; then rejected ones."""
+    def key(row: PlanRow) -> tuple[int, float]:
+        if not row.fits:
+            return (2, 0.0)
+        if row.best is None:
+            return (1, 0.0)
+        return (0, -row.best.output_tokens_per_s_per_gpu)
+    return sorted(rows, key=key)

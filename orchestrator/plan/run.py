@@ -1,0 +1,75 @@
+"""`orch plan` without the printing: plan a spec's layouts (or every sensible one) and rank them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
+from orchestrator.plan.enumerate import enumerate_layouts
+from orchestrator.plan.from_spec import mean_tokens, plan_inputs
+from orchestrator.plan.memory import kv_bytes_per_token
+from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout, rank_rows
+from orchestrator.spec.models import SweepSpec
+
+DEFAULT_BATCHES = (1, 16, 64, 256)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    inputs: PlanInputs
+    batches: tuple[int, ...]
+    context_tokens: int
+    prompt_tokens: int
+    itl_bound_ms: float | None
+    enumerated: bool
+    rows: tuple[PlanRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        inp = self.inputs
+        counts = inp.counts
+        return {
+            "model": inp.cfg.name, "gpu": inp.gpu.name, "gpu_source": inp.gpu.source,
+            "nodes": inp.cluster.nodes, "gpus_per_node": inp.cluster.gpus_per_node,
+            "weight_dtype": inp.weight_dtype, "total_params": counts.total, "active_params": counts.active,
+            "kv_bytes_per_token": kv_bytes_per_token(inp.cfg, inp.kv_bytes_per_value),
+            "max_model_len": inp.max_model_len, "batches": list(self.batches),
+            "context_tokens": self.context_tokens, "prompt_tokens": self.prompt_tokens,
+            "itl_bound_ms": self.itl_bound_ms, "enumerated": self.enumerated,
+            "assumptions": {
+                **inp.assumptions.to_dict(), "hbm_efficiency": inp.gpu.hbm_efficiency,
+                "compute_efficiency": inp.gpu.compute_efficiency,
+                "gpu_memory_utilization": inp.gpu_memory_utilization,
+            },
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def itl_bound_ms(spec: SweepSpec) -> float | None:
+    """The tightest per-token bound of the SLO (ITL or TPOT, any percentile): decode must beat it."""
+    bounds = [v for (metric, _), v in spec.slo.bounds_ms().items() if metric in ("itl", "tpot")]
+    return min(bounds) if bounds else None
+
+
+def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layouts: bool = False,
+              batches: tuple[int, ...] = DEFAULT_BATCHES, context_tokens: int | None = None,
+              prompt_tokens: int | None = None) -> PlanResult:
+    if any(b < 1 for b in batches):
+        raise SpecError("--batch: batch sizes must be positive integers, e.g. --batch 1,64")
+    if context_tokens is not None and context_tokens < 1:
+        raise SpecError("--context: must be a positive number of tokens")
+    inputs = plan_inputs(spec)
+    prompt = prompt_tokens or mean_tokens(spec.workload.input_tokens)
+    # Decode reads, on average, the prompt and half the answer of every sequence in the batch.
+    context = context_tokens or prompt + mean_tokens(spec.workload.output_tokens) // 2
+    if all_layouts:
+        # Every sensible layout, plus the spec's own candidates wherever enumeration would skip them.
+        chosen = enumerate_layouts(inputs.cfg, inputs.cluster)
+        chosen += [lay for lay in spec.layouts if lay not in chosen]
+    else:
+        chosen = layouts or list(spec.layouts)
+    bound = itl_bound_ms(spec)
+    rows = [plan_layout(inputs, lay, batches=batches, context_tokens=context, prompt_tokens=prompt,
+                        itl_bound_ms=bound) for lay in chosen]
+    return PlanResult(inputs, batches, context, prompt, bound, all_layouts, tuple(rank_rows(rows)))

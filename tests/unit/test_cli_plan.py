@@ -1,0 +1,55 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
+
+
+def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "from orchestrator.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_plan_json_carries_every_number_and_its_parts() -> None:
+    out = _orch("plan", SPEC, "--json", "--batch", "1,64")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rows = {r["layout"]: r for r in data["rows"]}
+    assert {"tp8", "tp4x2", "tp2x4"} <= set(rows)  # the spec's candidates among the enumerated ones
+    assert data["kv_bytes_per_token"] == 327_680
+    tp8 = rows["tp8"]
+    assert tp8["fits"] and [d["batch"] for d in tp8["decode"]] == [1, 64]
+    parts = tp8["decode"][0]["parts"]
+    assert parts["bound"] == "memory"
+    summed = parts["weight_read_ms"] + parts["kv_read_ms"] + parts["tp_comm_ms"] + parts["pp_comm_ms"]
+    assert abs(parts["total_ms"] - summed) < 1e-9
+    assert not rows["tp2x4"]["fits"] and "exceed the usable" in rows["tp2x4"]["rejected_because"][0]
+    assert data["assumptions"]["runtime_reserve_bytes"] == 3e9
+    # Ranked: the first row fits and has the highest predicted tokens/s per GPU.
+    fitting = [r for r in data["rows"] if r["best"]]
+    assert data["rows"][0]["layout"] == fitting[0]["layout"]
+    tps = [r["best"]["output_tokens_per_s_per_gpu"] for r in fitting]
+    assert tps == sorted(tps, reverse=True)
+
+
+def test_plan_table_and_spec_layouts_only() -> None:
+    out = _orch("plan", SPEC, "--layouts", "spec")
+    assert out.returncode == 0, out.stderr
+    assert "tp4x2" in out.stdout and "pp8" not in out.stdout
+    assert "rejected:" in out.stdout and "assumptions" in out.stdout
+
+
+def test_plan_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad_batch = _orch("plan", SPEC, "--batch", "1,x")
+    assert bad_batch.returncode == 2 and "--batch" in bad_batch.stderr
+    assert "Traceback" not in bad_batch.stderr
+    bad_layout = _orch("plan", SPEC, "--layouts", "tp3x")
+    assert bad_layout.returncode == 2 and "Traceback" not in bad_layout.stderr
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path(SPEC).read_text().replace("qwen2.5-72b", "qwen-9000"))
+    unknown = _orch("plan", str(spec))
+    assert unknown.returncode == 2 and "qwen-9000" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
