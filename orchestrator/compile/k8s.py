@@ -126,7 +126,7 @@ def object_labels(plan: LaunchPlan, opts: K8sOptions) -> dict[str, str]:
     return labels
 
 
-def _metadata(plan: LaunchPlan, opts: K8sOptions) -> Obj:
+def object_metadata(plan: LaunchPlan, opts: K8sOptions) -> Obj:
     meta: Obj = {"name": opts.name, "namespace": opts.namespace, "labels": object_labels(plan, opts)}
     if opts.spec_hash:
         meta["annotations"] = {ANNOTATION_SPEC_HASH: opts.spec_hash}
@@ -156,13 +156,20 @@ def container_env(cmd: PodCommand, opts: K8sOptions) -> list[Obj]:
 
 
 def _probes(path: str, opts: K8sOptions) -> Obj:
-    get = {"path": path, "port": PORT_NAME}
+    def get() -> Obj:
+        # A fresh dict per probe: shared ones would be written as YAML anchors.
+        return {"path": path, "port": PORT_NAME}
+
     failures = math.ceil(opts.startup_budget_s / opts.probe_period_s)
     return {
         # Readiness only starts once startup succeeded, so it can stay strict while loading takes long.
-        "startupProbe": {"httpGet": get, "periodSeconds": opts.probe_period_s, "failureThreshold": failures},
+        "startupProbe": {
+            "httpGet": get(),
+            "periodSeconds": opts.probe_period_s,
+            "failureThreshold": failures,
+        },
         "readinessProbe": {
-            "httpGet": get,
+            "httpGet": get(),
             "periodSeconds": opts.probe_period_s,
             "failureThreshold": opts.readiness_failure_threshold,
         },
@@ -237,7 +244,7 @@ def deployment(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> Obj:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(plan, opts),
+        "metadata": object_metadata(plan, opts),
         "spec": {
             "replicas": layout.replicas,
             "selector": {"matchLabels": selector_labels(opts)},
@@ -257,7 +264,7 @@ def leader_worker_set(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> Obj
     return {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
-        "metadata": _metadata(plan, opts),
+        "metadata": object_metadata(plan, opts),
         "spec": {
             "replicas": layout.replicas,
             # Workers need only the leader's address, not a ready leader; and the leader cannot become
@@ -281,7 +288,7 @@ def service(plan: LaunchPlan, opts: K8sOptions) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(plan, opts),
+        "metadata": object_metadata(plan, opts),
         "spec": {
             "type": opts.service_type,
             "selector": selector_labels(opts) | {LABEL_ROLE: "leader"},

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from orchestrator.compile.k8s import (
     ANNOTATION_SPEC_HASH,
@@ -20,6 +21,7 @@ from orchestrator.compile.k8s import (
     leader_worker_set,
     options_from_target,
 )
+from orchestrator.compile.k8s_ray import ray_service
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
@@ -249,3 +251,48 @@ def test_real_vllm_engine_plans(text: str) -> None:
     leader = pods[0]["spec"]["containers"][0]
     assert _flag(leader["command"], "--port") == "8000"
     assert svc["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_ray_service_tp8pp2() -> None:
+    rs = ray_service(vllm_plan("tp8pp2"), parse_layout("tp8pp2"), options())
+    assert rs["apiVersion"] == "ray.io/v1" and rs["kind"] == "RayService"
+    cluster = rs["spec"]["rayClusterConfig"]
+    (group,) = cluster["workerGroupSpecs"]
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
+    worker = group["template"]["spec"]
+    assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert worker["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert "nodeSelector" not in head
+    assert "command" not in head["containers"][0]
+    serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
+    (llm,) = serve["applications"][0]["args"]["llm_configs"]
+    assert llm["model_loading_config"] == {"model_id": "qwen2.5-72b", "model_source": MODEL}
+    assert llm["engine_kwargs"] == {
+        "tensor_parallel_size": 8,
+        "pipeline_parallel_size": 2,
+        "gpu_memory_utilization": 0.9,
+        "max_model_len": 8192,
+    }
+    assert llm["runtime_env"] == {"env_vars": {"VLLM_LOGGING_LEVEL": "INFO"}}
+    assert llm["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 1}
+
+
+def test_ray_service_tp4x2_packs_one_node() -> None:
+    rs = ray_service(vllm_plan("tp4x2"), parse_layout("tp4x2"), options())
+    (group,) = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert group["replicas"] == 2
+    assert group["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 4}
+
+
+def test_ray_service_refuses_sglang() -> None:
+    with pytest.raises(SpecError, match="Ray Serve LLM"):
+        ray_service(sglang_multi_node_plan(2), parse_layout("tp16"), options())
+
+
+def test_no_yaml_anchors() -> None:
+    # Shared sub-dicts would be dumped as &id001 anchors, which reviewers and some tools stumble on.
+    for text in ("tp8", "tp8pp2"):
+        for obj in _objects(text):
+            assert "&id" not in yaml.safe_dump(obj)
+    assert "&id" not in yaml.safe_dump(ray_service(vllm_plan("tp8"), parse_layout("tp8"), options()))
