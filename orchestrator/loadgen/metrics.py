@@ -231,8 +231,8 @@ def compute_metrics(
     )
 
 
-def slo_met(metrics: Metrics, slo: Mapping[str, float]) -> bool:
-    """Aggregate check: every bound holds on the run's distribution (e.g. p99 TTFT <= 2000 ms)."""
+def slo_violations(metrics: Metrics, slo: Mapping[str, float]) -> list[tuple[str, float, float]]:
+    """The bounds the run's distributions break, as (key, measured ms, bound ms)."""
     dists = {
         "ttft": metrics.ttft_ms,
         "tpot": metrics.tpot_ms,
@@ -240,8 +240,14 @@ def slo_met(metrics: Metrics, slo: Mapping[str, float]) -> bool:
         "itl": metrics.itl_chunk_ms,
         "itl_token": metrics.itl_token_ms,
     }
+    out = []
     for metric, stat, bound in parse_slo(slo):
         v = dists[metric].stat(stat)
         if v is not None and v > bound:
-            return False
-    return True
+            out.append((f"{metric}_{stat}_ms", v, bound))
+    return out
+
+
+def slo_met(metrics: Metrics, slo: Mapping[str, float]) -> bool:
+    """Aggregate check: every bound holds on the run's distribution (e.g. p99 TTFT <= 2000 ms)."""
+    return not slo_violations(metrics, slo)
