@@ -94,3 +94,20 @@ def options(**kw: object) -> K8sOptions:
     }
     base.update(kw)
     return K8sOptions(**base)  # type: ignore[arg-type]
+
+
+SETUP_HINT = (
+    "run `source .ci/setup.d/40-helm-k8s.sh` (installs kubernetes-validate, jsonschema, fetches helm)"
+)
+
+
+def missing_tool(what: str) -> None:
+    """Skip when a tier's tool is missing; in CI (ORCH_CI=1) fail instead, so no tier is skipped silently."""
+    import os
+
+    import pytest
+
+    message = f"{what} not available; {SETUP_HINT}"
+    if os.environ.get("ORCH_CI") == "1":
+        pytest.fail(f"ORCH_CI=1 but {message}")
+    pytest.skip(message)

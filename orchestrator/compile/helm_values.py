@@ -1,0 +1,65 @@
+"""Layout + LaunchPlan -> values for the chart in helm/, which then renders the objects of compile.k8s.
+
+The values carry the pod-side command and env already adapted (compile.k8s_argv), so the chart holds no
+engine knowledge: one template serves vLLM and SGLang. A test renders the chart with a real Helm and checks
+the result equals ``compile.k8s.build_objects`` for the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from orchestrator.compile.k8s import K8sOptions, is_multi_node, plain_env
+from orchestrator.compile.k8s_argv import gpus_per_pod, health_path, nodes_per_replica, plan_commands
+from orchestrator.engines.base import LaunchPlan
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
+
+CHART_NAME = "orch-engine"
+
+
+def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str, Any]:
+    """The chart's values for one layout (objects in opts.namespace: pass it as ``helm --namespace``)."""
+    if str(layout) != plan.layout_str or len(plan.replicas) != layout.replicas:
+        raise SpecError(
+            f"launch plan is for {plan.layout_str} with {len(plan.replicas)} replicas, not layout {layout}; "
+            "build the plan from the same layout"
+        )
+    leader, worker = plan_commands(plan.replicas, opts.container_port)
+    rep = plan.replicas[0]
+    values: dict[str, Any] = {
+        "name": opts.name,
+        "image": opts.image,
+        "imagePullPolicy": opts.image_pull_policy,
+        "engine": plan.engine,
+        "layout": plan.layout_str,
+        "specHash": opts.spec_hash or "",
+        "extraLabels": dict(opts.extra_labels),
+        "replicas": layout.replicas,
+        "nodesPerReplica": nodes_per_replica(rep),
+        "gpusPerPod": gpus_per_pod(rep),
+        "containerPort": opts.container_port,
+        "healthPath": health_path(rep),
+        "leader": {"command": list(leader.argv), "env": plain_env(leader, opts)},
+        "worker": {
+            "command": list(worker.argv) if worker else [],
+            "env": plain_env(worker, opts) if worker else [],
+        },
+        "modelCache": {"claimName": opts.model_cache_pvc or "", "mountPath": opts.model_cache_mount},
+        "hfToken": {"secretName": opts.hf_token_secret or "", "key": opts.hf_token_key},
+        "shmSize": opts.shm_size,
+        "gpuProduct": opts.gpu_product or "",
+        "nodeSelector": dict(opts.node_selector),
+        "tolerations": [dict(t) for t in opts.tolerations],
+        "serviceAccountName": opts.service_account or "",
+        "probes": {
+            "periodSeconds": opts.probe_period_s,
+            "startupFailureThreshold": math.ceil(opts.startup_budget_s / opts.probe_period_s),
+            "readinessFailureThreshold": opts.readiness_failure_threshold,
+        },
+        "service": {"type": opts.service_type, "port": opts.service_port},
+    }
+    # The chart picks the kind from nodesPerReplica; keep the two decisions from drifting apart.
+    assert (values["nodesPerReplica"] > 1) == is_multi_node(plan)
+    return values
