@@ -111,3 +111,20 @@ def missing_tool(what: str) -> None:
     if os.environ.get("ORCH_CI") == "1":
         pytest.fail(f"ORCH_CI=1 but {message}")
     pytest.skip(message)
+
+
+def real_vllm_plan(text: str) -> LaunchPlan | None:
+    """The registered vLLM engine's plan for a layout on two 8-GPU nodes, or None when not registered."""
+    import contextlib
+    import importlib
+
+    from orchestrator.engines import ENGINES
+    from orchestrator.engines.base import EngineOptions, Placement
+
+    with contextlib.suppress(ImportError):
+        importlib.import_module("orchestrator.engines.vllm")
+    engine = ENGINES.get("vllm")
+    if engine is None:
+        return None
+    placement = Placement(nodes=NODES[:2], gpus_per_node=GPUS_PER_NODE)
+    return engine.launch_plan(parse_layout(text), EngineOptions(model=MODEL), placement)

@@ -18,7 +18,7 @@ from orchestrator.compile.k8s import build_objects
 from orchestrator.layout import parse_layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import missing_tool, options, sglang_multi_node_plan, vllm_plan
+from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_plan
 
 pytestmark = pytest.mark.helm
 
@@ -102,6 +102,17 @@ def test_chart_renders_python_objects(helm: str, case: str, tmp_path: Path) -> N
     assert rendered.keys() == expected.keys()
     for kind, obj in expected.items():
         assert rendered[kind] == obj, f"{kind} differs between chart and compile.k8s"
+
+
+@pytest.mark.parametrize("text", ["tp8", "tp4x2", "tp8pp2"])
+def test_chart_renders_real_vllm_plans(helm: str, text: str, tmp_path: Path) -> None:
+    plan = real_vllm_plan(text)
+    if plan is None:
+        pytest.skip("orchestrator.engines.ENGINES has no 'vllm' (engine module written in parallel)")
+    layout, opts = parse_layout(text), options()
+    values = _values_file(helm_values(plan, layout, opts), tmp_path)
+    rendered = _by_kind(_render(helm, values, opts.namespace, *LWS_API))
+    assert rendered == _by_kind(build_objects(plan, layout, opts))
 
 
 def test_multi_node_needs_lws_api(helm: str, tmp_path: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from orchestrator.layout import parse_layout
 from orchestrator.spec.models import KubernetesTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import MODEL, options, sglang_multi_node_plan, vllm_plan
+from k8s_plans import MODEL, options, real_vllm_plan, sglang_multi_node_plan, vllm_plan
 
 
 def _flag(argv: list[str], name: str) -> str:
@@ -218,24 +216,12 @@ def test_replicas_that_differ_are_refused() -> None:
         deployment(bad, parse_layout("tp4x2"), options())
 
 
-def _real_vllm() -> Any:
-    with contextlib.suppress(ImportError):
-        importlib.import_module("orchestrator.engines.vllm")
-    from orchestrator.engines import ENGINES
-
-    return ENGINES.get("vllm")
-
-
 @pytest.mark.parametrize("text", ["tp8", "tp4x2", "tp8pp2"])
 def test_real_vllm_engine_plans(text: str) -> None:
-    engine = _real_vllm()
-    if engine is None:
+    plan = real_vllm_plan(text)
+    if plan is None:
         pytest.skip("orchestrator.engines.ENGINES has no 'vllm' yet (engine module written in parallel)")
-    from orchestrator.engines.base import EngineOptions, Placement
-
     layout = parse_layout(text)
-    placement = Placement(nodes=("10.0.0.1", "10.0.0.2"), gpus_per_node=8)
-    plan = engine.launch_plan(layout, EngineOptions(model=MODEL), placement)
     workload, svc = build_objects(plan, layout, options())
     assert workload["kind"] == ("LeaderWorkerSet" if text == "tp8pp2" else "Deployment")
     if workload["kind"] == "Deployment":
