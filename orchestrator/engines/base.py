@@ -103,6 +103,8 @@ class EngineOptions:
     executor: Literal["mp", "ray"] = "mp"
     a2a_backend: str | None = None  # vLLM --all2all-backend / SGLang --moe-a2a-backend
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    # sim only: flags that tell the simulated server which model shapes and hardware to model.
+    sim_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.model:

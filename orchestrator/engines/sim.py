@@ -1,0 +1,77 @@
+"""The simulated engine as an Engine: one `python -m orchestrator.sim.server` process per replica.
+
+A simulated replica is a single process whatever its size (multi-node replicas included): the
+hardware exists only in the cost model, so the LaunchPlan has one leader per replica and no GPU ids.
+"""
+
+from __future__ import annotations
+
+from orchestrator.engines.base import (
+    PORT_STRIDE,
+    EngineOptions,
+    LaunchPlan,
+    Placement,
+    ProcessSpec,
+    ReplicaPlan,
+    check_extra_args,
+)
+from orchestrator.layout import Layout
+from orchestrator.spec.models import SweepSpec
+
+PYTHON = "python"  # the local target runs it with the interpreter orch runs in
+
+
+def sim_args_from_spec(spec: SweepSpec) -> tuple[str, ...]:
+    """The model shapes and hardware the simulated server models, from the spec."""
+    hw, model = spec.hardware, spec.model
+    args = ["--model", model.name or model.config_path or "", "--gpu", hw.gpu, "--nodes", str(hw.nodes),
+            "--weight-dtype", model.weight_dtype, "--kv-cache-dtype", model.kv_cache_dtype,
+            "--time-scale", repr(spec.engine.time_scale)]
+    if hw.gpus_per_node:
+        args += ["--gpus-per-node", str(hw.gpus_per_node)]
+    for key, value in sorted(hw.overrides.items()):
+        args += ["--gpu-override", f"{key}={value!r}"]
+    if model.quant_group_size:
+        args += ["--quant-group-size", str(model.quant_group_size)]
+    if spec.engine.runtime_reserve_bytes is not None:
+        args += ["--runtime-reserve-bytes", repr(spec.engine.runtime_reserve_bytes)]
+    if spec.engine.startup_s is not None:
+        # The simulated load time is a tenth of the time allowed for readiness (at least 0.5 s).
+        args += ["--startup-s", repr(min(max(spec.engine.startup_s / 10, 0.5), 5.0))]
+    return tuple(args)
+
+
+class SimEngine:
+    name = "sim"
+    health_path = "/health"
+
+    def unsupported(self, layout: Layout, placement: Placement) -> list[str]:
+        return []  # the cost model can describe any layout; the planner says which ones fit
+
+    def launch_plan(self, layout: Layout, options: EngineOptions, placement: Placement) -> LaunchPlan:
+        check_extra_args(options.extra_args)
+        replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
+        replicas = []
+        for r in range(layout.replicas):
+            host = placement.nodes[0]
+            port = placement.base_port + PORT_STRIDE * r
+            argv = [PYTHON, "-m", "orchestrator.sim.server", *options.sim_args, "--layout", str(replica),
+                    "--served-model-name", options.served_model_name or options.model,
+                    "--host", placement.bind_host, "--port", str(port)]
+            if "--model" not in options.sim_args:
+                argv += ["--model", options.model]
+            if options.max_model_len:
+                argv += ["--max-model-len", str(options.max_model_len)]
+            if options.max_num_seqs:
+                argv += ["--max-num-seqs", str(options.max_num_seqs)]
+            if options.max_num_batched_tokens:
+                argv += ["--max-num-batched-tokens", str(options.max_num_batched_tokens)]
+            if options.gpu_memory_utilization:
+                argv += ["--gpu-memory-utilization", repr(options.gpu_memory_utilization)]
+            argv += list(options.extra_args)
+            proc = ProcessSpec(argv=tuple(argv), env=options.extra_env, node_index=0, ports=(port,))
+            replicas.append(ReplicaPlan((proc,), f"http://{host}:{port}/health", f"http://{host}:{port}/v1"))
+        return LaunchPlan(self.name, str(layout), tuple(replicas))
+
+
+ENGINE = SimEngine()

@@ -1,0 +1,1 @@
+"""The simulated engine: a continuous-batching model in virtual time and an OpenAI server on top."""

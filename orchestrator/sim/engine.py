@@ -1,0 +1,248 @@
+"""A continuous-batching engine in the style of vLLM v1, stepped by the caller.
+
+One `EngineCore` is one scheduler (one DP rank of one replica). Each step it schedules the running
+decodes first (one token each), then continues partial prefills, then admits waiting requests while
+the token budget (`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the KV cache
+allow; prompts are chunked to fit the budget. When the KV cache cannot hold the next decode tokens,
+the most recently admitted sequence is preempted and recomputed later (vLLM's recompute mode). The
+step time comes from the planner's cost model for the batch actually formed.
+
+Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
+implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from orchestrator.plan.cost import LayoutCost
+
+BLOCK_TOKENS = 16  # paged-KV block size; on average half a block per sequence is allocated but empty
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kv_capacity_tokens: int
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_tokens: int = BLOCK_TOKENS
+
+
+@dataclass
+class Seq:
+    """One request inside the engine. Token counts exclude nothing: `generated` counts emitted tokens."""
+
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int
+    arrival_s: float
+    generated: int = 0  # tokens emitted, as of `decode_start_step` while decoding
+    computed: int = 0  # prefill progress over `prefill_target`
+    prefill_target: int = 0  # prompt (+ generated tokens when recomputing after preemption)
+    decode_start_step: int = -1  # first step this sequence decodes in; -1 while prefilling/waiting
+    segments: list[tuple[int, int]] = field(default_factory=list)  # (first, last) emitting steps
+    preemptions: int = 0
+    finished: bool = False
+
+    def generated_at(self, step: int) -> int:
+        """Tokens emitted before `step` runs."""
+        if self.decode_start_step < 0:
+            return self.generated
+        return self.generated + (step - self.decode_start_step)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    index: int
+    tokens: int  # new tokens computed
+    kv_tokens: int  # context tokens whose KV is read
+    attn_pairs: float
+    decodes: int
+    prefill_chunks: tuple[tuple[Seq, int], ...]  # (sequence, tokens of its prompt computed now)
+    sequences: int  # running sequences in this step
+
+
+class EngineCore:
+    def __init__(self, cost: LayoutCost, config: EngineConfig) -> None:
+        self.cost = cost
+        self.config = config
+        self.waiting: deque[Seq] = deque()
+        self.running: dict[str, Seq] = {}  # insertion order = admission order (LIFO preemption)
+        self.prefilling: dict[str, Seq] = {}  # subset of running still computing its prompt
+        self.decoding: dict[str, Seq] = {}
+        self.finish_heap: list[tuple[int, int, str]] = []  # (last step, tiebreak, request id)
+        self.step_index = 0
+        self.decode_ctx = 0  # sum of context tokens of decoding sequences (before this step)
+        self.prefill_kv = 0  # KV tokens allocated to prefilling sequences
+        self.preemptions = 0
+        self._tiebreak = 0
+
+    # -- queue -------------------------------------------------------------------------------------
+    def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
+        """Whether a request can ever run: its whole context must fit the KV cache alone."""
+        return prompt_tokens + max_tokens + self.config.block_tokens <= self.config.kv_capacity_tokens
+
+    def add(self, seq: Seq) -> None:
+        """Queue a request; callers reject the ones `fits` refuses (vLLM: longer than max_model_len)."""
+        seq.prefill_target = seq.prompt_tokens + seq.generated
+        self.waiting.append(seq)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def kv_used_tokens(self) -> int:
+        return self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
+
+    @property
+    def kv_usage(self) -> float:
+        return min(1.0, self.kv_used_tokens() / max(self.config.kv_capacity_tokens, 1))
+
+    # -- scheduling --------------------------------------------------------------------------------
+    def _preempt_last(self) -> None:
+        rid, seq = self.running.popitem()
+        step = self.step_index
+        if rid in self.decoding:
+            del self.decoding[rid]
+            seq.generated = seq.generated_at(step)
+            self.decode_ctx -= seq.prompt_tokens + seq.generated
+            if seq.segments and seq.segments[-1][1] == -1:
+                seq.segments[-1] = (seq.segments[-1][0], step - 1)
+            seq.decode_start_step = -1
+        else:
+            self.prefilling.pop(rid, None)
+            self.prefill_kv -= seq.computed
+        seq.computed = 0
+        seq.prefill_target = seq.prompt_tokens + seq.generated
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def schedule(self) -> StepPlan:
+        """The next step's batch. If partial prefills hold the whole cache and nothing can run,
+        the newest one is preempted so that the others can finish."""
+        plan = self._schedule_once()
+        while plan.tokens == 0 and self.running:
+            self._preempt_last()
+            plan = self._schedule_once()
+        return plan
+
+    def _schedule_once(self) -> StepPlan:
+        cfg = self.config
+        capacity = cfg.kv_capacity_tokens
+        # Decodes first: each needs room for one more token.
+        while self.decoding and self.kv_used_tokens() + len(self.decoding) > capacity:
+            self._preempt_last()
+        decodes = len(self.decoding)
+        budget = cfg.max_num_batched_tokens - decodes
+        kv_tokens = self.decode_ctx
+        pairs = float(self.decode_ctx + decodes)  # each decode attends to its context and itself
+        chunks: list[tuple[Seq, int]] = []
+        used = self.kv_used_tokens() + decodes
+        for seq in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            chunk = min(seq.prefill_target - seq.computed, budget, capacity - used)
+            if chunk <= 0:
+                break
+            chunks.append((seq, chunk))
+            budget -= chunk
+            used += chunk
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            chunk = min(seq.prefill_target, budget, capacity - used - cfg.block_tokens // 2)
+            # Admit only when the first chunk fits; a prompt larger than the cache can never run.
+            if chunk <= 0:
+                break
+            self.waiting.popleft()
+            self.running[seq.request_id] = seq
+            self.prefilling[seq.request_id] = seq
+            chunks.append((seq, chunk))
+            budget -= chunk
+            used += chunk + cfg.block_tokens // 2
+        for seq, chunk in chunks:
+            kv_tokens += seq.computed
+            pairs += chunk * (seq.computed + (chunk + 1) / 2)
+        tokens = decodes + sum(c for _, c in chunks)
+        return StepPlan(self.step_index, tokens, kv_tokens, pairs, decodes, tuple(chunks), len(self.running))
+
+    def step_time_s(self, plan: StepPlan) -> float:
+        """Cost-model time of the step. Under PP the batch is split into micro-batches that keep
+        every stage busy (as `LayoutCost.decode_round_s`)."""
+        if plan.tokens == 0:
+            return 0.0
+        cost = self.cost
+        p = len(cost.stages)
+        if p == 1:
+            return cost.step(plan.tokens, plan.kv_tokens, plan.attn_pairs).total_s
+        m = max(1, min(p, plan.sequences))
+        parts = cost.step(plan.tokens / m, plan.kv_tokens / m, plan.attn_pairs / m)
+        stage_max = max(cost.stage_times_s(plan.tokens / m, plan.kv_tokens / m, plan.attn_pairs / m))
+        return max(m * stage_max + parts.pp_comm_s, parts.total_s)
+
+    def complete(self, plan: StepPlan) -> tuple[list[Seq], list[Seq]]:
+        """Apply a step: (sequences that emitted their first token after a prefill, finished ones).
+
+        Every decoding sequence of the step emitted one token; the caller reads them off `decoding`
+        before calling this when it needs each one (the server does, virtual time does not).
+        """
+        step = plan.index
+        started: list[Seq] = []
+        self.decode_ctx += plan.decodes
+        for seq, chunk in plan.prefill_chunks:
+            seq.computed += chunk
+            self.prefill_kv += chunk
+            if seq.computed < seq.prefill_target:
+                continue
+            # Prompt done: the step samples a token, and the sequence decodes from the next step.
+            del self.prefilling[seq.request_id]
+            self.prefill_kv -= seq.computed
+            seq.generated += 1
+            seq.segments.append((step, -1))
+            started.append(seq)
+            if seq.generated >= seq.max_tokens:
+                continue
+            seq.decode_start_step = step + 1
+            self.decoding[seq.request_id] = seq
+            self.decode_ctx += seq.prompt_tokens + seq.generated
+            last = step + seq.max_tokens - seq.generated
+            self._tiebreak += 1
+            heapq.heappush(self.finish_heap, (last, self._tiebreak, seq.request_id))
+        finished: list[Seq] = []
+        for seq in started:
+            if seq.generated >= seq.max_tokens:
+                self._finish(seq, step)
+                finished.append(seq)
+        heap = self.finish_heap
+        while heap and heap[0][0] <= step:
+            _, _, rid = heapq.heappop(heap)
+            seq_or_none = self.decoding.get(rid)
+            if seq_or_none is None or seq_or_none.decode_start_step < 0:
+                continue  # preempted since; a fresh entry was pushed on re-admission
+            seq = seq_or_none
+            if seq.decode_start_step + seq.max_tokens - seq.generated - 1 != step:
+                continue  # stale entry from before a preemption
+            del self.decoding[rid]
+            seq.generated = seq.generated_at(step + 1)
+            self.decode_ctx -= seq.prompt_tokens + seq.generated
+            self._finish(seq, step)
+            finished.append(seq)
+        self.step_index += 1
+        return started, finished
+
+    def _finish(self, seq: Seq, step: int) -> None:
+        seq.finished = True
+        seq.decode_start_step = -1
+        if seq.segments and seq.segments[-1][1] == -1:
+            seq.segments[-1] = (seq.segments[-1][0], step)
+        self.running.pop(seq.request_id, None)
+
+
+def kv_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
+    return math.ceil(tokens / block_tokens)

@@ -1,0 +1,344 @@
+"""`python -m orchestrator.sim.server`: an OpenAI-compatible streaming server backed by EngineCore.
+
+Tokens are released at the simulated step times, stretched by `--time-scale` (wall seconds per
+virtual second; 0.1 runs ten times faster than real time, and whoever measures divides by it).
+`/health` answers 503 until `--startup-s` wall seconds have passed (model loading). `/metrics`
+exposes vLLM-named gauges and counters. Every completion is exactly `max_tokens` long (as vLLM with
+`ignore_eos`): a performance model has no text to end early.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.errors import OrchError
+from orchestrator.layout import parse_layout
+from orchestrator.plan.checks import Cluster
+from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
+from orchestrator.plan.planner import PlanInputs
+from orchestrator.sim.build import replica_engines
+from orchestrator.sim.engine import EngineCore, Seq
+
+DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+
+
+@dataclass
+class _Stream:
+    seq: Seq
+    queue: asyncio.Queue[int] = field(default_factory=asyncio.Queue)  # tokens emitted; -1 = finished
+
+
+class SimServer:
+    def __init__(self, engines: list[EngineCore], *, model_name: str, time_scale: float, startup_s: float,
+                 max_model_len: int) -> None:
+        self.engines = engines
+        self.model_name = model_name
+        self.time_scale = time_scale
+        self.ready_at = time.monotonic() + startup_s
+        self.max_model_len = max_model_len
+        self.streams: dict[str, _Stream] = {}
+        self.wake = [asyncio.Event() for _ in engines]
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.tasks: list[asyncio.Task[None]] = []
+
+    # -- engine loops ------------------------------------------------------------------------------
+    async def run_engine(self, e: int) -> None:
+        eng, wake, loop = self.engines[e], self.wake[e], asyncio.get_running_loop()
+        while True:
+            if not eng.has_work():
+                wake.clear()
+                await wake.wait()
+                continue
+            start = loop.time()
+            plan = eng.schedule()
+            # The step's wall time is fixed when it starts; new arrivals join the next step.
+            await asyncio.sleep(max(0.0, start + eng.step_time_s(plan) * self.time_scale - loop.time()))
+            for rid in eng.decoding:
+                self._emit(rid, 1)
+            started, finished = eng.complete(plan)
+            for seq in started:
+                self._emit(seq.request_id, 1)
+            for seq in finished:
+                stream = self.streams.get(seq.request_id)
+                if stream is not None:
+                    stream.queue.put_nowait(-1)
+
+    def _emit(self, rid: str, n: int) -> None:
+        self.generation_tokens_total += n
+        stream = self.streams.get(rid)
+        if stream is not None:
+            stream.queue.put_nowait(n)
+
+    def _pick(self) -> int:
+        return min(range(len(self.engines)), key=lambda i: self.engines[i].outstanding)
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    async def health(self, _: web.Request) -> web.Response:
+        if time.monotonic() < self.ready_at:
+            return web.Response(status=503, text="loading")
+        return web.Response(text="ok")
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model_name, "object": "model", "owned_by": "orch-sim",
+             "max_model_len": self.max_model_len}]})
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        running = sum(len(e.running) for e in self.engines)
+        waiting = sum(len(e.waiting) for e in self.engines)
+        usage = sum(e.kv_usage for e in self.engines) / len(self.engines)
+        preempt = sum(e.preemptions for e in self.engines)
+        label = f'{{model_name="{self.model_name}"}}'
+        lines = [
+            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{label} {running}",
+            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{label} {waiting}",
+            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{label} {usage:.6f}",
+            "# TYPE vllm:num_preemptions_total counter", f"vllm:num_preemptions_total{label} {preempt}",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{label} {self.prompt_tokens_total}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{label} {self.generation_tokens_total}",
+            "# TYPE vllm:request_success_total counter",
+            f"vllm:request_success_total{label} {self.requests_total}",
+            "# TYPE orch_sim_time_scale gauge", f"orch_sim_time_scale {self.time_scale}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        if time.monotonic() < self.ready_at:
+            return _error(503, "the model is still loading")
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error(400, "request body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        prompt_tokens = _count_prompt(body, chat)
+        if prompt_tokens is None:
+            return _error(400, "give 'messages' (chat) or 'prompt' (completions)")
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            return _error(400, "max_tokens must be a positive integer")
+        if prompt_tokens + max_tokens > self.max_model_len:
+            return _error(400, f"This model's maximum context length is {self.max_model_len} tokens; "
+                               f"the request has {prompt_tokens} prompt + {max_tokens} output tokens")
+        e = self._pick()
+        if not self.engines[e].fits(prompt_tokens, max_tokens):
+            return _error(400, "the request does not fit the KV cache")
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        seq = Seq(rid, prompt_tokens, max_tokens, time.monotonic())
+        stream = _Stream(seq)
+        self.streams[rid] = stream
+        self.prompt_tokens_total += prompt_tokens
+        self.engines[e].add(seq)
+        self.wake[e].set()
+        try:
+            if body.get("stream"):
+                return await self._stream(request, stream, body, chat, prompt_tokens)
+            return await self._whole(stream, chat, prompt_tokens)
+        finally:
+            self.streams.pop(rid, None)
+
+    async def _whole(self, stream: _Stream, chat: bool, prompt_tokens: int) -> web.Response:
+        n = 0
+        while (tok := await stream.queue.get()) != -1:
+            n += tok
+        self.requests_total += 1
+        text = _text(n)
+        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
+                                   "finish_reason": "length"} if chat else
+                                  {"index": 0, "text": text, "finish_reason": "length"})
+        return web.json_response({
+            "id": stream.seq.request_id, "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": self.model_name, "choices": [choice],
+            "usage": _usage(prompt_tokens, n)})
+
+    async def _stream(self, request: web.Request, stream: _Stream, body: dict[str, Any], chat: bool,
+                      prompt_tokens: int) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage"))
+        continuous = bool(opts.get("continuous_usage_stats"))
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        base = {"id": stream.seq.request_id, "object": obj, "created": int(time.time()),
+                "model": self.model_name}
+        n = 0
+        if chat:
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            await resp.write(_sse({**base, "choices": [role]}))
+        while (tok := await stream.queue.get()) != -1:
+            n += tok
+            last = n >= stream.seq.max_tokens
+            text = _text(tok)
+            choice: dict[str, Any] = ({"index": 0, "delta": {"content": text}} if chat
+                                      else {"index": 0, "text": text})
+            choice["finish_reason"] = "length" if last else None
+            chunk: dict[str, Any] = {**base, "choices": [choice]}
+            if include_usage and continuous:
+                chunk["usage"] = _usage(prompt_tokens, n)
+            await resp.write(_sse(chunk))
+        if include_usage:
+            await resp.write(_sse({**base, "choices": [], "usage": _usage(prompt_tokens, n)}))
+        await resp.write(b"data: [DONE]\n\n")
+        self.requests_total += 1
+        await resp.write_eof()
+        return resp
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _text(n: int) -> str:
+    return " tok" * n
+
+
+# Chat templates add a few tokens per message (role markers); 4 is typical of Llama/Qwen templates.
+_CHAT_TOKENS_PER_MESSAGE = 4
+
+
+def _count_prompt(body: dict[str, Any], chat: bool) -> int | None:
+    """Prompt length in tokens: token-id lists count exactly, text counts one token per word (the
+    load generator's synthetic prompts are built that way)."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return None
+        total = 0
+        for m in messages:
+            content = m.get("content") if isinstance(m, dict) else None
+            text = content if isinstance(content, str) else json.dumps(content or "")
+            total += len(text.split()) + _CHAT_TOKENS_PER_MESSAGE
+        return max(total, 1)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return max(len(prompt.split()), 1)
+    return None
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "BadRequestError" if status == 400
+                                        else "ServiceUnavailable", "code": status}}, status=status)
+
+
+def build_app(server: SimServer) -> web.Application:
+    app = web.Application()
+    app.router.add_get("/health", server.health)
+    app.router.add_get("/v1/models", server.models)
+    app.router.add_get("/metrics", server.metrics)
+    app.router.add_post("/v1/completions", server.completions)
+    app.router.add_post("/v1/chat/completions", server.chat)
+
+    async def start_loops(_: web.Application) -> None:
+        server.tasks = [asyncio.create_task(server.run_engine(e)) for e in range(len(server.engines))]
+
+    async def stop_loops(_: web.Application) -> None:
+        for task in server.tasks:
+            task.cancel()
+
+    app.on_startup.append(start_loops)
+    app.on_cleanup.append(stop_loops)
+    return app
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="orch sim serve", description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="catalog preset or path to a config.json")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--layout", required=True, help="one replica's layout, e.g. tp4 (no x<R>)")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--gpu-override", action="append", default=[], metavar="FIELD=VALUE")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--weight-dtype", default="bf16")
+    p.add_argument("--quant-group-size", type=int, default=128)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--runtime-reserve-bytes", type=float, default=None)
+    p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
+    p.add_argument("--startup-s", type=float, default=0.0, help="wall seconds before /health is 200")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    return p.parse_args(argv)
+
+
+def server_from_args(args: argparse.Namespace) -> SimServer:
+    from dataclasses import replace
+
+    from orchestrator.plan.assumptions import Assumptions
+
+    cfg = load_model(args.model)
+    overrides: dict[str, Any] = {}
+    for item in args.gpu_override:
+        key, _, value = item.partition("=")
+        overrides[key] = float(value)
+    gpu = load_gpu(args.gpu, overrides)
+    layout = parse_layout(args.layout)
+    if layout.replicas != 1:
+        raise OrchError(f"--layout {args.layout}: one server is one replica; start {layout.replicas} servers")
+    assumptions = Assumptions()
+    if args.runtime_reserve_bytes is not None:
+        assumptions = replace(assumptions, runtime_reserve_bytes=args.runtime_reserve_bytes)
+    max_len = args.max_model_len or cfg.max_position_embeddings
+    inputs = PlanInputs(
+        cfg=cfg, gpu=gpu, cluster=Cluster(args.nodes, args.gpus_per_node or gpu.gpus_per_node),
+        weight_dtype=args.weight_dtype,
+        weight_bytes_per_value=weight_bytes_per_value(args.weight_dtype, args.quant_group_size),
+        quant_group_size=args.quant_group_size,
+        kv_bytes_per_value=kv_bytes_per_value(
+            "bf16" if args.kv_cache_dtype == "auto" else args.kv_cache_dtype),
+        max_model_len=max_len, gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_seqs=args.max_num_seqs, assumptions=assumptions,
+    )
+    engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens)
+    if args.time_scale <= 0:
+        raise OrchError("--time-scale must be > 0")
+    return SimServer(engines, model_name=args.served_model_name or args.model, time_scale=args.time_scale,
+                     startup_s=args.startup_s, max_model_len=max_len)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import sys
+
+    args = parse_args(argv)
+    try:
+        server = server_from_args(args)
+    except OrchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    web.run_app(build_app(server), host=args.host, port=args.port, print=None, access_log=None,
+                handle_signals=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The simulated server over real HTTP on a free loopback port, driven by our own load generator."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return -1
+
+
+@pytest.fixture()
+def server() -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sim.server", "--model", "qwen2.5-72b",
+                             "--layout", "tp8", "--gpu", "h100-sxm", "--max-model-len", "8192",
+                             "--time-scale", "0.2", "--startup-s", "1.5", "--port", str(port)])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        seen_loading = False
+        while time.monotonic() < deadline:
+            code = _status(base + "/health")
+            seen_loading |= code == 503
+            if code == 200:
+                break
+            time.sleep(0.1)
+        assert seen_loading, "/health should answer 503 while the simulated model loads"
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_streams_exact_token_counts_no_faster_than_the_model(server: str) -> None:
+    specs = [RequestSpec(str(i), "word " * 200, max_tokens=20) for i in range(6)]
+    cfg = ClientConfig(server, "qwen2.5-72b")
+    records = asyncio.run(run_open_loop(cfg, specs, [0.05 * i for i in range(6)]))
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert all(r.output_tokens == 20 and len(r.chunk_times_s) == 20 for r in records)
+    assert all(r.prompt_tokens == 200 for r in records)
+    # Tokens are released at simulated times x 0.2: a decode step of TP8 is > 5 ms simulated.
+    gaps = [g for r in records for g in r.itl_chunk_s]
+    assert sorted(gaps)[len(gaps) // 2] > 0.2 * 0.005
+    with urllib.request.urlopen(server + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert "vllm:num_requests_running" in text and "vllm:kv_cache_usage_perc" in text
+    assert 'vllm:generation_tokens_total{model_name="qwen2.5-72b"} 120' in text
+
+
+def test_bad_requests_get_400(server: str) -> None:
+    req = urllib.request.Request(server + "/v1/completions", data=b'{"prompt": "x", "max_tokens": 100000}',
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=5)
+    assert err.value.code == 400

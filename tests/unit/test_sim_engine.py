@@ -1,0 +1,105 @@
+"""The simulated engine against hand-derived expectations from the cost model it calls."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.errors import SpecError
+from orchestrator.layout import parse_layout
+from orchestrator.loadgen.metrics import compute_metrics
+from orchestrator.plan.checks import Cluster
+from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.sim.build import replica_engines
+from orchestrator.sim.engine import EngineConfig, EngineCore
+from orchestrator.sim.virtual import SimRequest, simulate
+
+INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
+                    max_model_len=8192)
+
+
+def _engine(layout: str = "tp8", **cfg: int) -> EngineCore:
+    cost = layout_cost(INPUTS, parse_layout(layout))
+    config = EngineConfig(kv_capacity_tokens=cfg.pop("kv", 500_000), **cfg)
+    return EngineCore(cost, config)
+
+
+def test_single_request_timing_is_the_cost_model() -> None:
+    eng = _engine()
+    recs, summary = simulate([eng], [SimRequest("a", 1.0, 1000, 5)])
+    rec = recs[0]
+    cost = eng.cost
+    prefill = cost.step(1000, 0, 1000 * 1001 / 2).total_s
+    assert rec.ok and rec.output_tokens == 5 and len(rec.chunk_times_s) == 5
+    assert rec.ttft_s == pytest.approx(prefill)
+    # The k-th decode step reads the prompt plus the tokens generated so far.
+    gaps = rec.itl_chunk_s
+    for k, gap in enumerate(gaps):
+        ctx = 1000 + 1 + k
+        assert gap == pytest.approx(cost.step(1, ctx, ctx + 1).total_s)
+    assert summary.steps == 5 and summary.preemptions == 0
+
+
+def test_long_prompt_is_chunked_by_the_token_budget() -> None:
+    eng = _engine(max_num_batched_tokens=2048)
+    recs, summary = simulate([eng], [SimRequest("a", 0.0, 5000, 2)])
+    assert summary.steps == 3 + 1  # ceil(5000/2048) prefill steps, then one decode
+    whole = eng.cost.step(5000, 0, 5000 * 5001 / 2).total_s
+    assert recs[0].ttft_s is not None and recs[0].ttft_s > whole  # chunks re-read the weights
+
+
+def test_max_num_seqs_caps_the_batch() -> None:
+    eng = _engine(max_num_seqs=4)
+    reqs = [SimRequest(str(i), 0.0, 100, 50) for i in range(8)]
+    recs, _ = simulate([eng], reqs)
+    first_four = max(r.done_s or 0 for r in recs[:4])
+    last_four_ttft = min(r.chunk_times_s[0] for r in recs[4:])
+    assert last_four_ttft > first_four - 1e-9  # admitted only when the first batch finished
+    assert all(r.output_tokens == 50 for r in recs)
+
+
+def test_kv_pressure_preempts_and_recomputes_but_every_request_completes() -> None:
+    eng = _engine(kv=3000)
+    reqs = [SimRequest(str(i), 0.0, 500, 400) for i in range(6)]
+    recs, summary = simulate([eng], reqs)
+    assert summary.preemptions > 0
+    assert all(r.ok and r.output_tokens == 400 and len(r.chunk_times_s) == 400 for r in recs)
+    assert all(list(r.chunk_times_s) == sorted(r.chunk_times_s) for r in recs)
+
+
+def test_request_longer_than_the_cache_is_refused() -> None:
+    recs, summary = simulate([_engine(kv=1000)], [SimRequest("big", 0.0, 2000, 10)])
+    assert recs[0].error == "http_400" and summary.rejected == 1
+
+
+def test_deterministic_and_two_engines_queue_less() -> None:
+    reqs = [SimRequest(str(i), i * 0.01, 2000, 100) for i in range(200)]
+    a, _ = simulate([_engine(max_num_seqs=8)], reqs)
+    b, _ = simulate([_engine(max_num_seqs=8)], reqs)
+    assert [r.chunk_times_s for r in a] == [r.chunk_times_s for r in b]
+    two, _ = simulate([_engine(max_num_seqs=8), _engine(max_num_seqs=8)], reqs)
+    one_m = compute_metrics(a)
+    two_m = compute_metrics(two)
+    assert two_m.ttft_ms.p50 is not None and one_m.ttft_ms.p50 is not None
+    assert two_m.ttft_ms.p50 < one_m.ttft_ms.p50
+    assert two_m.total_output_tokens == one_m.total_output_tokens == 200 * 100
+
+
+def test_pipeline_parallel_splits_into_micro_batches() -> None:
+    pp = _engine("tp4pp2")
+    reqs = [SimRequest(str(i), 0.0, 64, 20) for i in range(16)]
+    recs, _ = simulate([pp], reqs)
+    assert all(r.output_tokens == 20 for r in recs)
+    plan = replace(pp.schedule(), tokens=16, kv_tokens=16 * 500, attn_pairs=16 * 500.0, sequences=16)
+    stage = max(pp.cost.stage_times_s(8, 8 * 500, 8 * 500))
+    assert pp.step_time_s(plan) >= 2 * stage
+
+
+def test_replica_engines_use_planner_capacity() -> None:
+    engines = replica_engines(INPUTS, parse_layout("tp4dp2"))
+    assert len(engines) == 2
+    assert engines[0].config.kv_capacity_tokens > 0
+    with pytest.raises(SpecError, match="leave no room for KV"):
+        replica_engines(INPUTS, parse_layout("tp2dp4"))  # 72.7 GB of weights per GPU
