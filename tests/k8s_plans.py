@@ -128,3 +128,23 @@ def real_vllm_plan(text: str) -> LaunchPlan | None:
         return None
     placement = Placement(nodes=NODES[:2], gpus_per_node=GPUS_PER_NODE)
     return engine.launch_plan(parse_layout(text), EngineOptions(model=MODEL), placement)
+
+
+def vllm_dp_plan(nnodes: int = 3, local: int = 8) -> LaunchPlan:
+    """A vLLM-like data-parallel replica over nodes: each worker's --data-parallel-start-rank differs."""
+    procs = []
+    for rank in range(nnodes):
+        argv = [
+            "vllm", "serve", MODEL, "-dp", str(nnodes * local), "--data-parallel-size-local", str(local),
+            "--data-parallel-address", NODES[0], "--data-parallel-rpc-port", "8001",
+        ]  # fmt: skip
+        if rank:
+            argv += ["--data-parallel-start-rank", str(rank * local), "--headless"]
+        else:
+            argv += ["--host", "0.0.0.0", "--port", "8000"]
+        env = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(local)))),)
+        procs.append(
+            ProcessSpec(tuple(argv), env, rank, tuple(range(local)), (8000, 8001) if not rank else ())
+        )
+    rep = ReplicaPlan(tuple(procs), f"http://{NODES[0]}:8000/health", f"http://{NODES[0]}:8000/v1")
+    return LaunchPlan("vllm", f"dp{nnodes * local}", (rep,))

@@ -9,6 +9,7 @@ command from its environment.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -156,13 +157,45 @@ def replica_commands(replica: ReplicaPlan, container_port: int) -> tuple[PodComm
     leader = pod_command(procs[0], rw, False)
     if not multi:
         return leader, None
-    workers = {pod_command(p, rw, True) for p in procs[1:]}
-    if len(workers) != 1:
+    cmds = [pod_command(p, rw, True) for p in procs[1:]]
+    if len(set(cmds)) == 1:
+        return leader, cmds[0]
+    shell = _linear_worker_command(cmds)
+    if shell is None:
         raise SpecError(
-            "launch plan: worker nodes of a replica differ beyond --node-rank, ports and addresses; "
-            "one LeaderWorkerSet worker template cannot run them; use the Ray target for this layout"
+            "launch plan: worker nodes of a replica differ beyond --node-rank, ports, addresses and "
+            "per-node rank offsets; one LeaderWorkerSet worker template cannot run them; "
+            "use the Ray target for this layout"
         )
-    return leader, workers.pop()
+    return leader, shell
+
+
+def _linear_worker_command(cmds: list[PodCommand]) -> PodCommand | None:
+    """One shell command for workers whose argv differ only in integers linear in the worker index.
+
+    vLLM's data-parallel start rank is such a value (8, 16, ... for workers 1, 2, ...); Kubernetes cannot do
+    arithmetic in ``$(VAR)``, so the worker runs ``sh -c 'exec ... $((LWS_WORKER_INDEX * 8 + 0))'``.
+    """
+    if len({c.env for c in cmds}) != 1 or len({c.pod_ip_env for c in cmds}) != 1:
+        return None
+    if len({len(c.argv) for c in cmds}) != 1:
+        return None
+    words: list[str] = []
+    for column in zip(*(c.argv for c in cmds), strict=True):
+        if len(set(column)) == 1:
+            words.append(shlex.quote(column[0]))
+            continue
+        if not all(v.lstrip("-").isdigit() for v in column):
+            return None
+        values = [int(v) for v in column]
+        step = values[1] - values[0]
+        # Worker i (1-based in the group) holds values[i - 1] = step * i + base.
+        base = values[0] - step
+        if any(v != step * i + base for i, v in enumerate(values, start=1)):
+            return None
+        # "$$" reaches the shell as "$": Kubernetes would otherwise try to expand "$((" itself.
+        words.append(f'"$$((LWS_WORKER_INDEX * {step} + {base}))"')
+    return PodCommand(("/bin/sh", "-c", "exec " + " ".join(words)), cmds[0].env, cmds[0].pod_ip_env)
 
 
 def plan_commands(

@@ -18,7 +18,7 @@ from orchestrator.compile.k8s import build_objects
 from orchestrator.layout import parse_layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_plan
+from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
 
 pytestmark = pytest.mark.helm
 
@@ -73,6 +73,7 @@ CASES = {
     "tp8": lambda: (vllm_plan("tp8"), "tp8", options()),
     "tp4x2": lambda: (vllm_plan("tp4x2"), "tp4x2", options()),
     "tp8pp2": lambda: (vllm_plan("tp8pp2"), "tp8pp2", options()),
+    "dp24-shell-worker": lambda: (vllm_dp_plan(3), "dp24", options()),
     "tp8pp2x2-bare": lambda: (
         vllm_plan("tp8pp2x2"),
         "tp8pp2x2",

@@ -20,7 +20,7 @@ from orchestrator.layout import parse_layout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from k8s_crd_schemas import LEADER_WORKER_SET, RAY_SERVICE, SERVE_CONFIG
-from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_plan
+from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
 
 pytestmark = pytest.mark.k8s
 
@@ -104,7 +104,8 @@ def test_real_vllm_plans_strict(text: str, tmp_path: Path) -> None:
 
 def test_sglang_three_node_pod_templates_strict(tmp_path: Path) -> None:
     lws, svc = build_objects(sglang_multi_node_plan(3), parse_layout("tp24"), options())
-    result = _kube_validate([*_pod_templates(lws), svc], tmp_path)
+    dp, _ = build_objects(vllm_dp_plan(3), parse_layout("dp24"), options())
+    result = _kube_validate([*_pod_templates(lws), *_pod_templates(dp), svc], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

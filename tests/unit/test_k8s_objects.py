@@ -26,7 +26,7 @@ from orchestrator.layout import parse_layout
 from orchestrator.spec.models import KubernetesTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import MODEL, options, real_vllm_plan, sglang_multi_node_plan, vllm_plan
+from k8s_plans import MODEL, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
 
 
 def _flag(argv: list[str], name: str) -> str:
@@ -143,6 +143,31 @@ def test_sglang_dist_init_addr_three_nodes() -> None:
     assert _flag(worker["command"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):8001"
     assert _flag(worker["command"], "--node-rank") == "$(LWS_WORKER_INDEX)"
     assert _flag(worker["command"], "--port") == "8000"
+
+
+def test_dp_start_rank_per_worker_via_shell() -> None:
+    lws, _ = build_objects(vllm_dp_plan(3), parse_layout("dp24"), options())
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    worker = tmpl["workerTemplate"]["spec"]["containers"][0]["command"]
+    assert worker[:2] == ["/bin/sh", "-c"]
+    # Kubernetes turns "$$" into "$", so the shell computes 8 * index; the address is expanded by Kubernetes.
+    assert '--data-parallel-start-rank "$$((LWS_WORKER_INDEX * 8 + 0))"' in worker[2]
+    assert "--data-parallel-address '$(LWS_LEADER_ADDRESS)'" in worker[2]
+    assert worker[2].startswith("exec vllm serve ")
+    # Two nodes need no shell: the one worker's start rank is a constant.
+    lws2, _ = build_objects(vllm_dp_plan(2), parse_layout("dp16"), options())
+    cmd2 = lws2["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["command"]
+    assert cmd2[0] == "vllm" and _flag(cmd2, "--data-parallel-start-rank") == "8"
+
+
+def test_workers_that_differ_otherwise_are_refused() -> None:
+    plan = vllm_dp_plan(3)
+    rep = plan.replicas[0]
+    p = rep.processes[2]
+    odd = ProcessSpec((*p.argv, "--seed", "x"), p.env, p.node_index, p.gpu_ids, p.ports)
+    bad = ReplicaPlan((*rep.processes[:2], odd), rep.health_url, rep.openai_base_url)
+    with pytest.raises(SpecError, match="worker nodes of a replica differ"):
+        leader_worker_set(LaunchPlan("vllm", "dp24", (bad,)), parse_layout("dp24"), options())
 
 
 def test_dollar_in_user_argv_stays_literal() -> None:
