@@ -85,6 +85,11 @@ class K8sOptions:
             port = getattr(self, port_name)
             if not 1 <= port <= 65535:
                 raise SpecError(f"kubernetes {port_name} {port}: must be within 1..65535")
+        if self.gpu_product is not None and not _LABEL_VALUE.fullmatch(self.gpu_product):
+            raise SpecError(
+                f"kubernetes gpu_product {self.gpu_product!r}: must be a node label value such as "
+                "NVIDIA-H100-80GB-HBM3 (see kubectl get nodes -L nvidia.com/gpu.product)"
+            )
         if self.startup_budget_s <= 0 or self.probe_period_s < 1:
             raise SpecError("kubernetes startup_budget_s and probe_period_s must be positive")
 

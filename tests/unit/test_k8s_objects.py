@@ -213,6 +213,8 @@ def test_options_from_target() -> None:
         ({"image": ""}, "kubernetes image"),
         ({"namespace": "a.b"}, "kubernetes namespace"),
         ({"container_port": 0}, "container_port"),
+        ({"gpu_product": "NVIDIA H100"}, "gpu_product"),
+        ({"startup_budget_s": 0}, "startup_budget_s"),
     ],
 )
 def test_bad_options(kw: dict[str, Any], match: str) -> None:
