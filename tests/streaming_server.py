@@ -119,3 +119,26 @@ async def start_server(cfg: ServerConfig | None = None) -> tuple[web.AppRunner, 
     await site.start()
     port = int(runner.addresses[0][1])
     return runner, f"http://127.0.0.1:{port}"
+
+
+def _main() -> None:
+    """`python tests/streaming_server.py [--ttft-ms 50 --itl-ms 10 --slots N]`: serve until killed."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--itl-ms", type=float, default=10.0)
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--slots", type=int, default=None)
+    a = ap.parse_args()
+
+    async def serve() -> None:
+        _, url = await start_server(ServerConfig(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, slots=a.slots))
+        print(url, flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,298 @@
+"""`orch bench`: measure any OpenAI-compatible streaming endpoint at load points, or search for the
+highest request rate that meets an SLO. Metric definitions: orchestrator/loadgen/metrics.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.cli import app
+from orchestrator.errors import OrchError, SpecError
+
+if TYPE_CHECKING:  # the load generator (aiohttp, numpy) is imported only when `orch bench` runs
+    from orchestrator.loadgen.bench import PointResult, WorkloadFactory
+    from orchestrator.loadgen.metrics import Distribution
+    from orchestrator.loadgen.records import RequestRecord
+    from orchestrator.loadgen.workloads import Tokenizer
+
+WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace")
+BALANCE_KINDS = ("round_robin", "least_outstanding")
+ARRIVALS = ("poisson", "gamma", "constant")
+
+
+def _choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
+    if value not in allowed:
+        raise SpecError(f"{flag}: {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _numbers(text: str, flag: str, *, integer: bool = False) -> list[float]:
+    out: list[float] = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        try:
+            v = float(p) if p != "inf" or integer else math.inf
+        except ValueError:
+            raise SpecError(f"{flag}: {part!r} is not a number (e.g. {flag} 4,8,16)") from None
+        if v <= 0 or (integer and v != int(v)):
+            kind = "positive integers" if integer else "positive numbers"
+            raise SpecError(f"{flag}: {part!r}: give {kind} separated by commas")
+        out.append(v)
+    return out
+
+
+def parse_slo_flag(text: str | None) -> dict[str, float]:
+    """'ttft_p99_ms=2000,itl_p99_ms=50' -> {"ttft_p99_ms": 2000.0, "itl_p99_ms": 50.0}."""
+    from orchestrator.loadgen.metrics import parse_slo
+
+    if not text:
+        return {}
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, val = part.partition("=")
+        try:
+            out[key.strip()] = float(val)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise SpecError(f"--slo: {part!r} must be KEY=MS, e.g. --slo ttft_p99_ms=2000,itl_p99_ms=50")
+    try:
+        parse_slo(out)
+    except ValueError as exc:
+        raise SpecError(f"--slo: {exc}") from None
+    return out
+
+
+def _workload_factory(kind: str, input_len: str, output_len: str, prefix_len: int, num_prefixes: int,
+                      dataset: str | None, tokenizer_dir: str | None, seed: int) -> WorkloadFactory:
+    from orchestrator.loadgen.workloads import (
+        load_tokenizer,
+        parse_length,
+        prefix_workload,
+        random_workload,
+        sharegpt_workload,
+        trace_workload,
+    )
+
+    tok: Tokenizer | None = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
+    n_in, n_out = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
+    if kind in ("sharegpt", "trace") and not dataset:
+        raise SpecError(f"--workload {kind} needs --dataset FILE")
+    if kind == "random":
+        return partial(random_workload, input_len=n_in, output_len=n_out, seed=seed, tokenizer=tok)
+    if kind == "prefix":
+        return partial(prefix_workload, prefix_len=prefix_len, input_len=n_in, output_len=n_out,
+                       num_prefixes=num_prefixes, seed=seed, tokenizer=tok)
+    assert dataset is not None
+    if kind == "sharegpt":
+        sharegpt_workload(dataset, 1, tokenizer=tok)  # fail now on a bad file, not mid-run
+        return partial(sharegpt_workload, dataset, seed=seed, tokenizer=tok)
+    wl = trace_workload(dataset, seed=seed, tokenizer=tok)
+    return lambda n: wl
+
+
+class _Bar:
+    """Rich progress bar fed by every completed record (drawn on stderr so --json stays clean)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: Any = None
+
+    def begin(self, label: str, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, visible=False)
+        self.task = self.progress.add_task(label, total=total, failed=0)
+        self.failed = 0
+
+    def append(self, rec: RequestRecord, /) -> None:
+        if rec.error is not None:
+            self.failed += 1
+            self.progress.update(self.task, advance=1, failed=self.failed)
+        else:
+            self.progress.advance(self.task)
+
+
+def _fmt(v: float | None, nd: int = 1) -> str:
+    if v is None:
+        return "-"
+    return "inf" if math.isinf(v) else f"{v:,.{nd}f}"
+
+
+def _pair(d: Distribution | None) -> str:
+    return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
+
+
+def _table(points: list[PointResult]) -> Table:
+    t = Table(title="orch bench (latencies in ms as p50 / p99; throughput over the measurement window)")
+    t.add_column("metric")
+    for p in points:
+        t.add_column(p.point.label + (" (interrupted)" if p.interrupted else ""), justify="right")
+
+    def row(name: str, f: Any) -> None:
+        t.add_row(name, *(f(p) for p in points))
+
+    row("requests ok / failed", lambda p: f"{p.metrics.n_completed} / {p.metrics.n_failed}")
+    row("failures", lambda p: ", ".join(f"{k}={v}" for k, v in p.metrics.failures.items()) or "-")
+    row("achieved / scheduled req/s",
+        lambda p: f"{_fmt(p.metrics.achieved_rate)} / {_fmt(p.metrics.scheduled_rate)}")
+    row("scheduling lag", lambda p: _pair(p.metrics.sched_lag_ms))
+    row("queue wait (max-concurrency)", lambda p: _pair(p.metrics.queue_wait_ms))
+    row("TTFT", lambda p: _pair(p.metrics.ttft_ms))
+    row("ITL per chunk", lambda p: _pair(p.metrics.itl_chunk_ms))
+    row("ITL per token", lambda p: _pair(p.metrics.itl_token_ms))
+    row("TPOT", lambda p: _pair(p.metrics.tpot_ms))
+    row("E2E", lambda p: _pair(p.metrics.e2e_ms))
+    row("request throughput req/s", lambda p: _fmt(p.metrics.request_throughput, 2))
+    row("output tokens/s", lambda p: _fmt(p.metrics.output_throughput))
+    row("total tokens/s", lambda p: _fmt(p.metrics.total_throughput))
+    row("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2))
+    row("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
+        f"/{p.metrics.n_completed}")
+    row("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL: " + (p.verdict or "")))
+    return t
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no infinity: write inf/nan as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+@app.command()
+def bench(
+    base_url: Annotated[str, typer.Option("--base-url", help="Server URL(s), comma-separated replicas.")],
+    model: Annotated[str, typer.Option("--model", help="Model name the server serves.")],
+    endpoint: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
+    workload: Annotated[str, typer.Option(help="random, sharegpt, prefix or trace.")] = "random",
+    input_len: Annotated[str, typer.Option(help="N, uniform:MIN-MAX, normal:MEAN,STD, lognormal:MEAN,STD.")]
+    = "1024",
+    output_len: Annotated[str, typer.Option(help="Output tokens, same forms as --input-len.")] = "128",
+    prefix_len: Annotated[int, typer.Option(help="prefix workload: shared prefix tokens.")] = 512,
+    num_prefixes: Annotated[int, typer.Option(help="prefix workload: distinct shared prefixes.")] = 1,
+    dataset: Annotated[str | None, typer.Option(help="ShareGPT JSON or trace JSONL file.")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Local HF tokenizer dir (exact prompt lengths).")]
+    = None,
+    rate: Annotated[str | None, typer.Option(help="Request rates, comma-separated (inf: all at once).")]
+    = None,
+    concurrency: Annotated[str | None, typer.Option(help="Closed-loop concurrencies, comma-separated.")]
+    = None,
+    search: Annotated[bool, typer.Option("--search", help="Find the highest rate meeting --slo.")] = False,
+    search_start: Annotated[float, typer.Option(help="First rate of --search, req/s.")] = 1.0,
+    search_max: Annotated[float, typer.Option(help="Highest rate --search tries, req/s.")] = 1e6,
+    search_tol: Annotated[float, typer.Option(help="--search stops when the bracket is this narrow.")]
+    = 0.05,
+    arrival: Annotated[str, typer.Option(help="poisson, gamma or constant.")] = "poisson",
+    burstiness: Annotated[float, typer.Option(help="gamma shape: 1 is Poisson, below 1 burstier.")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(help="Cap on requests in flight.")] = None,
+    num_requests: Annotated[int | None, typer.Option(help="Requests per load point.")] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Seconds per load point.")] = None,
+    warmup_s: Annotated[float, typer.Option(help="Seconds at the start excluded from metrics.")] = 0.0,
+    cooldown_s: Annotated[float, typer.Option(help="Seconds at the end excluded from metrics.")] = 0.0,
+    slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99_ms=2000,itl_p99_ms=50")] = None,
+    max_error_rate: Annotated[float, typer.Option(help="Largest failed fraction that passes.")] = 0.01,
+    balance: Annotated[str, typer.Option(help="round_robin or least_outstanding over replicas.")]
+    = "round_robin",
+    ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
+    timeout_s: Annotated[float, typer.Option(help="Per-request timeout.")] = 600.0,
+    gpus: Annotated[int | None, typer.Option(help="GPUs behind the endpoints, for per-GPU figures.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of prompts, lengths and arrivals.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    save: Annotated[str | None, typer.Option(help="Write every request record to FILE.jsonl.")] = None,
+) -> None:
+    """Measure an OpenAI-compatible streaming server: TTFT, ITL, TPOT, E2E, throughput, goodput."""
+    from orchestrator.loadgen.balance import Balance
+    from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, run_bench, save_records
+    from orchestrator.loadgen.client import Arrival, ClientConfig, Endpoint
+
+    ep: Endpoint = _choice(endpoint, ("completions", "chat"), "--endpoint")  # type: ignore[assignment]
+    kind = _choice(workload, WORKLOAD_KINDS, "--workload")
+    arr: Arrival = _choice(arrival, ARRIVALS, "--arrival")  # type: ignore[assignment]
+    bal: Balance = _choice(balance, BALANCE_KINDS, "--balance")  # type: ignore[assignment]
+    urls = [u.strip() for u in base_url.split(",") if u.strip()]
+    if not urls or any(not u.startswith(("http://", "https://")) for u in urls):
+        raise SpecError(f"--base-url: {base_url!r}: give http(s)://HOST:PORT[,http://HOST2:PORT2]")
+    modes = sum(x is not None for x in (rate, concurrency)) + search
+    if kind == "trace":
+        if modes:
+            raise SpecError("--workload trace: the trace sets arrivals; drop --rate/--concurrency/--search")
+    elif modes != 1:
+        raise SpecError("give exactly one of --rate R[,R2], --concurrency N[,N2] or --search")
+    if num_requests is None and duration_s is None and kind != "trace":
+        raise SpecError("give --num-requests N or --duration-s S (or both)")
+    for flag, val in (("--num-requests", num_requests), ("--duration-s", duration_s),
+                      ("--max-concurrency", max_concurrency), ("--timeout-s", timeout_s),
+                      ("--burstiness", burstiness), ("--search-start", search_start), ("--gpus", gpus),
+                      ("--search-tol", search_tol)):
+        if val is not None and val <= 0:
+            raise SpecError(f"{flag}: {val} must be positive")
+    if search_max < search_start:
+        raise SpecError(f"--search-max ({search_max:g}) must be at least --search-start ({search_start:g})")
+    slo_d = parse_slo_flag(slo)
+    if search and not slo_d:
+        raise SpecError("--search needs --slo, e.g. --slo ttft_p99_ms=2000")
+    if rate is not None and any(math.isinf(r) for r in _numbers(rate, "--rate")) and num_requests is None:
+        raise SpecError("--rate inf needs --num-requests N")
+    factory = _workload_factory(
+        kind, input_len, output_len, prefix_len, num_prefixes, dataset, tokenizer, seed
+    )
+    if kind == "trace" and num_requests is None and duration_s is None:
+        duration_s = math.inf  # the whole trace
+    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos) for u in urls)
+    cfg = BenchConfig(targets, bal, arr, burstiness, num_requests, duration_s, max_concurrency, warmup_s,
+                      cooldown_s, seed, slo_d, max_error_rate, gpus)
+    if kind == "trace":
+        points = [LoadPoint(trace=True)]
+    elif rate is not None:
+        points = [LoadPoint(rate=r) for r in _numbers(rate, "--rate")]
+    elif concurrency is not None:
+        points = [LoadPoint(concurrency=int(c)) for c in _numbers(concurrency, "--concurrency", integer=True)]
+    else:
+        points = []
+    run = BenchRun(cfg)
+    console = Console(stderr=as_json)
+    interrupted = False
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    try:
+        with progress:
+            asyncio.run(run_bench(run, factory, points, search=search, start_rate=search_start,
+                                  max_rate=search_max, rel_tol=search_tol, progress=_Bar(progress)))
+    except KeyboardInterrupt:
+        interrupted = True
+        partial_point = run.partial()
+        if partial_point is not None:
+            run.points.append(partial_point)
+    except ValueError as exc:  # configuration the runner rejects
+        raise OrchError(f"bench: {exc}") from None
+    if save:
+        n = save_records(save, run.points)
+        console.print(f"saved {n} request records to {save}")
+    if as_json:
+        typer.echo(json.dumps(_finite(run.to_dict()), indent=2))
+    else:
+        console.print(_table(run.points))
+        if run.search_stopped_because is not None:
+            best = "none" if run.best_rate is None else f"{run.best_rate:.3g} req/s"
+            console.print(f"highest rate meeting the SLO: {best} ({run.search_stopped_because})")
+    for p in run.points:
+        m = p.metrics
+        if m.n_requests and m.n_completed == 0 and m.n_failed == m.n_requests:
+            kinds = ", ".join(m.failures)
+            console.print(f"warning: every request of {p.point.label} failed ({kinds}); check --base-url, "
+                          "--model and --endpoint", style="yellow")
+    if interrupted:
+        raise typer.Exit(130)
