@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from orchestrator.loadgen.metrics import Metrics, parse_slo, slo_violations
 
 RunFn = Callable[[float], Awaitable[Metrics]]
+#: (rate, metrics) -> "" when the point passes, else why not; replaces the SLO verdict when given.
+CheckFn = Callable[[float, Metrics], str]
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,11 @@ async def search_rate(
     max_runs: int = 16,
     max_error_rate: float = 0.01,
     on_point: Callable[[SearchPoint], None] | None = None,
+    check: CheckFn | None = None,
 ) -> SearchResult:
-    """Highest rate in [min_rate, max_rate] that passes `verdict`; see the module docstring."""
-    if not slo:
-        raise ValueError("a rate search needs an SLO")
+    """Highest rate in [min_rate, max_rate] that passes `verdict` (or `check`); see the module docstring."""
+    if not slo and check is None:
+        raise ValueError("a rate search needs an SLO or a check")
     parse_slo(slo)
     if not 0 < min_rate <= start_rate <= max_rate or rel_tol <= 0 or max_runs < 2:
         raise ValueError("need 0 < min_rate <= start_rate <= max_rate, rel_tol > 0 and max_runs >= 2")
@@ -70,7 +73,7 @@ async def search_rate(
 
     async def probe(rate: float) -> bool:
         m = await run(rate)
-        why = verdict(m, slo, max_error_rate)
+        why = check(rate, m) if check is not None else verdict(m, slo, max_error_rate)
         p = SearchPoint(rate, m, not why, why)
         points.append(p)
         if on_point is not None:

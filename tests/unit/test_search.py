@@ -71,3 +71,15 @@ def test_verdict_reasons() -> None:
     assert slow.startswith("SLO not met: ttft_p99_ms 200.0 > 50")
     assert verdict(fake_metrics(10.0, fail_every=10), {"ttft_p99_ms": 50}).startswith("error rate 10.0%")
     assert verdict(fake_metrics(10.0, fail_every=10), {"ttft_p99_ms": 50}, max_error_rate=0.2) == ""
+
+
+def test_custom_check_replaces_the_slo() -> None:
+    # e.g. the load-generator ceiling: a point passes while the achieved rate keeps up
+    async def run(rate: float) -> Metrics:
+        return fake_metrics(min(rate, 37.0))
+
+    def keeps_up(rate: float, m: Metrics) -> str:
+        return "" if (m.achieved_rate or 0) >= 0.99 * rate else "behind"
+
+    res = asyncio.run(search_rate(run, {}, start_rate=5.0, rel_tol=0.01, max_runs=30, check=keeps_up))
+    assert res.best_rate is not None and 37 * 0.99 <= res.best_rate <= 37.0 / 0.99
