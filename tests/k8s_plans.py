@@ -113,8 +113,8 @@ def missing_tool(what: str) -> None:
     pytest.skip(message)
 
 
-def real_vllm_plan(text: str) -> LaunchPlan | None:
-    """The registered vLLM engine's plan for a layout on two 8-GPU nodes, or None when not registered."""
+def real_plan(engine_name: str, text: str) -> LaunchPlan | None:
+    """The registered engine's plan for a layout on two 8-GPU nodes, or None when it is not registered."""
     import contextlib
     import importlib
 
@@ -122,12 +122,16 @@ def real_vllm_plan(text: str) -> LaunchPlan | None:
     from orchestrator.engines.base import EngineOptions, Placement
 
     with contextlib.suppress(ImportError):
-        importlib.import_module("orchestrator.engines.vllm")
-    engine = ENGINES.get("vllm")
+        importlib.import_module(f"orchestrator.engines.{engine_name}")
+    engine = ENGINES.get(engine_name)
     if engine is None:
         return None
     placement = Placement(nodes=NODES[:2], gpus_per_node=GPUS_PER_NODE)
     return engine.launch_plan(parse_layout(text), EngineOptions(model=MODEL), placement)
+
+
+def real_vllm_plan(text: str) -> LaunchPlan | None:
+    return real_plan("vllm", text)
 
 
 def vllm_dp_plan(nnodes: int = 3, local: int = 8) -> LaunchPlan:

@@ -18,7 +18,7 @@ from orchestrator.compile.k8s import build_objects
 from orchestrator.layout import parse_layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
+from k8s_plans import missing_tool, options, real_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
 
 pytestmark = pytest.mark.helm
 
@@ -105,11 +105,12 @@ def test_chart_renders_python_objects(helm: str, case: str, tmp_path: Path) -> N
         assert rendered[kind] == obj, f"{kind} differs between chart and compile.k8s"
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("text", ["tp8", "tp4x2", "tp8pp2"])
-def test_chart_renders_real_vllm_plans(helm: str, text: str, tmp_path: Path) -> None:
-    plan = real_vllm_plan(text)
+def test_chart_renders_real_engine_plans(helm: str, engine: str, text: str, tmp_path: Path) -> None:
+    plan = real_plan(engine, text)
     if plan is None:
-        pytest.skip("orchestrator.engines.ENGINES has no 'vllm' (engine module written in parallel)")
+        pytest.skip(f"orchestrator.engines.ENGINES has no {engine!r} (engine module written in parallel)")
     layout, opts = parse_layout(text), options()
     values = _values_file(helm_values(plan, layout, opts), tmp_path)
     rendered = _by_kind(_render(helm, values, opts.namespace, *LWS_API))

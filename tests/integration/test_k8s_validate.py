@@ -20,7 +20,7 @@ from orchestrator.layout import parse_layout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from k8s_crd_schemas import LEADER_WORKER_SET, RAY_SERVICE, SERVE_CONFIG
-from k8s_plans import missing_tool, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
+from k8s_plans import missing_tool, options, real_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
 
 pytestmark = pytest.mark.k8s
 
@@ -93,11 +93,12 @@ def test_core_kinds_strict(text: str, tmp_path: Path) -> None:
     assert result.stdout.count("passed") == len(core)
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("text", LAYOUTS)
-def test_real_vllm_plans_strict(text: str, tmp_path: Path) -> None:
-    plan = real_vllm_plan(text)
+def test_real_engine_plans_strict(engine: str, text: str, tmp_path: Path) -> None:
+    plan = real_plan(engine, text)
     if plan is None:
-        pytest.skip("orchestrator.engines.ENGINES has no 'vllm' (engine module written in parallel)")
+        pytest.skip(f"orchestrator.engines.ENGINES has no {engine!r} (engine module written in parallel)")
     result = _kube_validate(_core(build_objects(plan, parse_layout(text), options())), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
