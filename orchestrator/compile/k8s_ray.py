@@ -38,6 +38,10 @@ _LAYOUT_FLAGS = frozenset(
 )  # fmt: skip
 
 
+# vLLM's short aliases that are not layout flags, by their EngineArgs names.
+_SHORT_FLAGS = {"-q": "quantization"}
+
+
 def _scalar(text: str) -> Any:
     # engine_kwargs reach vLLM's EngineArgs as Python values, so "8192" must arrive as 8192.
     for convert in (int, float):
@@ -70,8 +74,12 @@ def engine_kwargs(argv: tuple[str, ...], layout: Layout) -> tuple[str, Obj]:
         pos += 1
         if not flag.startswith("-"):
             raise SpecError(f"RayService: cannot read argv token {flag!r}; pass engine flags as --name value")
-        if flag not in _LAYOUT_FLAGS:
-            kwargs[flag.lstrip("-").replace("-", "_")] = True if value is None else _scalar(value)
+        if flag in _LAYOUT_FLAGS:
+            continue
+        if not flag.startswith("--") and flag not in _SHORT_FLAGS:
+            raise SpecError(f"RayService: short flag {flag!r} has no engine_kwargs name; write its long form")
+        name = _SHORT_FLAGS.get(flag) or flag.lstrip("-").replace("-", "_")
+        kwargs[name] = True if value is None else _scalar(value)
     return model, kwargs
 
 

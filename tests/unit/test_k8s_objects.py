@@ -19,7 +19,7 @@ from orchestrator.compile.k8s import (
     leader_worker_set,
     options_from_target,
 )
-from orchestrator.compile.k8s_ray import ray_service
+from orchestrator.compile.k8s_ray import engine_kwargs, ray_service
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
@@ -296,6 +296,21 @@ def test_ray_service_tp4x2_packs_one_node() -> None:
     (group,) = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     assert group["replicas"] == 2
     assert group["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 4}
+
+
+def test_ray_engine_kwargs_flags() -> None:
+    argv = ("vllm", "serve", "m", "-tp", "2", "-q", "awq", "--enforce-eager", "--max-num-seqs=64")
+    model, kwargs = engine_kwargs(argv, parse_layout("tp2"))
+    assert model == "m"
+    assert kwargs == {
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 1,
+        "quantization": "awq",
+        "enforce_eager": True,
+        "max_num_seqs": 64,
+    }
+    with pytest.raises(SpecError, match="short flag '-O'"):
+        engine_kwargs((*argv, "-O", "3"), parse_layout("tp2"))
 
 
 def test_ray_service_refuses_sglang() -> None:
