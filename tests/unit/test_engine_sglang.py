@@ -1,0 +1,147 @@
+"""Golden argv of the SGLang engine (0.5.23 flags; the legacy DP-attention spelling on request)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.engines import ENGINES, get_engine
+from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
+from orchestrator.engines.sglang import SGLangEngine
+from orchestrator.errors import SpecError
+from orchestrator.layout import parse_layout
+
+M = "deepseek-ai/DeepSeek-V3"
+OPTS = EngineOptions(model=M)
+ONE = Placement()
+TWO = Placement(nodes=("10.0.0.1", "10.0.0.2"))
+HEAD = ("python3", "-m", "sglang.launch_server", "--model-path", M)
+GPUS8 = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+
+
+def serve(port: int = 8000) -> tuple[str, ...]:
+    return ("--host", "0.0.0.0", "--port", str(port), "--enable-metrics")
+
+
+def plan(layout: str, options: EngineOptions = OPTS, placement: Placement = ONE,
+         engine: SGLangEngine | None = None) -> LaunchPlan:  # fmt: skip
+    return (engine or get_engine("sglang")).launch_plan(parse_layout(layout), options, placement)
+
+
+def procs(p: LaunchPlan) -> list[tuple[str, tuple[str, ...], dict[str, str]]]:
+    return [(x.role, x.argv, x.env_dict) for r in p.replicas for x in r.processes]
+
+
+def test_registered() -> None:
+    assert isinstance(ENGINES["sglang"], SGLangEngine)
+
+
+def test_tp8() -> None:
+    p = plan("tp8")
+    assert procs(p) == [("leader", (*HEAD, "--tp-size", "8", *serve()), GPUS8)]
+    assert p.replicas[0].health_url == "http://127.0.0.1:8000/health_generate"
+    assert p.replicas[0].openai_base_url == "http://127.0.0.1:8000/v1"
+
+
+def test_tp4x2_disjoint_gpus_and_ports() -> None:
+    assert procs(plan("tp4x2")) == [
+        ("leader", (*HEAD, "--tp-size", "4", *serve(8000)), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}),
+        ("leader", (*HEAD, "--tp-size", "4", *serve(8010)), {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}),
+    ]
+
+
+def test_tp8pp2_two_nodes() -> None:
+    nodes = ("--nnodes", "2", "--node-rank")
+    addr = ("--dist-init-addr", "10.0.0.1:8001")
+    p = plan("tp8pp2", placement=TWO)
+    assert procs(p) == [
+        ("leader", (*HEAD, "--tp-size", "8", "--pp-size", "2", *nodes, "0", *addr, *serve()), GPUS8),
+        ("worker", (*HEAD, "--tp-size", "8", "--pp-size", "2", *nodes, "1", *addr, *serve()), GPUS8),
+    ]
+    assert [x.node_index for x in p.replicas[0].processes] == [0, 1]
+    # Only the leader answers HTTP, so readiness is asked of node 0 alone.
+    assert p.replicas[0].health_url == "http://10.0.0.1:8000/health_generate"
+    assert [x.ports for x in p.replicas[0].processes] == [(8000, 8001), ()]
+
+
+def test_dp8ep_with_eplb_uses_dp_attention_inside_tp() -> None:
+    opts = replace(OPTS, num_redundant_experts=8, a2a_backend="deepep_low_latency")
+    ((_, argv, env),) = procs(plan("dp8ep", opts))
+    assert argv == (
+        *HEAD, "--tp-size", "8", "--attn-dp-size", "8", "--ep-size", "8", "--enable-eplb",
+        "--ep-num-redundant-experts", "8", "--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency",
+        *serve(),
+    )  # fmt: skip
+    assert env == GPUS8  # with DP attention, GPUs = tp-size = 8
+
+
+def test_tp2dp4ep() -> None:
+    ((_, argv, _),) = procs(plan("tp2dp4ep"))
+    assert argv == (*HEAD, "--tp-size", "8", "--attn-dp-size", "4", "--ep-size", "8", *serve())
+
+
+def test_legacy_dp_attention_spelling() -> None:
+    ((_, argv, _),) = procs(plan("dp8ep", replace(OPTS, enforce_eager=True), engine=SGLangEngine(True)))
+    assert argv == (
+        *HEAD, "--tp-size", "8", "--dp-size", "8", "--enable-dp-attention", "--ep-size", "8",
+        "--disable-cuda-graph", *serve(),
+    )  # fmt: skip
+
+
+def test_dp16_over_two_nodes() -> None:
+    p = plan("dp16", placement=TWO)
+    assert [(role, argv) for role, argv, _ in procs(p)] == [
+        ("leader", (*HEAD, "--tp-size", "16", "--attn-dp-size", "16", "--nnodes", "2", "--node-rank", "0",
+                    "--dist-init-addr", "10.0.0.1:8001", *serve())),
+        ("worker", (*HEAD, "--tp-size", "16", "--attn-dp-size", "16", "--nnodes", "2", "--node-rank", "1",
+                    "--dist-init-addr", "10.0.0.1:8001", *serve())),
+    ]  # fmt: skip
+
+
+def test_engine_knobs() -> None:
+    opts = replace(
+        OPTS, served_model_name="dsv3", max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192,
+        gpu_memory_utilization=0.88, kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
+        extra_args=("--trust-remote-code",),
+    )  # fmt: skip
+    ((_, argv, _),) = procs(plan("tp8", opts))
+    assert argv == (
+        *HEAD, "--tp-size", "8", "--served-model-name", "dsv3", "--context-length", "8192",
+        "--max-running-requests", "256", "--chunked-prefill-size", "8192", "--mem-fraction-static", "0.88",
+        "--kv-cache-dtype", "fp8_e4m3", "--quantization", "fp8", "--cuda-graph-backend-decode", "disabled",
+        "--cuda-graph-backend-prefill", "disabled", *serve(), "--trust-remote-code",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flag", ["--tp-size", "--dp=2", "--attn-dp-size", "--base-gpu-id", "--ep-num-redundant-experts"]
+)
+def test_reserved_flags_rejected(flag: str) -> None:
+    with pytest.raises(SpecError, match=f"extra_args: {flag.split('=')[0]} is set by the layout"):
+        plan("tp8", replace(OPTS, extra_args=(flag, "1")))
+
+
+def test_metrics_flag_not_given_twice() -> None:
+    with pytest.raises(SpecError, match="--enable-metrics is already set"):
+        plan("tp8", replace(OPTS, extra_args=("--enable-metrics",)))
+
+
+def test_redundant_experts_must_fit_ep_size() -> None:
+    with pytest.raises(SpecError, match="num_redundant_experts: 6 is not a multiple of the EP size 8"):
+        plan("dp8ep", replace(OPTS, num_redundant_experts=6))
+
+
+def test_cpu_is_unsupported_but_compiles_without_device_env() -> None:
+    engine = get_engine("sglang")
+    cpu = Placement(gpus_per_node=2, on_cpu=True)
+    (reason,) = engine.unsupported(parse_layout("tp2"), cpu)
+    assert "cannot serve on CPU" in reason
+    ((_, _, env),) = procs(plan("tp2", placement=cpu))
+    assert env == {}
+
+
+def test_placement_problems_are_spec_errors() -> None:
+    with pytest.raises(SpecError, match="sglang cannot run it: needs 2 nodes of 8 GPUs, placement has 1"):
+        plan("dp16")
+    assert get_engine("sglang").unsupported(parse_layout("tp8pp2"), TWO) == []
