@@ -130,7 +130,28 @@ def _pair(d: Distribution | None) -> str:
     return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
 
 
+def _wide_table(points: list[PointResult]) -> Table:
+    """One row per load point (many points, e.g. a search), with the key columns."""
+    t = Table(title="orch bench (ms; p50/p99 unless marked)")
+    cols = ("point", "ok/failed", "achieved req/s", "lag p99", "TTFT p50/p99", "ITL p99", "TPOT p50",
+            "E2E p99", "out tok/s", "goodput", "SLO")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("point", "SLO") else "right")
+    for p in points:
+        m = p.metrics
+        t.add_row(
+            p.point.label, f"{m.n_completed}/{m.n_failed}", _fmt(m.achieved_rate),
+            _fmt(m.sched_lag_ms.p99 if m.sched_lag_ms else None, 2), _pair(m.ttft_ms),
+            _fmt(m.itl_chunk_ms.p99, 2), _fmt(m.tpot_ms.p50, 2), _fmt(m.e2e_ms.p99),
+            _fmt(m.output_throughput), _fmt(m.goodput, 2),
+            "-" if p.passed is None else ("pass" if p.passed else "FAIL"),
+        )
+    return t
+
+
 def _table(points: list[PointResult]) -> Table:
+    if len(points) > 4:
+        return _wide_table(points)
     t = Table(title="orch bench (latencies in ms as p50 / p99; throughput over the measurement window)")
     t.add_column("metric")
     for p in points:
@@ -285,6 +306,9 @@ def bench(
         typer.echo(json.dumps(_finite(run.to_dict()), indent=2))
     else:
         console.print(_table(run.points))
+        for p in run.points:
+            if len(run.points) > 4 and p.verdict:
+                console.print(f"{p.point.label}: {p.verdict}")
         if run.search_stopped_because is not None:
             best = "none" if run.best_rate is None else f"{run.best_rate:.3g} req/s"
             console.print(f"highest rate meeting the SLO: {best} ({run.search_stopped_because})")
