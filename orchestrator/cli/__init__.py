@@ -26,7 +26,7 @@ def _root() -> None:
 
 # Command modules register themselves on `app` when imported.
 import orchestrator.cli.bench_cmd  # noqa: E402, F401
-from orchestrator.cli import catalog_cmd, plan_cmd, spec_cmd  # noqa: E402, F401
+from orchestrator.cli import catalog_cmd, plan_cmd, runs_cmd, sim_cmd, spec_cmd, sweep_cmd  # noqa: E402, F401
 from orchestrator.cli import compile_cmd as compile_cmd  # noqa: E402
 
 

@@ -30,6 +30,7 @@ from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+RESYNC_S = 0.05  # wall seconds behind the simulated clock after which the engine loop restarts it
 
 
 @dataclass
@@ -56,15 +57,24 @@ class SimServer:
     # -- engine loops ------------------------------------------------------------------------------
     async def run_engine(self, e: int) -> None:
         eng, wake, loop = self.engines[e], self.wake[e], asyncio.get_running_loop()
+        step_end, was_idle = 0.0, True
         while True:
             if not eng.has_work():
                 wake.clear()
                 await wake.wait()
+                was_idle = True
                 continue
-            start = loop.time()
+            # A busy engine starts each step when the last one ended on the simulated clock, not when
+            # this loop got round to it: epoll wakes sleeps up to 1 ms late, and handing out tokens takes
+            # time; neither may stretch the steps. Only after idling (or falling far behind) does the
+            # clock restart from now.
+            now = loop.time()
+            start = now if was_idle or now - step_end > RESYNC_S else step_end
+            was_idle = False
             plan = eng.schedule()
             # The step's wall time is fixed when it starts; new arrivals join the next step.
-            await asyncio.sleep(max(0.0, start + eng.step_time_s(plan) * self.time_scale - loop.time()))
+            step_end = start + eng.step_time_s(plan) * self.time_scale
+            await asyncio.sleep(max(0.0, step_end - loop.time()))
             for rid in eng.decoding:
                 self._emit(rid, 1)
             started, finished = eng.complete(plan)

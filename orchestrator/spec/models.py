@@ -113,7 +113,8 @@ class EngineSpec(_Spec):
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
     extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")
     time_scale: float = Field(
-        1.0, gt=0, description="sim only: virtual seconds per wall second (>1 runs faster than real)."
+        1.0, gt=0, le=1, description="sim only: wall seconds per simulated second (0.25 runs 4x faster "
+        "than real time; results are reported in simulated time)."
     )
     runtime_reserve_bytes: float | None = Field(
         None, ge=0, description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."

@@ -23,7 +23,7 @@ def test_example_spec_loads() -> None:
     spec = load_spec(ROOT / "layouts" / "qwen72b.yaml")
     assert spec.layouts == [Layout(tp=8), Layout(tp=4, replicas=2), Layout(tp=2, replicas=4)]
     assert spec.hardware.gpu == "h100-sxm" and spec.hardware.nodes == 1
-    assert spec.slo.bounds_ms() == {("ttft", "p99"): 2000.0, ("itl", "p99"): 50.0}
+    assert spec.slo.bounds_ms() == {("ttft", "p99"): 2000.0, ("itl", "p99"): 100.0}
     assert spec.metadata["eval_run_id"] == "example-0001"
 
 

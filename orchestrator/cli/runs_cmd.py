@@ -1,0 +1,78 @@
+"""`orch runs` lists stored runs; `orch export RUN` hands one to pandas users."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli import app
+from orchestrator.store.db import DEFAULT_STORE, Store
+from orchestrator.store.export import export_run
+
+
+@app.command("runs")
+def runs_command(
+    store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the runs in the results store, newest first."""
+    store = Store(store_path)
+    runs = store.runs()
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "run_id": r.run_id,
+                        "created_at": r.created_at,
+                        "status": r.status,
+                        "spec_path": r.spec_path,
+                        "spec_hash": r.spec_hash,
+                        "engine": r.engine,
+                        "model": r.model,
+                        "winner": (r.selection or {}).get("winner"),
+                        "metadata": r.metadata,
+                    }
+                    for r in runs
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"runs in {store.path}", title_justify="left")
+    for col in ("run", "created (UTC)", "status", "engine", "model", "spec", "winner", "eval metadata"):
+        table.add_column(col)
+    for r in runs:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
+        meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
+        table.add_row(
+            r.run_id,
+            created,
+            r.status,
+            r.engine,
+            r.model,
+            r.spec_path or "-",
+            (r.selection or {}).get("winner") or "-",
+            meta,
+        )
+    Console(width=200).print(table)
+
+
+@app.command("export")
+def export_command(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
+    fmt: Annotated[str, typer.Option("--format", help="json | csv | parquet")] = "json",
+    out: Annotated[str | None, typer.Option("--out", help="File to write; default stdout.")] = None,
+    per_request: Annotated[bool, typer.Option("--requests", help="One row per request.")] = False,
+    store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+) -> None:
+    """Export a run: one row per (layout, load point) with flattened metrics, or per request."""
+    store = Store(store_path)
+    run = store.run(run_id)
+    result = export_run(store, run.run_id, fmt, out, per_request=per_request)
+    typer.echo(result if out is None else f"wrote {result}")

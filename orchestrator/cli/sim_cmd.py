@@ -1,0 +1,85 @@
+"""`orch simulate` (virtual time) and `orch sim serve` (the simulated OpenAI server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from orchestrator.cli import app
+from orchestrator.cli.bench_cmd import _finite, _table
+from orchestrator.cli.plan_cmd import _ints
+from orchestrator.errors import SpecError
+from orchestrator.layout import parse_layouts
+from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.sim.run import SimPoint, simulate_point
+from orchestrator.spec.load import load_spec
+
+sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
+app.add_typer(sim_app, name="sim")
+
+
+def _rates(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"--rates {text!r}: expected comma-separated numbers, e.g. --rates 1,4") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise SpecError("--rates: give positive requests per second, e.g. --rates 1,4")
+    return rates
+
+
+@app.command("simulate")
+def simulate_command(
+    spec_path: Annotated[str, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")],
+    layouts: Annotated[str | None, typer.Option("--layouts", help="Default: the spec's layouts.")] = None,
+    rates: Annotated[str | None, typer.Option("--rates", help="Requests/s; default: the spec's.")] = None,
+    num_requests: Annotated[int | None, typer.Option(
+        "--num-requests", help="Requests per load point (instead of the spec's duration).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
+    spec = load_spec(spec_path)
+    chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
+    rate_list = _rates(rates) or list(spec.workload.rates_per_s)
+    if num_requests is not None:
+        _ints(str(num_requests), "--num-requests")
+        if num_requests < 1:
+            raise SpecError("--num-requests must be >= 1")
+    inputs = plan_inputs(spec)
+    console = Console(width=200, stderr=as_json)
+    results: list[SimPoint] = []
+    for layout in chosen:
+        points = []
+        for rate in rate_list:
+            with console.status(f"simulating {layout} at {rate:g} req/s"):
+                sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
+            points.append(sp)
+            results.append(sp)
+        if not as_json:
+            table = _table([p.result for p in points])
+            table.title = (f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, "
+                           "not measured")
+            console.print(table)
+            for p in points:
+                s = p.summary
+                console.print(f"  rate {p.result.point.rate:g}/s: {s.steps} engine steps, "
+                              f"{s.preemptions} preemptions, {s.rejected} rejected, "
+                              f"{s.virtual_s:.1f} virtual s", highlight=False)
+    if as_json:
+        typer.echo(json.dumps(_finite({"prediction": "simulated (virtual time)", "points": [
+            {"layout": str(p.layout), "gpus": p.layout.gpus, **p.result.to_dict(),
+             "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected}
+            for p in results]}), indent=2))
+
+
+@sim_app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def serve_command(ctx: typer.Context) -> None:
+    """Serve the simulated engine over the OpenAI API (flags: python -m orchestrator.sim.server --help)."""
+    from orchestrator.sim.server import main as serve_main
+
+    serve_main(list(ctx.args))

@@ -1,0 +1,254 @@
+"""`orch sweep SPEC`: the main job; `orch report RUN` prints a stored sweep again without re-running."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.cli import app, err_console
+from orchestrator.cli.sim_cmd import _rates
+from orchestrator.errors import NoLayoutMeetsSLO, SpecError
+from orchestrator.layout import parse_layouts
+from orchestrator.loadgen.bench import PointResult
+from orchestrator.loadgen.records import RequestRecord
+from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, finite, outcomes_from_store
+from orchestrator.selection import select
+from orchestrator.spec.load import load_spec
+from orchestrator.spec.models import SweepSpec
+from orchestrator.store.db import DEFAULT_STORE, Store
+
+
+class _Display:
+    """Rich progress on stderr: the layout, its phase, and the load point's completed requests."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: Any = None
+        self.layout = ""
+
+    def phase(self, layout: str, phase: str) -> None:
+        self.layout = layout
+        if self.task is None:
+            self.task = self.progress.add_task(f"{layout}: {phase}", total=None)
+        else:
+            self.progress.update(self.task, description=f"{layout}: {phase}", total=None, completed=0)
+
+    def point_start(self, layout: str, label: str, total: int | None) -> None:
+        self.progress.update(self.task, description=f"{layout}: bench {label}", total=total, completed=0)
+
+    def record(self, rec: RequestRecord, /) -> None:
+        self.progress.advance(self.task)
+
+    # the bench runner's Progress protocol
+    def begin(self, label: str, total: int | None) -> None:
+        self.progress.update(self.task, total=total, completed=0)
+
+    def append(self, rec: RequestRecord, /) -> None:
+        self.progress.advance(self.task)
+
+    def point_done(self, layout: str, result: PointResult) -> None:
+        m = result.metrics
+        verdict = "-" if result.passed is None else ("pass" if result.passed else f"fail ({result.verdict})")
+        self.progress.console.print(
+            f"  {layout} {result.point.label}: {m.n_completed} ok / {m.n_failed} failed, TTFT p99 "
+            f"{_ms(m.ttft_ms.p99)}, ITL p99 {_ms(m.itl_chunk_ms.p99)}, goodput {_num(m.goodput)} req/s: "
+            f"{verdict}",
+            highlight=False,
+        )
+
+    def layout_done(self, layout: str, status: str, reason: str | None) -> None:
+        self.progress.console.print(
+            f"[bold]{layout}[/]: {status}" + (f": {reason}" if reason else ""), highlight=False
+        )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f} ms"
+
+
+def _num(v: float | None, nd: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{nd}f}"
+
+
+def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
+    table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
+    for col in (
+        "layout",
+        "GPUs",
+        "status",
+        "load point",
+        "TTFT p99 ms",
+        "ITL p99 ms",
+        "TPOT p50 ms",
+        "out tok/s/GPU",
+        "goodput req/s",
+        "SLO",
+    ):
+        table.add_column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right")
+    for o in result.outcomes:
+        if not o.points:
+            table.add_row(
+                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
+            )
+        for p in store.points(result.run_id, o.layout):
+            m = p.metrics
+            per_gpu = m.get("per_gpu") or {}
+            table.add_row(
+                o.layout,
+                str(o.gpus),
+                o.status,
+                p.label,
+                _num((m.get("ttft_ms") or {}).get("p99"), 1),
+                _num((m.get("itl_chunk_ms") or {}).get("p99"), 1),
+                _num((m.get("tpot_ms") or {}).get("p50"), 1),
+                _num(per_gpu.get("output_throughput"), 1),
+                _num(m.get("goodput")),
+                "pass" if p.passed else f"fail: {p.verdict}",
+            )
+    console.print(table)
+    sel = result.selection
+    for v in sel.verdicts:
+        mark = (
+            "[bold green]winner[/]"
+            if v.layout == sel.winner
+            else ("[yellow]tie[/]" if v.layout in sel.tie_with else "[red]loses[/]")
+        )
+        console.print(f"  {v.layout}: {mark}: {v.reason}", highlight=False)
+    if sel.winner is None:
+        console.print("[bold red]no layout meets the SLO[/]")
+    else:
+        console.print(
+            f"[bold]winner: {sel.winner}[/] (objective {sel.objective}); stored in {store.path} as "
+            f"run {result.run_id}",
+            highlight=False,
+        )
+
+
+def _json_out(result: SweepResult, store: Store) -> str:
+    return json.dumps(
+        finite(
+            {
+                "run_id": result.run_id,
+                "store": str(store.path),
+                "selection": result.selection.to_dict(),
+                "layouts": [
+                    {
+                        "layout": o.layout,
+                        "gpus": o.gpus,
+                        "status": o.status,
+                        "reason": o.reason,
+                        "points": [
+                            {
+                                "label": p.label,
+                                "rate": p.rate,
+                                "passed": p.passed,
+                                "verdict": p.verdict,
+                                "metrics": p.metrics,
+                            }
+                            for p in store.points(result.run_id, o.layout)
+                        ],
+                    }
+                    for o in result.outcomes
+                ],
+            }
+        ),
+        indent=2,
+    )
+
+
+@app.command("sweep")
+def sweep_command(
+    spec_path: Annotated[str | None, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")] = None,
+    layouts: Annotated[str | None, typer.Option("--layouts", help="Subset, e.g. tp8,tp4x2.")] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Override engine.name: sim|vllm|sglang.")
+    ] = None,
+    rates: Annotated[str | None, typer.Option("--rates", help="Requests/s; default: the spec's.")] = None,
+    num_requests: Annotated[
+        int | None, typer.Option("--num-requests", help="Requests per load point.")
+    ] = None,
+    store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    resume: Annotated[str | None, typer.Option("--resume", help="Finish an interrupted run.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Also deploy layouts the planner rejects.")] = False,
+    workdir: Annotated[
+        str | None, typer.Option("--workdir", help="Logs directory; default a temp dir.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
+    store = Store(store_path)
+    if resume is not None:
+        run = store.run(resume)
+        spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+        run_id: str | None = run.run_id
+        shown_path = run.spec_path
+    else:
+        if spec_path is None:
+            raise SpecError("give a SPEC file, or --resume RUN_ID (orch runs lists them)")
+        spec = load_spec(spec_path)
+        run_id, shown_path = None, spec_path
+    if engine is not None:
+        if engine not in ("sim", "vllm", "sglang"):
+            raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
+    options = SweepOptions(
+        layouts=tuple(parse_layouts(layouts)) if layouts else None,
+        rates=tuple(r) if (r := _rates(rates)) else None,
+        num_requests=num_requests,
+        force=force,
+        workdir=workdir,
+    )
+    console = Console(stderr=True, width=160)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        sweep = Sweep(spec, store, _Display(progress), spec_path=shown_path, options=options, run_id=run_id)
+        try:
+            result = sweep.run()
+        except KeyboardInterrupt:
+            err_console.print(
+                f"interrupted: what was measured is stored; finish with "
+                f"orch sweep --resume {sweep.run_id} --store {store.path}"
+            )
+            raise typer.Exit(130) from None
+    scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
+    note = (
+        " (simulated engine: predicted, not measured on GPUs"
+        + (f"; run at time scale {scale:g}, reported in simulated time)" if scale != 1 else ")")
+        if spec.engine.name == "sim"
+        else ""
+    )
+    if as_json:
+        typer.echo(_json_out(result, store))
+    else:
+        print_result(result, store, Console(width=200), scale_note=note)
+    if result.selection.winner is None:
+        raise NoLayoutMeetsSLO(f"no layout meets the SLO in run {result.run_id}; see the reasons above")
+
+
+@app.command("report")
+def report_command(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
+    store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
+    store = Store(store_path)
+    run = store.run(run_id)
+    spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+    outcomes = outcomes_from_store(store, run.run_id)
+    result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
+    if as_json:
+        typer.echo(_json_out(result, store))
+    else:
+        print_result(result, store, Console(width=200))

@@ -1,0 +1,1 @@
+"""Deploy targets: start a LaunchPlan, wait until it is healthy, always tear it down."""

@@ -1,0 +1,81 @@
+"""What a target returns once healthy, the Target protocol, and the context manager that always tears down."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+from orchestrator.engines.base import PORT_STRIDE, LaunchPlan
+
+# Ray uses 10002-19999 for workers; stay clear of it and of the well-known range.
+PORT_RANGE = (20000, 60000)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    replica: int
+    openai_base_url: str
+    health_url: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    layout_str: str
+    endpoints: tuple[Endpoint, ...]
+    workdir: str
+    handles: tuple[object, ...] = ()  # target-specific (processes, actors, object names)
+
+
+class Target(Protocol):
+    def deploy(self, plan: LaunchPlan) -> Deployment: ...
+
+    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None: ...
+
+    def teardown(self, deployment: Deployment) -> None: ...
+
+
+@contextmanager
+def deployed(target: Target, plan: LaunchPlan, timeout_s: float) -> Iterator[Deployment]:
+    """Deploy and wait; teardown runs on success, failure, timeout and Ctrl-C alike."""
+    deployment = target.deploy(plan)
+    try:
+        target.wait_ready(deployment, timeout_s)
+        yield deployment
+    finally:
+        target.teardown(deployment)
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # Servers bind with SO_REUSEADDR, so connections left in TIME_WAIT do not make a port busy.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base_port(
+    replica_slots: int, host: str = "127.0.0.1", *, side_ports: int = 3, start: int | None = None
+) -> int:
+    """A base port whose whole block (every replica slot's http and side ports) is free now.
+
+    Start from an OS-chosen ephemeral port so that concurrent sweeps do not collide, then walk up.
+    """
+    if start is None:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            start = int(s.getsockname()[1])
+    lo, hi = PORT_RANGE
+    span = PORT_STRIDE * replica_slots
+    candidate = lo + (start - lo) % (hi - lo - span)
+    for _ in range(2000):
+        ports = [candidate + PORT_STRIDE * r + k for r in range(replica_slots) for k in range(side_ports)]
+        if all(port_is_free(p, host) for p in ports):
+            return candidate
+        candidate = lo + (candidate + span - lo) % (hi - lo - span)
+    raise OSError(f"no free block of {span} ports in {lo}-{hi} on {host}")

@@ -1,0 +1,142 @@
+"""Local target: each ProcessSpec in its own process group, logs in the run directory, health polling,
+teardown by process group (SIGTERM, then SIGKILL after a grace period). Never kills by name."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.deploy.base import Deployment, Endpoint
+from orchestrator.engines.base import LaunchPlan, ProcessSpec
+from orchestrator.errors import DeployError, EngineDied
+
+LOG_TAIL_LINES = 15
+TERM_GRACE_S = 10.0
+POLL_S = 0.2
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def _argv(spec: ProcessSpec) -> list[str]:
+    argv = list(spec.argv)
+    if argv and argv[0] == "python":  # the engines say "python"; here that is orch's own interpreter
+        argv[0] = sys.executable
+    return argv
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+class LocalProcessTarget:
+    def __init__(self, workdir: str | Path, *, term_grace_s: float = TERM_GRACE_S) -> None:
+        self.workdir = Path(workdir)
+        self.term_grace_s = term_grace_s
+
+    def deploy(self, plan: LaunchPlan) -> Deployment:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        procs: list[_Proc] = []
+        endpoints = []
+        try:
+            for r, replica in enumerate(plan.replicas):
+                for i, spec in enumerate(replica.processes):
+                    name = f"{plan.engine}-{plan.layout_str}-r{r}-p{i}-{spec.role}"
+                    log_path = self.workdir / f"{name}.log"
+                    log = log_path.open("wb")
+                    env = {**os.environ, **spec.env_dict}
+                    log.write(("$ " + " ".join(_argv(spec)) + "\n").encode())
+                    log.flush()
+                    popen = subprocess.Popen(
+                        _argv(spec),
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                    log.close()
+                    procs.append(_Proc(name, popen, log_path))
+                endpoints.append(Endpoint(r, replica.openai_base_url, replica.health_url))
+        except OSError as exc:
+            self._stop(procs)
+            raise DeployError(f"could not start {plan.engine} for {plan.layout_str}: {exc}") from exc
+        return Deployment(plan.layout_str, tuple(endpoints), str(self.workdir), tuple(procs))
+
+    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None:
+        procs = [h for h in deployment.handles if isinstance(h, _Proc)]
+        pending = {ep.health_url for ep in deployment.endpoints}
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            for p in procs:
+                code = p.popen.poll()
+                if code is not None:
+                    raise EngineDied(
+                        f"{p.name} exited with code {code} before it was ready; "
+                        f"last log lines ({p.log_path}):\n{tail(p.log_path)}"
+                    )
+            for url in list(pending):
+                if _healthy(url):
+                    pending.discard(url)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {p.log_path}\n{tail(p.log_path)}" for p in procs[:2])
+                raise DeployError(
+                    f"{deployment.layout_str}: not healthy after {timeout_s:g} s "
+                    f"({', '.join(sorted(pending))}); last log lines:\n{logs}"
+                )
+            time.sleep(POLL_S)
+
+    def check_alive(self, deployment: Deployment) -> None:
+        for h in deployment.handles:
+            if isinstance(h, _Proc) and h.popen.poll() is not None:
+                raise EngineDied(
+                    f"{h.name} exited with code {h.popen.returncode} during the measurement; "
+                    f"last log lines ({h.log_path}):\n{tail(h.log_path)}"
+                )
+
+    def teardown(self, deployment: Deployment) -> None:
+        self._stop([h for h in deployment.handles if isinstance(h, _Proc)])
+
+    def _stop(self, procs: list[_Proc]) -> None:
+        for p in procs:
+            _signal_group(p.popen, signal.SIGTERM)
+        deadline = time.monotonic() + self.term_grace_s
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            # Children of the engine (workers) share its process group: kill the group, not a name.
+            _signal_group(p.popen, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=5)
+
+
+def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, sig)  # start_new_session: the group id is the leader's pid
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return 200 <= int(resp.status) < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

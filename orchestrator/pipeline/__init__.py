@@ -1,0 +1,1 @@
+"""The sweep pipeline: plan, compile, deploy, measure, store and select, one layout at a time."""

@@ -1,0 +1,112 @@
+"""`orch sweep` end to end on the simulated engine: real servers, real HTTP, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+SPEC = {
+    "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
+    "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2},
+    "engine": {"name": "sim", "time_scale": 0.5, "startup_s": 60},
+    "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [4], "num_requests": 16, "seed": 1},
+    "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
+    "layouts": ["tp2", "tp1x2", "tp4"],
+    "metadata": {"eval_run_id": "ci-1"},
+}
+
+
+def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _write(tmp_path: Path, **changes: object) -> str:
+    spec = json.loads(json.dumps(SPEC))
+    spec.update(changes)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.db")
+    out = _orch("sweep", _write(tmp_path), "--store", db, "--json", "--workdir", str(tmp_path / "w"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    layouts = {x["layout"]: x for x in data["layouts"]}
+    assert layouts["tp4"]["status"] == "rejected" and "cluster has 2" in layouts["tp4"]["reason"]
+    for name in ("tp2", "tp1x2"):
+        point = layouts[name]["points"][0]
+        assert layouts[name]["status"] == "measured" and point["passed"] is True
+        assert point["metrics"]["n_failed"] == 0 and point["metrics"]["total_output_tokens"] > 0
+    winner = data["selection"]["winner"]
+    assert winner in ("tp2", "tp1x2")
+    assert all(v["reason"] for v in data["selection"]["verdicts"])
+    runs = json.loads(_orch("runs", "--store", db, "--json").stdout)
+    assert runs[0]["winner"] == winner and runs[0]["metadata"] == {"eval_run_id": "ci-1"}
+    report = _orch("report", data["run_id"], "--store", db)
+    assert report.returncode == 0 and f"winner: {winner}" in report.stdout
+    export = _orch("export", data["run_id"], "--store", db, "--format", "csv", "--requests")
+    assert export.returncode == 0 and len(export.stdout.splitlines()) > 16  # header + every request
+
+
+def test_no_layout_meets_an_impossible_slo_exit_3(tmp_path: Path) -> None:
+    spec = _write(tmp_path, slo={"ttft_p99_ms": 0.001}, layouts=["tp2"])
+    out = _orch("sweep", spec, "--store", str(tmp_path / "r.db"))
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "no layout meets the SLO" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_resume_finishes_an_interrupted_run(tmp_path: Path) -> None:
+    from orchestrator.pipeline.sweep import Sweep
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.db import Store
+
+    class Quiet:
+        def phase(self, *a: object) -> None: ...
+        def point_start(self, *a: object) -> None: ...
+        def record(self, *a: object) -> None: ...
+        def begin(self, *a: object) -> None: ...
+        def append(self, *a: object) -> None: ...
+        def point_done(self, *a: object) -> None: ...
+        def layout_done(self, *a: object) -> None: ...
+
+    db = tmp_path / "r.db"
+    spec_path = _write(tmp_path, layouts=["tp2", "tp1x2"])
+    store = Store(db)
+    sweep = Sweep(load_spec(spec_path), store, Quiet(), spec_path=spec_path)
+    # Run only the first layout, as if Ctrl-C came before the second.
+    store.create_run(
+        run_id=sweep.run_id,
+        spec_path=spec_path,
+        spec_json=sweep.spec.model_dump(mode="json"),
+        spec_hash="h",
+        engine="sim",
+        engine_version=None,
+        model="qwen2.5-7b",
+        model_config_hash=None,
+        orch_version="t",
+        hardware={},
+        metadata={},
+    )
+    sweep._one_layout(sweep.spec.layouts[0])
+    store.finish_run(sweep.run_id, "interrupted", None)
+    first = store.points(sweep.run_id, "tp2")
+    store.close()
+    out = _orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp2": "measured", "tp1x2": "measured"}
+    again = Store(db).points(sweep.run_id, "tp2")
+    assert [p.metrics for p in again] == [p.metrics for p in first]  # not re-measured
