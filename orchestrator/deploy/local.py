@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,10 +31,23 @@ class _Proc:
     log_path: Path
 
 
+# Engine programs may live in their own virtualenv (vLLM for CPU does, in CI): ORCH_<NAME>_BIN names it.
+_PROGRAM_ENV = {"vllm": "ORCH_VLLM_BIN", "sglang": "ORCH_SGLANG_BIN", "ray": "ORCH_RAY_BIN"}
+
+
 def _argv(spec: ProcessSpec) -> list[str]:
     argv = list(spec.argv)
-    if argv and argv[0] == "python":  # the engines say "python"; here that is orch's own interpreter
+    if not argv:
+        raise DeployError("empty argv in the launch plan")
+    if argv[0] == "python":  # the engines say "python"; here that is orch's own interpreter
         argv[0] = sys.executable
+        return argv
+    var = _PROGRAM_ENV.get(argv[0])
+    if var and os.environ.get(var):
+        argv[0] = os.environ[var]
+    elif shutil.which(argv[0]) is None:
+        hint = f"; or set {var} to its path" if var else ""
+        raise DeployError(f"{argv[0]}: not found on PATH; install it on this machine{hint}")
     return argv
 
 

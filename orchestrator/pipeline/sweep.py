@@ -200,7 +200,7 @@ class Sweep:
     def _deploy_and_measure(self, layout: Layout, row: PlanRow, plan_d: dict[str, Any]) -> None:
         name, spec, obs = str(layout), self.spec, self.obs
         obs.phase(name, "compile")
-        opts = engine_options(spec)
+        opts = engine_options(spec, extra_env=tuple(sorted(spec.engine.env.items())))
         if spec.engine.name == "sim":
             opts = replace(opts, sim_args=sim_args_from_spec(spec))
         where = placement(spec)

@@ -112,6 +112,9 @@ class EngineSpec(_Spec):
     max_num_batched_tokens: int | None = Field(None, gt=0, description="Maximum tokens in one step.")
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
     extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment of the engine processes."
+    )
     time_scale: float = Field(
         1.0, gt=0, le=1, description="sim only: wall seconds per simulated second (0.25 runs 4x faster "
         "than real time; results are reported in simulated time)."

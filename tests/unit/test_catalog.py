@@ -133,9 +133,12 @@ def test_gpu_presets_load() -> None:
     assert set(gpu_names()) >= EXPECTED_GPUS
     for name in gpu_names():
         g = load_gpu(name)
-        assert g.memory_bytes > 1e10 and g.hbm_bytes_per_s > 1e11 and g.bf16_flops_per_s > 1e14
         assert g.intra_node.bandwidth_bytes_per_s > g.inter_node.bandwidth_bytes_per_s
         assert 0 < g.hbm_efficiency <= 1 and 0 < g.compute_efficiency <= 1
+        if name == "cpu":  # the CPU stand-in says its figures are guesses
+            assert "guesses" in g.source
+            continue
+        assert g.memory_bytes > 1e10 and g.hbm_bytes_per_s > 1e11 and g.bf16_flops_per_s > 1e14
         assert "datasheet" in g.source
 
 
