@@ -35,27 +35,29 @@ class SSEParser:
         return bool(self._buf.strip()) or bool(self._data)
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        self._buf += chunk
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\n" not in buf:
+            self._buf = buf
+            return []
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()  # the unfinished last line (b"" when buf ended with a newline)
         events: list[SSEEvent] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                break
-            raw, self._buf = self._buf[:nl], self._buf[nl + 1 :]
+        for raw in lines:
             line = raw[:-1] if raw.endswith(b"\r") else raw
             if not line:
                 if self._data:
                     events.append(SSEEvent("\n".join(self._data), self._event))
                 self._data, self._event = [], None
                 continue
+            if line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append((value[1:] if value.startswith(b" ") else value).decode("utf-8", "replace"))
+                continue
             if line.startswith(b":"):
                 continue
-            name, sep, value = line.partition(b":")
-            if sep and value.startswith(b" "):
-                value = value[1:]
-            text = value.decode("utf-8", errors="replace")
-            if name == b"data":
-                self._data.append(text)
+            name, _, value = line.partition(b":")
+            if name == b"data":  # a bare "data" line: an empty data field
+                self._data.append("")
             elif name == b"event":
-                self._event = text
+                self._event = (value[1:] if value.startswith(b" ") else value).decode("utf-8", "replace")
         return events

@@ -121,3 +121,9 @@ def test_queue_wait_apart_from_scheduling_lag_and_error_rate() -> None:
     assert m.sched_lag_ms is not None and m.sched_lag_ms.p99 == pytest.approx(2.0, abs=1e-6)
     assert m.queue_wait_ms is not None and m.queue_wait_ms.p50 == pytest.approx(500.0)
     assert m.error_rate == pytest.approx(0.2) and m.to_dict()["error_rate"] == pytest.approx(0.2)
+
+
+def test_sse_bare_data_line_and_partial() -> None:
+    p = SSEParser()
+    assert [e.data for e in p.feed(b"data\n\nevent: e\ndata:x\n\ndata: tail")] == ["", "x"]
+    assert p.pending == b"data: tail" and p.has_partial_event
