@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from orchestrator.compile.shell import node_script, to_shell
@@ -61,8 +61,14 @@ def compile_layout(
     engine = _engine(engine_name or spec.engine.name)
     where = placement(spec, node_addrs)
     options = engine_options(
-        spec, num_redundant_experts=num_redundant_experts, executor=executor, a2a_backend=a2a_backend
+        spec, engine=engine.name, num_redundant_experts=num_redundant_experts, executor=executor,
+        a2a_backend=a2a_backend,
     )
+    if engine.name == "sim":
+        # As the sweep does: the simulated server needs the model shapes and hardware it models.
+        from orchestrator.engines.sim import sim_args_from_spec
+
+        options = replace(options, sim_args=sim_args_from_spec(spec))
     plan = engine.launch_plan(layout, options, where)
     notes = list(getattr(engine, "warnings", lambda _l, _p: [])(layout, where))
     notes += [r for r in engine.unsupported(layout, where) if r not in notes]

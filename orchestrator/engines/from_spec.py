@@ -24,7 +24,7 @@ PRESET_WEIGHTS = {
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
 }
 
-CPU_NAMES = frozenset({"cpu"})
+CPU_NAMES = frozenset({"cpu", "x86-cpu"})  # the catalog's cpu preset and its alias
 DEFAULT_BASE_PORT = 8000
 
 
@@ -37,8 +37,13 @@ def _looks_local(ref: str) -> bool:
     return ref.startswith(("/", "./", "../", "~"))
 
 
-def model_ref(model: ModelSpec) -> str:
-    """What the engine loads: model.path, else the config_path's directory, else the preset's HF id."""
+def model_ref(model: ModelSpec, engine: str = "vllm") -> str:
+    """What the engine loads: model.path, else the config_path's directory, else the preset's HF id.
+
+    The sim loads no weights, so for it any name will do and nothing is checked on disk.
+    """
+    if engine == "sim":
+        return model.path or model.name or model.config_path or "model"
     if model.path:
         ref = model.path
         if _looks_local(ref) and not Path(ref).expanduser().exists():
@@ -67,13 +72,17 @@ def _engine_field(spec: SweepSpec, name: str, default: Any) -> Any:
 def engine_options(
     spec: SweepSpec,
     *,
+    engine: str | None = None,
     num_redundant_experts: int | None = None,
     executor: Literal["mp", "ray"] | None = None,
     a2a_backend: str | None = None,
     extra_env: tuple[tuple[str, str], ...] = (),
 ) -> EngineOptions:
-    """EngineOptions from the spec's model and engine sections; keyword arguments override the spec."""
-    model, engine = spec.model, spec.engine
+    """EngineOptions from the spec's model and engine sections; keyword arguments override the spec.
+
+    `engine` names the engine that will load the model (default: the spec's engine.name).
+    """
+    model, engine_spec = spec.model, spec.engine
     quantization = None
     if model.weight_dtype == "fp8":
         quantization = "fp8"  # online FP8 of a bf16 checkpoint; int4 checkpoints declare their own method
@@ -82,19 +91,20 @@ def engine_options(
         redundant = num_redundant_experts
     chosen_executor = executor or _engine_field(spec, "executor", "mp")
     return EngineOptions(
-        model=model_ref(model),
+        model=model_ref(model, engine or engine_spec.name),
         max_model_len=model.max_model_len,
-        max_num_seqs=engine.max_num_seqs,
-        max_num_batched_tokens=engine.max_num_batched_tokens,
-        gpu_memory_utilization=engine.gpu_memory_utilization,
+        max_num_seqs=engine_spec.max_num_seqs,
+        max_num_batched_tokens=engine_spec.max_num_batched_tokens,
+        gpu_memory_utilization=engine_spec.gpu_memory_utilization,
         kv_cache_dtype=None if model.kv_cache_dtype == "auto" else model.kv_cache_dtype,
         quantization=quantization,
-        enforce_eager=engine.enforce_eager,
-        extra_args=tuple(engine.extra_args),
+        enforce_eager=engine_spec.enforce_eager,
+        extra_args=tuple(engine_spec.extra_args),
         num_redundant_experts=int(redundant),
         executor=cast(Literal["mp", "ray"], chosen_executor),
         a2a_backend=a2a_backend or _engine_field(spec, "a2a_backend", None),
-        extra_env=extra_env,
+        # The spec's engine.env first; variables given here win.
+        extra_env=tuple(sorted((dict(engine_spec.env) | dict(extra_env)).items())),
     )
 
 
@@ -102,12 +112,9 @@ def _gpus_per_node(spec: SweepSpec) -> int:
     hw = spec.hardware
     if hw.gpus_per_node is not None:
         return hw.gpus_per_node
-    if is_cpu(hw.gpu):
-        raise SpecError(
-            "hardware.gpus_per_node: required when gpu is 'cpu'; set it to the worker ranks per node, e.g. 2"
-        )
     from orchestrator.catalog.loader import load_gpu
 
+    # The cpu preset counts ranks (one core each) as its "GPUs".
     return load_gpu(hw.gpu).gpus_per_node
 
 

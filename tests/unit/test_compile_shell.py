@@ -113,12 +113,21 @@ def test_placement_from_spec() -> None:
         placement(spec(), ("a", "b"))
 
 
-def test_placement_on_cpu_needs_gpus_per_node() -> None:
+def test_placement_on_cpu() -> None:
     text = SPEC.replace("gpu: h100-sxm", "gpu: cpu").replace("NODES", "1")
-    with pytest.raises(SpecError, match=r"hardware.gpus_per_node: required when gpu is 'cpu'"):
-        placement(parse_spec(text))
-    cpu = placement(parse_spec(text.replace("nodes: 1", "nodes: 1, gpus_per_node: 2")))
-    assert cpu.on_cpu and cpu.gpus_per_node == 2
+    cpu = placement(parse_spec(text))
+    assert cpu.on_cpu and cpu.gpus_per_node == 2  # the cpu preset's ranks per node
+    cpu = placement(parse_spec(text.replace("nodes: 1", "nodes: 1, gpus_per_node: 4")))
+    assert cpu.on_cpu and cpu.gpus_per_node == 4
+    with pytest.raises(SpecError, match="unknown GPU 'tpu9'"):
+        placement(parse_spec(SPEC.replace("gpu: h100-sxm", "gpu: tpu9").replace("NODES", "1")))
+
+
+def test_engine_env_and_sim_model() -> None:
+    text = SPEC.replace("NODES", "1").replace("extra_args:", "env: {A: '1', B: '2'}, extra_args:")
+    opts = engine_options(parse_spec(text), extra_env=(("B", "3"),))
+    assert opts.extra_env == (("A", "1"), ("B", "3"))
+    assert engine_options(spec(model="name: my-own-model"), engine="sim").model == "my-own-model"
 
 
 def test_compile_layout_warns_for_sglang_on_cpu() -> None:
