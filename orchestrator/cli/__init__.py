@@ -24,10 +24,16 @@ def _root() -> None:
     """orch: predict, deploy and measure LLM serving layouts."""
 
 
-# Command modules register themselves on `app` when imported.
-import orchestrator.cli.bench_cmd  # noqa: E402, F401
-from orchestrator.cli import catalog_cmd, plan_cmd, runs_cmd, sim_cmd, spec_cmd, sweep_cmd  # noqa: E402, F401
-from orchestrator.cli import compile_cmd as compile_cmd  # noqa: E402
+# Command modules register themselves on `app` when imported (one line each, sorted).
+import orchestrator.cli.bench_cmd  # noqa: E402
+import orchestrator.cli.catalog_cmd  # noqa: E402
+import orchestrator.cli.compile_cmd  # noqa: E402
+import orchestrator.cli.experts_cmd  # noqa: E402
+import orchestrator.cli.plan_cmd  # noqa: E402
+import orchestrator.cli.runs_cmd  # noqa: E402
+import orchestrator.cli.sim_cmd  # noqa: E402
+import orchestrator.cli.spec_cmd  # noqa: E402
+import orchestrator.cli.sweep_cmd  # noqa: E402, F401
 
 
 def main() -> None:

@@ -45,4 +45,5 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         max_num_seqs=spec.engine.max_num_seqs or 256,
         assumptions=assumptions,
         expert_popularity=popularity,
+        num_redundant_experts=spec.engine.num_redundant_experts,
     )

@@ -17,7 +17,7 @@ from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
-from orchestrator.plan.experts import imbalance, lognormal_popularity
+from orchestrator.plan.experts import imbalance, lognormal_popularity, place_redundant
 from orchestrator.plan.params import ParamCounts, count_params
 
 GB = 1e9
@@ -37,6 +37,7 @@ class PlanInputs:
     max_num_seqs: int = 256
     assumptions: Assumptions = field(default_factory=Assumptions)
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
+    num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
 
     @property
     def counts(self) -> ParamCounts:
@@ -116,7 +117,12 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     """The cost model of one layout; the simulator uses this too."""
     imb = 1.0
     if layout.ep and inputs.cfg.is_moe and inputs.cfg.num_routed_experts % layout.ep_size == 0:
-        imb = imbalance(inputs.popularity(), ep_ranks=layout.ep_size)
+        redundant = inputs.num_redundant_experts
+        if redundant and redundant % layout.ep_size == 0:
+            imb = place_redundant(inputs.popularity(), ep_ranks=layout.ep_size,
+                                  redundant_slots=redundant).imbalance_after
+        else:
+            imb = imbalance(inputs.popularity(), ep_ranks=layout.ep_size)
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,

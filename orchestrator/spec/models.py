@@ -119,6 +119,9 @@ class EngineSpec(_Spec):
         1.0, gt=0, le=1, description="sim only: wall seconds per simulated second (0.25 runs 4x faster "
         "than real time; results are reported in simulated time)."
     )
+    num_redundant_experts: int = Field(
+        0, ge=0, description="MoE with EP: extra expert slots over all EP ranks (EPLB), a multiple of them."
+    )
     runtime_reserve_bytes: float | None = Field(
         None, ge=0, description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."
     )

@@ -155,3 +155,13 @@ def test_best_batch_respects_itl_bound() -> None:
     assert free.best is not None and tight.best is not None
     assert tight.best.itl_ms <= 12.0 < free.best.itl_ms
     assert tight.best.batch < free.best.batch
+
+
+def test_redundant_experts_lower_the_ep_imbalance() -> None:
+    ds = load_model("deepseek-v3")
+    inp = PlanInputs(cfg=ds, gpu=load_gpu("h200"), cluster=Cluster(1, 8), weight_dtype="fp8",
+                     weight_bytes_per_value=1.0, max_model_len=8192)
+    plain = layout_cost(inp, parse_layout("dp8ep"))
+    eplb = layout_cost(replace(inp, num_redundant_experts=16), parse_layout("dp8ep"))
+    assert eplb.expert_imbalance < plain.expert_imbalance
+    assert eplb.step(64, 0, 0).total_s < plain.step(64, 0, 0).total_s
