@@ -158,11 +158,33 @@ class LayoutCost:
         m = max(1, min(p, batch))
         mb = math.ceil(batch / m)
         parts = self.step(mb, mb * context_tokens, mb * context_tokens)
+        return parts, self.round_s(m * mb, m * mb * context_tokens, m * mb * context_tokens, batch), m
+
+    def round_s(self, tokens: float, kv_tokens: float, attn_pairs: float, sequences: int) -> float:
+        """Time until every sequence of a batch has had its step (the simulator's step time).
+
+        Under PP the batch is split into m = min(p, sequences) equal micro-batches that keep every
+        stage busy: m times the slowest stage plus the p-1 transfers, and no less than one
+        micro-batch's trip through all stages. Without PP it is `step(...).total_s`, computed lean
+        (no parts) because the simulator calls it once per engine step.
+        """
+        p = len(self.stages)
+        m = max(1, min(p, sequences))
+        t, kv, pairs = tokens / m, kv_tokens / m, attn_pairs / m
+        moe_tokens, per_rank = self._moe_tokens(t)
+        touched = self.touched_fraction(moe_tokens)
+        total = slowest = 0.0
+        for st in self.stages:
+            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank)
+            s = (w + k if w + k > comp else comp) + tp + ep
+            total += s
+            if s > slowest:
+                slowest = s
         if p == 1:
-            return parts, parts.total_s, 1
-        stage_max = max(self.stage_times_s(mb, mb * context_tokens, mb * context_tokens))
+            return total
+        pp = (p - 1) * p2p_time_s(t * self.cfg.hidden_size * self.activation_bytes, self.pp_link)
         # A round can be no shorter than one token's trip through every stage.
-        return parts, max(m * stage_max + parts.pp_comm_s, parts.total_s), m
+        return max(m * slowest + pp, total + pp)
 
     def prefill(self, prompt_tokens: int) -> StepParts:
         """One prompt prefilled alone (TTFT without queueing): causal attention over T(T+1)/2 pairs."""

@@ -54,8 +54,8 @@ class Seq:
         return self.generated + (step - self.decode_start_step)
 
 
-@dataclass(frozen=True)
-class StepPlan:
+@dataclass(slots=True)
+class StepPlan:  # not frozen: built once per engine step, and frozen dataclasses are slow to build
     index: int
     tokens: int  # new tokens computed
     kv_tokens: int  # context tokens whose KV is read
@@ -143,6 +143,9 @@ class EngineCore:
         budget = cfg.max_num_batched_tokens - decodes
         kv_tokens = self.decode_ctx
         pairs = float(self.decode_ctx + decodes)  # each decode attends to its context and itself
+        if not self.prefilling and (not self.waiting or len(self.running) >= cfg.max_num_seqs):
+            # Pure decode step, the common case: nothing to admit or continue.
+            return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
         chunks: list[tuple[Seq, int]] = []
         used = self.kv_used_tokens() + decodes
         for seq in list(self.prefilling.values()):
@@ -173,18 +176,10 @@ class EngineCore:
         return StepPlan(self.step_index, tokens, kv_tokens, pairs, decodes, tuple(chunks), len(self.running))
 
     def step_time_s(self, plan: StepPlan) -> float:
-        """Cost-model time of the step. Under PP the batch is split into micro-batches that keep
-        every stage busy (as `LayoutCost.decode_round_s`)."""
+        """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
         if plan.tokens == 0:
             return 0.0
-        cost = self.cost
-        p = len(cost.stages)
-        if p == 1:
-            return cost.step(plan.tokens, plan.kv_tokens, plan.attn_pairs).total_s
-        m = max(1, min(p, plan.sequences))
-        parts = cost.step(plan.tokens / m, plan.kv_tokens / m, plan.attn_pairs / m)
-        stage_max = max(cost.stage_times_s(plan.tokens / m, plan.kv_tokens / m, plan.attn_pairs / m))
-        return max(m * stage_max + parts.pp_comm_s, parts.total_s)
+        return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences)
 
     def complete(self, plan: StepPlan) -> tuple[list[Seq], list[Seq]]:
         """Apply a step: (sequences that emitted their first token after a prefill, finished ones).

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
 
@@ -66,18 +64,24 @@ def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
         plans[e] = plan
         heapq.heappush(busy, (t + eng.step_time_s(plan), e))
 
+    push, pop = heapq.heappush, heapq.heappop
+
     i = 0
     while i < len(order) or busy:
         next_arrival = requests[order[i]].arrival_s if i < len(order) else math.inf
         if busy and busy[0][0] < next_arrival:
-            now, e = heapq.heappop(busy)
+            now, e = pop(busy)
+            eng = engines[e]
             plan = plans[e]
             assert plan is not None
-            engines[e].complete(plan)
+            eng.complete(plan)
             step_ends[e].append(now)
-            plans[e] = None
-            if engines[e].has_work():
-                start(e, now)
+            if eng.waiting or eng.running:  # start the next step at once (inlined start(), hot path)
+                plan = eng.schedule()
+                plans[e] = plan
+                push(busy, (now + eng.step_time_s(plan), e))
+            else:
+                plans[e] = None
             continue
         req = requests[order[i]]
         now = req.arrival_s
@@ -91,8 +95,7 @@ def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
         engines[e].add(seq)
         if plans[e] is None:
             start(e, now)
-    ends = [np.asarray(s, dtype=np.float64) for s in step_ends]
-    records = [_record(req, seqs.get(req.request_id), ends) for req in requests]
+    records = [_record(req, seqs.get(req.request_id), step_ends) for req in requests]
     summary = SimSummary(
         steps=sum(len(s) for s in step_ends),
         preemptions=sum(eng.preemptions for eng in engines),
@@ -101,15 +104,14 @@ def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
     return records, summary
 
 
-def _record(req: SimRequest, entry: tuple[Seq, int] | None,
-            ends: list[np.ndarray[tuple[int], np.dtype[np.float64]]]) -> RequestRecord:
+def _record(req: SimRequest, entry: tuple[Seq, int] | None, ends: list[list[float]]) -> RequestRecord:
     if entry is None:  # longer than the KV cache can ever hold: the engine answers 400
         return RequestRecord(req.request_id, req.arrival_s, req.arrival_s, req.arrival_s,
                              prompt_tokens=req.prompt_tokens, error="http_400")
     seq, e = entry
     times: list[float] = []
     for first, last in seq.segments:
-        times.extend(ends[e][first:last + 1].tolist())
+        times.extend(ends[e][first:last + 1])
     return RequestRecord(
         request_id=req.request_id, scheduled_s=req.arrival_s, sent_s=req.arrival_s,
         done_s=times[-1] if times else req.arrival_s, chunk_times_s=tuple(times),
