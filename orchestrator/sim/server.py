@@ -53,6 +53,9 @@ class SimServer:
         self.generation_tokens_total = 0
         self.requests_total = 0
         self.tasks: list[asyncio.Task[None]] = []
+        self.behind_s_sum = 0.0  # wall seconds the engine loops started steps late, summed
+        self.steps_total = 0
+        self.step_s_sum = 0.0  # simulated seconds of all steps
 
     # -- engine loops ------------------------------------------------------------------------------
     async def run_engine(self, e: int) -> None:
@@ -70,10 +73,16 @@ class SimServer:
             # clock restart from now.
             now = loop.time()
             start = now if was_idle or now - step_end > RESYNC_S else step_end
+            if not was_idle:
+                # How late this step's tokens go out: the harness's own error, reported on /metrics.
+                self.behind_s_sum += max(0.0, now - step_end)
+                self.steps_total += 1
             was_idle = False
             plan = eng.schedule()
             # The step's wall time is fixed when it starts; new arrivals join the next step.
-            step_end = start + eng.step_time_s(plan) * self.time_scale
+            step_s = eng.step_time_s(plan)
+            self.step_s_sum += step_s
+            step_end = start + step_s * self.time_scale
             await asyncio.sleep(max(0.0, step_end - loop.time()))
             for rid in eng.decoding:
                 self._emit(rid, 1)
@@ -123,6 +132,10 @@ class SimServer:
             "# TYPE vllm:request_success_total counter",
             f"vllm:request_success_total{label} {self.requests_total}",
             "# TYPE orch_sim_time_scale gauge", f"orch_sim_time_scale {self.time_scale}",
+            "# TYPE orch_sim_behind_seconds_sum counter",
+            f"orch_sim_behind_seconds_sum {self.behind_s_sum:.6f}",
+            "# TYPE orch_sim_steps_total counter", f"orch_sim_steps_total {self.steps_total}",
+            "# TYPE orch_sim_step_seconds_sum counter", f"orch_sim_step_seconds_sum {self.step_s_sum:.6f}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 

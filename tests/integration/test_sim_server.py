@@ -68,6 +68,7 @@ def test_streams_exact_token_counts_no_faster_than_the_model(server: str) -> Non
     with urllib.request.urlopen(server + "/metrics", timeout=5) as resp:
         text = resp.read().decode()
     assert "vllm:num_requests_running" in text and "vllm:kv_cache_usage_perc" in text
+    assert "orch_sim_behind_seconds_sum" in text and "orch_sim_steps_total" in text
     assert 'vllm:generation_tokens_total{model_name="qwen2.5-72b"} 120' in text
 
 
