@@ -29,3 +29,9 @@ class DeployError(OrchError):
 
 class EngineDied(DeployError):
     """An engine process exited while it was being waited on or measured."""
+
+
+class ConsistencyExceeded(OrchError):
+    """`orch consistency --max-divergence`: more outputs differ between the layouts than allowed."""
+
+    exit_code = 5

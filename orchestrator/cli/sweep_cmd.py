@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.cli import app, err_console
+from orchestrator.cli.consistency_cmd import consistency_lines
 from orchestrator.cli.sim_cmd import _rates
 from orchestrator.errors import NoLayoutMeetsSLO, SpecError
 from orchestrator.layout import parse_layouts
@@ -245,10 +246,20 @@ def report_command(
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
     store = Store(store_path)
     run = store.run(run_id)
+    stored = store.consistency(run.run_id)
+    checks = [{**c.result, "passed": c.passed, "max_divergence": c.max_divergence} for c in stored]
+    if checks and not store.layouts(run.run_id):  # an `orch consistency` run: no sweep to show
+        if as_json:
+            typer.echo(json.dumps(finite({"run_id": run.run_id, "consistency": checks}), indent=2))
+        for c in [] if as_json else checks:
+            typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
+        return
     spec = SweepSpec.model_validate(store.spec_json(run.run_id))
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if as_json:
-        typer.echo(_json_out(result, store))
+        typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
         print_result(result, store, Console(width=200))
+        for c in checks:
+            typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))

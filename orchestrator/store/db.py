@@ -2,7 +2,8 @@
 
 Tables: meta (schema version), runs (spec, hashes, versions, hardware seen, eval metadata, selection),
 layouts (plan, launch argv, status and reason), points (one load point's metrics and verdict),
-records (every RequestRecord as JSON). pandas reads it with `pd.read_sql("select ...", conn)`.
+records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts).
+pandas reads it with `pd.read_sql("select ...", conn)`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ CREATE TABLE IF NOT EXISTS records (
     record_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_by_point ON records (run_id, layout, label);
+CREATE TABLE IF NOT EXISTS consistency (
+    run_id TEXT NOT NULL, layout_a TEXT NOT NULL, layout_b TEXT NOT NULL, created_at REAL NOT NULL,
+    passed INTEGER, max_divergence REAL, result_json TEXT NOT NULL
+);
 """
 
 
@@ -79,6 +84,15 @@ class LayoutRow:
     reason: str | None
     plan: dict[str, Any] | None
     launch: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ConsistencyRow:
+    layout_a: str
+    layout_b: str
+    passed: bool | None
+    max_divergence: float | None
+    result: dict[str, Any]
 
 
 def record_to_json(rec: RequestRecord) -> str:
@@ -215,6 +229,30 @@ class Store:
                 [(run_id, layout, label, r.request_id, record_to_json(r)) for r in records],
             )
 
+    def add_consistency(
+        self,
+        run_id: str,
+        layout_a: str,
+        layout_b: str,
+        result: dict[str, Any],
+        *,
+        passed: bool | None,
+        max_divergence: float | None,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO consistency VALUES (?,?,?,?,?,?,?)",
+            (
+                run_id,
+                layout_a,
+                layout_b,
+                time.time(),
+                None if passed is None else int(passed),
+                max_divergence,
+                json.dumps(result, default=_json_default),
+            ),
+        )
+        self.conn.commit()
+
     def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
         self.conn.execute(
             "UPDATE runs SET finished_at=?, status=?, selection_json=? WHERE run_id=?",
@@ -289,6 +327,17 @@ class Store:
         rows = self.conn.execute(q + " ORDER BY rowid", args).fetchall()
         return [
             PointRow(r[0], r[1], r[2], None if r[3] is None else bool(r[3]), r[4], json.loads(r[5]))
+            for r in rows
+        ]
+
+    def consistency(self, run_id: str) -> list[ConsistencyRow]:
+        rows = self.conn.execute(
+            "SELECT layout_a, layout_b, passed, max_divergence, result_json FROM consistency "
+            "WHERE run_id=? ORDER BY rowid",
+            (run_id,),
+        ).fetchall()
+        return [
+            ConsistencyRow(r[0], r[1], None if r[2] is None else bool(r[2]), r[3], json.loads(r[4]))
             for r in rows
         ]
 
