@@ -71,6 +71,11 @@ class VLLMEngine:
             raise SpecError(f"layout {layout}: vllm cannot run it: " + "; ".join(problems))
         check_extra_args(options.extra_args)
         check_moe_options(layout, options)
+        if options.executor == "ray" and layout.dp > 1 and layout.gpus_per_replica > placement.gpus_per_node:
+            # vLLM's Ray DP backend places DP ranks itself; orch compiles multi-node DP with mp only.
+            raise SpecError(
+                f"engine executor: 'ray' with DP across nodes ({layout}) is not compiled by orch; use 'mp'"
+            )
         base = _serve_head(layout, options, placement)
         check_extra_duplicates(base, options.extra_args)
         replicas = tuple(

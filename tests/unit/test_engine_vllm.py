@@ -200,3 +200,10 @@ def test_cpu_ep_is_a_warning_not_an_error() -> None:
     assert engine.unsupported(parse_layout("tp2ep"), cpu) == []
     assert "compile only" in engine.warnings(parse_layout("tp2ep"), cpu)[0]
     assert engine.warnings(parse_layout("tp2ep"), ONE) == []
+
+
+def test_ray_executor_with_multi_node_dp_refused() -> None:
+    with pytest.raises(SpecError, match="'ray' with DP across nodes"):
+        plan("dp16", replace(OPTS, executor="ray"), TWO)
+    ((_, argv, _),) = procs(plan("dp8", replace(OPTS, executor="ray")))
+    assert argv[-6:-4] == ("--distributed-executor-backend", "ray")
