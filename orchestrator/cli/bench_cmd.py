@@ -231,6 +231,8 @@ def bench(
     gpus: Annotated[int | None, typer.Option(help="GPUs behind the endpoints, for per-GPU figures.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of prompts, lengths and arrivals.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="--json layout: orch, or vllm (`vllm bench serve "
+                                     "--save-result`; a list when there are several points).")] = "orch",
     save: Annotated[str | None, typer.Option(help="Write every request record to FILE.jsonl.")] = None,
 ) -> None:
     """Measure an OpenAI-compatible streaming server: TTFT, ITL, TPOT, E2E, throughput, goodput."""
@@ -242,6 +244,7 @@ def bench(
     kind = _choice(workload, WORKLOAD_KINDS, "--workload")
     arr: Arrival = _choice(arrival, ARRIVALS, "--arrival")  # type: ignore[assignment]
     bal: Balance = _choice(balance, BALANCE_KINDS, "--balance")  # type: ignore[assignment]
+    _choice(fmt, ("orch", "vllm"), "--format")
     urls = [u.strip() for u in base_url.split(",") if u.strip()]
     if not urls or any(not u.startswith(("http://", "https://")) for u in urls):
         raise SpecError(f"--base-url: {base_url!r}: give http(s)://HOST:PORT[,http://HOST2:PORT2]")
@@ -302,7 +305,12 @@ def bench(
     if save:
         n = save_records(save, run.points)
         console.print(f"saved {n} request records to {save}")
-    if as_json:
+    if as_json and fmt == "vllm":
+        from orchestrator.loadgen.vllm_format import vllm_result
+
+        results = [vllm_result(p, cfg, tokenizer) for p in run.points]
+        typer.echo(json.dumps(_finite(results[0] if len(results) == 1 else results), indent=2))
+    elif as_json:
         typer.echo(json.dumps(_finite(run.to_dict()), indent=2))
     else:
         console.print(_table(run.points))

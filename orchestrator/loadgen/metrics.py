@@ -67,6 +67,12 @@ def summarize(values_ms: Iterable[float]) -> Distribution:
     )
 
 
+def stddev(values: Iterable[float]) -> float | None:
+    """Population standard deviation (numpy's default, as `vllm bench serve` reports it); None if empty."""
+    arr = np.asarray(list(values), dtype=np.float64)
+    return float(arr.std()) if arr.size else None
+
+
 def parse_slo(slo: Mapping[str, float]) -> list[tuple[str, str, float]]:
     """{"ttft_p99_ms": 2000, "itl_token_p95_ms": 50} -> [("ttft", "p99", 2000.0), ...]."""
     out: list[tuple[str, str, float]] = []
@@ -156,6 +162,21 @@ def _span_rate(times: Sequence[float]) -> float | None:
     return (len(times) - 1) / span if span > 0 else math.inf
 
 
+def in_window(
+    records: Sequence[RequestRecord], warmup_s: float = 0.0, cooldown_s: float = 0.0
+) -> tuple[float, list[RequestRecord]]:
+    """The measurement window's length and the records sent and ended inside it (module docstring)."""
+    if not records:
+        return 0.0, []
+
+    def end_of(r: RequestRecord) -> float:
+        return r.done_s if r.done_s is not None else r.sent_s
+
+    start = min(r.scheduled_s for r in records) + warmup_s
+    end = max(end_of(r) for r in records) - cooldown_s
+    return max(end - start, 0.0), [r for r in records if r.sent_s >= start and end_of(r) <= end]
+
+
 def compute_metrics(
     records: Sequence[RequestRecord],
     *,
@@ -173,13 +194,7 @@ def compute_metrics(
             0, 0, 0, 0, {}, 0, 0.0, empty, empty, empty, empty, empty, 0.0, 0.0, 0.0, 0, 0, gpus, None, slo_d
         )
 
-    def end_of(r: RequestRecord) -> float:
-        return r.done_s if r.done_s is not None else r.sent_s
-
-    start = min(r.scheduled_s for r in records) + warmup_s
-    end = max(end_of(r) for r in records) - cooldown_s
-    window = max(end - start, 0.0)
-    inside = [r for r in records if r.sent_s >= start and end_of(r) <= end]
+    window, inside = in_window(records, warmup_s, cooldown_s)
     done = [r for r in inside if r.ok]
 
     failures = Counter(r.error for r in records if r.error is not None)

@@ -61,6 +61,21 @@ def test_bench_json_and_save(server_url: str, tmp_path: Path) -> None:
     assert len(data["config"]["targets"]) == 2
 
 
+def test_bench_vllm_format(server_url: str) -> None:
+    res = _orch("--base-url", server_url, "--model", "m", "--rate", "80", "--num-requests", "10",
+                "--input-len", "8", "--output-len", "5", "--json", "--format", "vllm")
+    assert res.returncode == 0, res.stderr
+    r = json.loads(res.stdout)
+    assert r["completed"] == 10 and r["failed"] == 0 and r["total_output_tokens"] == 50
+    assert r["request_rate"] == 80 and r["backend"] == "orch" and r["endpoint_type"] == "openai"
+    assert len(r["ttfts"]) == len(r["itls"]) == len(r["latencies"]) == 10
+    assert all(len(g) == 4 for g in r["itls"])
+    ttfts_ms = sorted(t * 1e3 for t in r["ttfts"])
+    assert r["median_ttft_ms"] == pytest.approx((ttfts_ms[4] + ttfts_ms[5]) / 2)
+    assert r["std_ttft_ms"] >= 0 and 20 <= r["median_ttft_ms"] <= 40 and 3 <= r["median_itl_ms"] <= 8
+    assert r["mean_e2el_ms"] > r["mean_ttft_ms"]
+
+
 def test_bench_table_concurrency_chat(server_url: str) -> None:
     res = _orch("--base-url", server_url, "--model", "m", "--endpoint", "chat", "--concurrency", "2",
                 "--num-requests", "6", "--input-len", "16", "--output-len", "4")
@@ -112,6 +127,7 @@ def test_cli_choices_match_the_load_generator() -> None:
         (["--rate", "4", "--num-requests", "1", "--endpoint", "embeddings"], "--endpoint"),
         (["--rate", "4", "--num-requests", "1", "--tokenizer", "/nonexistent"], "--tokenizer"),
         (["--rate", "4", "--num-requests", "0"], "--num-requests"),
+        (["--rate", "4", "--num-requests", "1", "--format", "csv"], "--format"),
         (["--rate", "4", "--num-requests", "1", "--base-url", "localhost:8000"], "--base-url"),
     ],
 )
