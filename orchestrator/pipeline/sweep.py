@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.deploy.base import deployed, free_base_port
-from orchestrator.deploy.local import LocalProcessTarget
+from orchestrator.deploy.targets import check_sweepable, make_target, probe_host
 from orchestrator.engines import get_engine
 from orchestrator.engines.from_spec import engine_options, placement
 from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError, SpecError
+from orchestrator.errors import DeployError, OrchError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
@@ -30,7 +30,7 @@ from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome, PointOutcome, Selection, select
 from orchestrator.spec.load import spec_hash
-from orchestrator.spec.models import LocalTarget, SweepSpec
+from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import Store
 
 DEFAULT_READY_TIMEOUT_S = 900.0
@@ -122,15 +122,11 @@ class Sweep:
         self.spec_path = spec_path
         self.resuming = run_id is not None
         self.run_id = run_id or new_run_id()
-        if not isinstance(spec.target, LocalTarget):
-            raise SpecError(
-                f"target.kind: '{spec.target.kind}' sweeps are not built yet; use kind: local "
-                "(orch compile prints the commands and manifests for other targets)"
-            )
+        check_sweepable(spec.target)
         self.engine = get_engine(spec.engine.name)
         self.inputs = plan_inputs(spec)
         self.scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
-        base = self.opts.workdir or spec.target.workdir or tempfile.mkdtemp(prefix="orch-")
+        base = self.opts.workdir or getattr(spec.target, "workdir", None) or tempfile.mkdtemp(prefix="orch-")
         self.workdir = Path(base) / self.run_id
 
     # -- run ------------------------------------------------------------------------------------
@@ -207,10 +203,11 @@ class Sweep:
         reasons = self.engine.unsupported(layout, where)
         if reasons:
             raise DeployError(f"{spec.engine.name} cannot run {name}: " + "; ".join(reasons))
-        where = replace(where, base_port=free_base_port(max(layout.replicas, 1), where.nodes[0]))
+        base_port = free_base_port(max(layout.replicas, 1), probe_host(spec.target, where))
+        where = replace(where, base_port=base_port)
         launch = self.engine.launch_plan(layout, opts, where)
         self.store.set_layout(self.run_id, name, layout.gpus, "pending", plan=plan_d, launch=launch.to_dict())
-        target = LocalProcessTarget(self.workdir / name)
+        target = make_target(spec.target, self.workdir / name, where)
         obs.phase(name, "deploy")
         timeout = self.opts.ready_timeout_s or spec.engine.startup_s or DEFAULT_READY_TIMEOUT_S
         with deployed(target, launch, timeout) as dep:

@@ -1,0 +1,45 @@
+"""The deploy target a sweep spec asks for: local processes or a Ray cluster (Kubernetes: Helm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.deploy.local import LocalProcessTarget
+from orchestrator.deploy.ray import RayTarget
+from orchestrator.engines.base import Placement
+from orchestrator.errors import SpecError
+from orchestrator.spec.models import KubernetesTarget, LocalTarget, TargetSpec
+from orchestrator.spec.models import RayTarget as RayTargetSpec
+
+KUBERNETES_HINT = (
+    "target.kind: 'kubernetes' is not swept by orch itself; write the objects with "
+    "`orch compile --format helm-values` (or `orch promote`) and install them with helm, "
+    "or sweep with kind: local | ray"
+)
+
+
+def check_sweepable(target: TargetSpec) -> None:
+    if isinstance(target, KubernetesTarget):
+        raise SpecError(KUBERNETES_HINT)
+
+
+def probe_host(target: TargetSpec, where: Placement) -> str:
+    """Where free ports are looked for: the local target's node; for Ray, this machine (each actor
+    checks its ports again on its own node before it starts)."""
+    return where.nodes[0] if isinstance(target, LocalTarget) else "127.0.0.1"
+
+
+def make_target(target: TargetSpec, workdir: Path, where: Placement) -> LocalProcessTarget | RayTarget:
+    if isinstance(target, LocalTarget):
+        return LocalProcessTarget(workdir)
+    if isinstance(target, RayTargetSpec):
+        return RayTarget(
+            workdir,
+            address=target.address,
+            namespace=target.namespace,
+            runtime_env=target.runtime_env,
+            gpus_per_node=where.gpus_per_node,
+            on_cpu=where.on_cpu,
+            node_names=where.nodes,
+        )
+    raise SpecError(KUBERNETES_HINT)

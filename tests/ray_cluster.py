@@ -1,0 +1,64 @@
+"""Local Ray clusters for the `ray` tier: on loopback, fake GPU resources, ports chosen free by Ray/the OS.
+
+Skips when ray is missing; with ORCH_CI=1 fails instead (no tier skipped silently). See
+.ci/setup.d/50-ray.sh and ../shared notes (Ray section).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+import pytest
+
+SETUP_HINT = "run `source .ci/setup.d/50-ray.sh` (installs ray into .venv) or pip install 'orch[ray]'"
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def ray_or_skip() -> Any:
+    os.environ.update(LOOPBACK_ENV)  # before ray is imported: every socket stays on 127.0.0.1
+    try:
+        import ray
+    except ImportError:
+        message = f"ray not importable; {SETUP_HINT}"
+        if os.environ.get("ORCH_CI") == "1":
+            pytest.fail(f"ORCH_CI=1 but {message}")
+        pytest.skip(message)
+    return ray
+
+
+def free_port() -> int:
+    """An OS-chosen free port outside Ray's worker range (10002-19999)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not 10002 <= port <= 19999:
+            return port
+    raise OSError("no free port outside 10002-19999")
+
+
+def leftovers(ray: Any, wait_s: float = 30.0) -> tuple[list[Any], list[str]]:
+    """Named actors still alive and placement groups not removed, cluster-wide. Removal is asynchronous
+    in Ray, so this waits (up to wait_s) for both lists to empty before it answers."""
+    from ray.util.placement_group import placement_group_table
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        actors = list(ray.util.list_named_actors(all_namespaces=True))
+        groups = [pg_id for pg_id, pg in placement_group_table().items() if pg["state"] != "REMOVED"]
+        if (not actors and not groups) or time.monotonic() > deadline:
+            return actors, groups
+        time.sleep(0.2)
+
+
+def free_gpus(ray: Any, want: float, wait_s: float = 30.0) -> float:
+    """Unreserved GPUs, once they reach `want` (resources come back asynchronously) or wait_s passes."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        have = float(ray.available_resources().get("GPU", 0.0))
+        if have >= want or time.monotonic() > deadline:
+            return have
+        time.sleep(0.2)
