@@ -183,6 +183,8 @@ def load_model(name_or_path: str) -> ModelConfig:
     if path.is_file():
         stem = path.parent.name if path.name == "config.json" else path.stem
         return model_from_hf_config(_read_json(path), stem or str(path), where=str(path))
+    if "/" in name_or_path or key.endswith(".json"):
+        raise SpecError(f"{name_or_path}: no such file (give a config.json or a directory holding one)")
     raise _unknown("model", name_or_path, names)
 
 
