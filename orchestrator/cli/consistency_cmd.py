@@ -48,8 +48,8 @@ def consistency_lines(r: dict[str, Any], passed: bool | None = None, bound: floa
         f"max {r['max_tokens']} tokens, greedy",
         f"  exact match: {r['exact_match_rate']:.1%} ({round(r['exact_match_rate'] * r['n_prompts'])}"
         f"/{r['n_prompts']})",
-        f"  first divergence at token: p50 {_f(fd['p50'])}, min..max over {fd['n']} diverged: "
-        + (f"{hist}" if hist else "none"),
+        f"  first divergence at token: p50 {_f(fd['p50'])} over {fd['n']} diverged outputs; by position: "
+        + (hist or "none"),
         f"  argmax agreement before divergence: {_f(r['argmax_agreement_before_divergence'])}; "
         f"teacher-forced over A's whole output: {_f(r['argmax_agreement_teacher_forced'])}",
         f"  KL(A||B) per token, nats: mean {_f(kl['mean'])}, p99 {_f(kl['p99'])}, max {_f(kl['max'])} "
