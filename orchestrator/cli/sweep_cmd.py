@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +19,8 @@ from orchestrator.layout import parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, finite, outcomes_from_store
+from orchestrator.report.compare import compare_runs
+from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.models import SweepSpec
@@ -76,6 +79,24 @@ def _num(v: float | None, nd: int = 2) -> str:
     return "-" if v is None else f"{v:,.{nd}f}"
 
 
+def _err(measured: object, predicted: object) -> str:
+    if not isinstance(measured, int | float) or not isinstance(predicted, int | float) or not measured:
+        return "?"
+    return f"{(predicted - measured) / measured:+.0%}"
+
+
+def _predicted(m: dict[str, Any]) -> str:
+    """The simulator's prediction for the same requests, with its error against the measurement."""
+    pred = m.get("predicted") or {}
+    if not pred or "error" in pred:
+        return "-"
+    ttft, tpot = (m.get("ttft_ms") or {}).get("p99"), (m.get("tpot_ms") or {}).get("p50")
+    return (
+        f"{_num(pred.get('ttft_p99_ms'), 1)} ({_err(ttft, pred.get('ttft_p99_ms'))}) / "
+        f"{_num(pred.get('tpot_p50_ms'), 1)} ({_err(tpot, pred.get('tpot_p50_ms'))})"
+    )
+
+
 def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
     table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
     for col in (
@@ -88,13 +109,14 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         "TPOT p50 ms",
         "out tok/s/GPU",
         "goodput req/s",
+        "predicted TTFT p99 / TPOT p50 (err)",
         "SLO",
     ):
         table.add_column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right")
     for o in result.outcomes:
         if not o.points:
             table.add_row(
-                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
+                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
             )
         for p in store.points(result.run_id, o.layout):
             m = p.metrics
@@ -109,6 +131,7 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
                 _num((m.get("tpot_ms") or {}).get("p50"), 1),
                 _num(per_gpu.get("output_throughput"), 1),
                 _num(m.get("goodput")),
+                _predicted(m),
                 "pass" if p.passed else f"fail: {p.verdict}",
             )
     console.print(table)
@@ -242,6 +265,9 @@ def report_command(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    html_out: Annotated[
+        str | None, typer.Option("--html", help="Also write an HTML report with a plot.")
+    ] = None,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
     store = Store(store_path)
@@ -257,9 +283,73 @@ def report_command(
     spec = SweepSpec.model_validate(store.spec_json(run.run_id))
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
+    if html_out is not None:
+        points = {o.layout: store.points(run.run_id, o.layout) for o in outcomes}
+        status = {o.layout: (o.status, o.reason) for o in outcomes}
+        page = render_html(store.run_info(run.run_id), result.selection, points, status)
+        Path(html_out).write_text(page, encoding="utf-8")
+        err_console.print(f"wrote {html_out}")
     if as_json:
         typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
         print_result(result, store, Console(width=200))
         for c in checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
+
+
+@app.command("compare")
+def compare_command(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The baseline run.")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run to judge.")],
+    threshold: Annotated[
+        str, typer.Option("--threshold", help="Relative change that counts, e.g. 5%.")
+    ] = "5%",
+    store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """What changed between two runs; exit code 1 on a regression (the nightly CI verdict)."""
+    text = threshold.strip().rstrip("%")
+    try:
+        limit = float(text) / (100 if threshold.strip().endswith("%") else 1)
+    except ValueError:
+        raise SpecError(f"--threshold {threshold!r}: give a relative change such as 5% or 0.05") from None
+    if limit < 0:
+        raise SpecError("--threshold must not be negative")
+    store = Store(store_path)
+    a, b = store.run(run_a).run_id, store.run(run_b).run_id
+    changes = compare_runs(store, a, b, limit)
+    regressions = [c for c in changes if c.regression]
+    if as_json:
+        typer.echo(
+            json.dumps(
+                finite(
+                    {
+                        "baseline": a,
+                        "run": b,
+                        "threshold": limit,
+                        "regression": bool(regressions),
+                        "changes": [c.__dict__ for c in changes],
+                    }
+                ),
+                indent=2,
+            )
+        )
+    else:
+        table = Table(title=f"orch compare {a} -> {b} (threshold {limit:.0%})", title_justify="left")
+        for col in ("layout", "load point", "metric", "before", "after", "change", "verdict"):
+            table.add_column(col)
+        for c in changes:
+            rel = "-" if c.relative is None else f"{c.relative:+.1%}"
+            table.add_row(
+                c.layout,
+                c.point,
+                c.metric,
+                _num(c.before),
+                _num(c.after),
+                rel,
+                ("[red]regression[/]" if c.regression else "ok") + (f": {c.note}" if c.note else ""),
+            )
+        Console(width=200).print(table)
+        typer.echo(f"{len(regressions)} regression(s)" if regressions else "no regression")
+    if regressions:
+        raise typer.Exit(1)

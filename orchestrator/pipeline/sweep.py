@@ -23,6 +23,8 @@ from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointRe
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.pipeline.harness import read_counters, unreliable_because
+from orchestrator.pipeline.predict import predicted_metrics
 from orchestrator.pipeline.provenance import hardware_seen, model_config_hash, new_run_id, orch_version
 from orchestrator.pipeline.timescale import unscale
 from orchestrator.plan.from_spec import plan_inputs
@@ -225,14 +227,12 @@ class Sweep:
                 obs.phase(name, f"bench {point.label}")
                 result = self._bench_point(clients, layout, rate)
                 target.check_alive(dep)
+                metrics = finite(result.metrics.to_dict())
+                metrics["predicted"] = finite(
+                    predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
+                )
                 self.store.add_point(
-                    self.run_id,
-                    name,
-                    point.label,
-                    rate,
-                    result.passed,
-                    result.verdict,
-                    finite(result.metrics.to_dict()),
+                    self.run_id, name, point.label, rate, result.passed, result.verdict, metrics,
                     result.records,
                 )
                 obs.point_done(name, result)
@@ -256,6 +256,8 @@ class Sweep:
         )
         label = LoadPoint(rate=rate).label
         self.obs.point_start(str(layout), label, n)
+        urls = [c.base_url for c in clients]
+        before = read_counters(urls) if self.spec.engine.name == "sim" else None
         raw = asyncio.run(run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), self.obs))
         records = unscale(raw.records, s)
         measure = replace(
@@ -265,7 +267,13 @@ class Sweep:
             slo=slo,
             max_error_rate=self.spec.slo.max_error_rate,
         )
-        return BenchRun(measure).measure(LoadPoint(rate=rate), records)
+        result = BenchRun(measure).measure(LoadPoint(rate=rate), records)
+        if before is not None:
+            bounds = list(slo.values()) if slo else []
+            why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)
+            if why is not None:
+                result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
+        return result
 
 
 async def _warm_up(clients: Sequence[ClientConfig]) -> None:

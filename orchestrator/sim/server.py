@@ -55,6 +55,7 @@ class SimServer:
         self.tasks: list[asyncio.Task[None]] = []
         self.behind_s_sum = 0.0  # wall seconds the engine loops started steps late, summed
         self.steps_total = 0
+        self.lost_s_sum = 0.0  # wall seconds lost to clock restarts after falling too far behind
         self.step_s_sum = 0.0  # simulated seconds of all steps
 
     # -- engine loops ------------------------------------------------------------------------------
@@ -74,9 +75,14 @@ class SimServer:
             now = loop.time()
             start = now if was_idle or now - step_end > RESYNC_S else step_end
             if not was_idle:
-                # How late this step's tokens go out: the harness's own error, reported on /metrics.
-                self.behind_s_sum += max(0.0, now - step_end)
+                # How late this step's tokens go out (jitter), and the time lost when the loop gave up
+                # catching up (drift): the harness's own error, reported on /metrics.
+                late = max(0.0, now - step_end)
                 self.steps_total += 1
+                if late > RESYNC_S:
+                    self.lost_s_sum += late
+                else:
+                    self.behind_s_sum += late
             was_idle = False
             plan = eng.schedule()
             # The step's wall time is fixed when it starts; new arrivals join the next step.
@@ -135,6 +141,7 @@ class SimServer:
             "# TYPE orch_sim_behind_seconds_sum counter",
             f"orch_sim_behind_seconds_sum {self.behind_s_sum:.6f}",
             "# TYPE orch_sim_steps_total counter", f"orch_sim_steps_total {self.steps_total}",
+            "# TYPE orch_sim_lost_seconds_sum counter", f"orch_sim_lost_seconds_sum {self.lost_s_sum:.6f}",
             "# TYPE orch_sim_step_seconds_sum counter", f"orch_sim_step_seconds_sum {self.step_s_sum:.6f}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

@@ -54,8 +54,14 @@ def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> Non
     assert all(v["reason"] for v in data["selection"]["verdicts"])
     runs = json.loads(_orch("runs", "--store", db, "--json").stdout)
     assert runs[0]["winner"] == winner and runs[0]["metadata"] == {"eval_run_id": "ci-1"}
-    report = _orch("report", data["run_id"], "--store", db)
+    predicted = layouts["tp2"]["points"][0]["metrics"]["predicted"]
+    assert predicted["source"].startswith("orch simulate") and predicted["tpot_p50_ms"] > 0
+    page = tmp_path / "r.html"
+    report = _orch("report", data["run_id"], "--store", db, "--html", str(page))
     assert report.returncode == 0 and f"winner: {winner}" in report.stdout
+    assert "<svg" in page.read_text() and "Measured beside predicted" in page.read_text()
+    same = _orch("compare", data["run_id"], data["run_id"], "--store", db)
+    assert same.returncode == 0 and "no regression" in same.stdout
     export = _orch("export", data["run_id"], "--store", db, "--format", "csv", "--requests")
     assert export.returncode == 0 and len(export.stdout.splitlines()) > 16  # header + every request
 

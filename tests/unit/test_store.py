@@ -55,3 +55,42 @@ def test_schema_version_mismatch_is_a_clear_error(tmp_path: Path) -> None:
     s.close()
     with pytest.raises(OrchError, match="schema version"):
         Store(tmp_path / "r.db")
+
+
+def test_compare_flags_regressions_beyond_the_threshold(tmp_path: Path) -> None:
+    from orchestrator.report.compare import compare_runs
+
+    s = Store(tmp_path / "c.db")
+    for rid, goodput, ttft, passed in (
+        ("run-a-000001", 2.0, 100.0, True),
+        ("run-b-000002", 1.5, 104.0, False),
+    ):
+        s.create_run(
+            run_id=rid,
+            spec_path=None,
+            spec_json={},
+            spec_hash="h",
+            engine="sim",
+            engine_version=None,
+            model="m",
+            model_config_hash=None,
+            orch_version="o",
+            hardware={},
+            metadata={},
+        )
+        s.add_point(
+            rid,
+            "tp8",
+            "rate=4/s",
+            4.0,
+            passed,
+            "" if passed else "SLO not met",
+            {"goodput": goodput, "ttft_ms": {"p99": ttft}},
+            [],
+        )
+        s.finish_run(rid, "done", {"winner": "tp8" if passed else None})
+    changes = {c.metric: c for c in compare_runs(s, "run-a-000001", "run-b-000002", 0.05)}
+    assert changes["goodput req/s"].regression and changes["goodput req/s"].relative == -0.25
+    assert "TTFT p99 ms" not in changes  # +4% is inside the 5% threshold
+    assert changes["SLO"].regression and changes["winner"].regression
+    assert not any(c.regression for c in compare_runs(s, "run-a-000001", "run-a-000001", 0.05))

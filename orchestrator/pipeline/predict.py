@@ -1,0 +1,28 @@
+"""The prediction stored beside each measured load point: the same requests through the simulated
+engine in virtual time (orch simulate), so a report can show predicted, measured and the error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import OrchError
+from orchestrator.layout import Layout
+from orchestrator.plan.planner import PlanInputs
+from orchestrator.sim.run import simulate_point
+from orchestrator.spec.models import SweepSpec
+
+
+def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float,
+                      num_requests: int | None) -> dict[str, Any]:
+    try:
+        sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
+    except OrchError as exc:  # e.g. the layout does not fit the model's memory: nothing to predict
+        return {"source": "orch simulate (virtual time)", "error": str(exc)}
+    m = sp.result.metrics
+    return {
+        "source": "orch simulate (virtual time)",
+        "ttft_p50_ms": m.ttft_ms.p50, "ttft_p99_ms": m.ttft_ms.p99,
+        "itl_p99_ms": m.itl_chunk_ms.p99, "tpot_p50_ms": m.tpot_ms.p50,
+        "output_tokens_per_s_per_gpu": (m.per_gpu or {}).get("output_throughput"),
+        "goodput": m.goodput, "passed": sp.result.passed,
+    }
