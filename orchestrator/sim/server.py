@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -53,6 +54,8 @@ class SimServer:
         self.generation_tokens_total = 0
         self.requests_total = 0
         self.tasks: list[asyncio.Task[None]] = []
+        self.exit_after: int | None = None
+        self.accepted = 0
         self.behind_s_sum = 0.0  # wall seconds the engine loops started steps late, summed
         self.steps_total = 0
         self.lost_s_sum = 0.0  # wall seconds lost to clock restarts after falling too far behind
@@ -170,6 +173,9 @@ class SimServer:
         if prompt_tokens + max_tokens > self.max_model_len:
             return _error(400, f"This model's maximum context length is {self.max_model_len} tokens; "
                                f"the request has {prompt_tokens} prompt + {max_tokens} output tokens")
+        self.accepted += 1
+        if self.exit_after is not None and self.accepted > self.exit_after:
+            os._exit(1)  # a crash, not a shutdown: no response, connections drop (fault injection)
         e = self._pick()
         if not self.engines[e].fits(prompt_tokens, max_tokens):
             return _error(400, "the request does not fit the KV cache")
@@ -319,6 +325,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-s", type=float, default=0.0, help="wall seconds before /health is 200")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--exit-after-requests", type=int, default=None, metavar="N",
+                   help="fault injection for tests: the process dies (exit 1) when request N+1 arrives")
     return p.parse_args(argv)
 
 
@@ -353,8 +361,10 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
     engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens)
     if args.time_scale <= 0:
         raise OrchError("--time-scale must be > 0")
-    return SimServer(engines, model_name=args.served_model_name or args.model, time_scale=args.time_scale,
-                     startup_s=args.startup_s, max_model_len=max_len)
+    server = SimServer(engines, model_name=args.served_model_name or args.model, time_scale=args.time_scale,
+                       startup_s=args.startup_s, max_model_len=max_len)
+    server.exit_after = args.exit_after_requests
+    return server
 
 
 def main(argv: Sequence[str] | None = None) -> None:

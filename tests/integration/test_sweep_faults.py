@@ -1,0 +1,125 @@
+"""Faults during a sweep: an engine killed mid-benchmark, and Ctrl-C mid-sweep then --resume.
+
+Afterwards no engine process of the sweep is alive (checked by PID, from /proc), the store is
+consistent and the sweep can be finished."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from test_sweep_sim import SPEC  # pytest puts this directory on sys.path
+
+
+def _write(tmp_path: Path, **changes: object) -> str:
+    spec = json.loads(json.dumps(SPEC))
+    spec.update(changes)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def _sim_pids(marker: str) -> list[int]:
+    """Live simulated-server processes whose command line mentions `marker` (the run's ports)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "orchestrator.sim.server" in cmd and marker in cmd and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> None:
+    engine = {**SPEC["engine"], "extra_args": ["--exit-after-requests", "6"]}  # type: ignore[dict-item]
+    spec = _write(tmp_path, engine=engine, layouts=["tp2"])
+    db = str(tmp_path / "r.db")
+    workdir = tmp_path / "w"
+    out = _orch("sweep", spec, "--store", db, "--json", "--workdir", str(workdir))
+    assert out.returncode == 3, out.stderr[-2000:]  # the only layout failed: nobody meets the SLO
+    data = json.loads(out.stdout)
+    layout = data["layouts"][0]
+    assert layout["status"] == "failed" and "exited with code 1 during the measurement" in layout["reason"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM runs").fetchone()[0] == "done"
+        launch = json.loads(conn.execute("SELECT launch_json FROM layouts").fetchone()[0])
+    port = launch["replicas"][0]["processes"][0]["ports"][0]
+    assert _sim_pids(f"--port {port}") == []
+
+
+def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path) -> None:
+    spec = _write(
+        tmp_path,
+        layouts=["tp2", "tp1x2"],
+        workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]},
+    )  # type: ignore[dict-item]
+    db = tmp_path / "r.db"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from orchestrator.cli import main; main()",
+            "sweep",
+            spec,
+            "--store",
+            str(db),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    launched: list[int] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not launched:
+        time.sleep(0.5)
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                row = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchone()
+            if row and row[0]:
+                port = json.loads(row[0])["replicas"][0]["processes"][0]["ports"][0]
+                time.sleep(3)  # let it become healthy and start measuring
+                launched = _sim_pids(f"--port {port}")
+    assert launched, "the first layout's server never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "orch sweep --resume" in err
+    time.sleep(0.5)
+    assert not any(_alive(pid) for pid in launched)
+    with sqlite3.connect(db) as conn:
+        run_id, status = conn.execute("SELECT run_id, status FROM runs").fetchone()
+    assert status == "interrupted"
+    out = _orch("sweep", "--resume", run_id, "--store", str(db), "--json", "--num-requests", "12")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp2": "measured", "tp1x2": "measured"}
