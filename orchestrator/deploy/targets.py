@@ -12,9 +12,8 @@ from orchestrator.spec.models import KubernetesTarget, LocalTarget, TargetSpec
 from orchestrator.spec.models import RayTarget as RayTargetSpec
 
 KUBERNETES_HINT = (
-    "target.kind: 'kubernetes' is not swept by orch itself; write the objects with "
-    "`orch compile --format helm-values` (or `orch promote`) and install them with helm, "
-    "or sweep with kind: local | ray"
+    "target.kind: 'kubernetes' is not swept by orch itself; sweep with kind: local | ray, then write the "
+    "winner's Helm values with `orch promote RUN --format helm-values` and install them with helm"
 )
 
 

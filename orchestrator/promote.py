@@ -1,0 +1,280 @@
+"""`orch promote`: the winner of a stored run as deployable artifacts with provenance.
+
+Writes, into one directory a platform team can review and merge: the Helm values for the chart in helm/
+(compile.helm_values), the same objects as plain Kubernetes manifests (compile.k8s), the per-node shell
+launch commands (compile.shell), a Ray Serve LLM config (compile.ray_serve, vLLM only), and
+PROVENANCE.json/.md: which run, spec, model, engine, layout, load point, metrics and SLO the artifacts
+come from. A run measured on the simulator promotes for a real engine (vllm unless --engine says
+otherwise), and the provenance says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.compile import compile_layout, to_shell
+from orchestrator.compile.helm_values import CHART_NAME, helm_values
+from orchestrator.compile.k8s import K8sOptions, build_objects, options_from_target
+from orchestrator.compile.ray_serve import accelerator_type, serve_app_config
+from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
+from orchestrator.layout import Layout, parse_layout
+from orchestrator.pipeline.provenance import orch_version
+from orchestrator.promote_md import provenance_markdown
+from orchestrator.spec.models import KubernetesTarget, SweepSpec
+from orchestrator.store.db import Store
+
+FORMATS = ("helm-values", "k8s", "shell", "ray-serve")
+FILES = {
+    "helm-values": "values.yaml",
+    "k8s": "manifests.yaml",
+    "shell": "launch.sh",
+    "ray-serve": "ray-serve.yaml",
+}
+DEPLOYABLE = ("vllm", "sglang")
+DEFAULT_IMAGES = {"vllm": "vllm/vllm-openai", "sglang": "lmsysorg/sglang"}
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class PromoteOptions:
+    formats: tuple[str, ...] = FORMATS
+    engine: str | None = None  # default: the run's engine; vllm when the run measured the simulator
+    layout: str | None = None  # default: the winner
+    name: str | None = None
+    image: str | None = None
+    namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        bad = [f for f in self.formats if f not in FORMATS]
+        if bad or not self.formats:
+            raise SpecError(f"--format {','.join(bad) or '(none)'}: choose from {', '.join(FORMATS)} or all")
+        if self.engine is not None and self.engine not in DEPLOYABLE:
+            raise SpecError(f"--engine {self.engine}: artifacts are for a real engine; use vllm or sglang")
+
+
+@dataclass(frozen=True)
+class Promoted:
+    run_id: str
+    layout: str
+    engine: str
+    out_dir: Path
+    files: tuple[Path, ...]
+    notes: tuple[str, ...]
+    provenance: dict[str, Any]
+
+
+def resolve_run(store: Store, ref: str) -> str:
+    """A run id, a unique prefix of one (6+ characters), or `latest` (the newest run in the store)."""
+    if ref == LATEST:
+        runs = store.runs()
+        if not runs:
+            raise OrchError(
+                f"RUN latest: {store.path} holds no runs; run `orch sweep SPEC --store {store.path}`"
+            )
+        return runs[0].run_id
+    return store.run(ref).run_id
+
+
+def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:
+    """The layout block an eval config carries so evals run under the same sharding as the promoted one."""
+    lay = provenance["layout"]
+    layout = parse_layout(lay["layout"])
+    return {
+        "serving_layout": {
+            "layout": lay["layout"],
+            "engine": provenance["artifacts"]["engine"],
+            "engine_version": provenance["artifacts"]["engine_version"],
+            "tensor_parallel_size": layout.tp,
+            "pipeline_parallel_size": layout.pp,
+            "data_parallel_size": layout.dp,
+            "expert_parallel": layout.ep,
+            "replicas": layout.replicas,
+            "model": provenance["model"]["name"],
+            "model_config_hash": provenance["model"]["config_hash"],
+            "promoted_from": {
+                "run_id": provenance["run"]["run_id"],
+                "spec_hash": provenance["run"]["spec_hash"],
+            },
+        }
+    }
+
+
+def k8s_name(model: str, layout: str) -> str:
+    """A DNS label for the objects, e.g. qwen2-5-72b-tp4x2 (at most 40 characters)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{model}-{layout}".lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = "m-" + name
+    return name[:40].rstrip("-")
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _choose(selection: dict[str, Any] | None, run_id: str, wanted: str | None) -> tuple[dict[str, Any], str]:
+    verdicts = list((selection or {}).get("verdicts") or [])
+    winner = (selection or {}).get("winner")
+    if wanted is not None:
+        name = str(parse_layout(wanted))
+        found = [v for v in verdicts if v["layout"] == name]
+        if not found:
+            known = ", ".join(v["layout"] for v in verdicts) or "none"
+            raise SpecError(f"--layout {wanted}: not in run {run_id} (layouts: {known})")
+        if not found[0]["passed"]:
+            raise NoLayoutMeetsSLO(
+                f"--layout {name}: it did not meet the SLO in run {run_id} ({found[0]['reason']}); "
+                "promote the winner or a layout that passed"
+            )
+        return found[0], "chosen with --layout" + (" (the winner)" if name == winner else " (not the winner)")
+    if not winner:
+        why = (
+            "; ".join(f"{v['layout']}: {v['reason']}" for v in verdicts[:4]) or "the run stored no selection"
+        )
+        raise NoLayoutMeetsSLO(
+            f"run {run_id} has no winner, nothing to promote ({why}); rerun `orch sweep` with other layouts, "
+            "rates or SLO"
+        )
+    (verdict,) = [v for v in verdicts if v["layout"] == winner]
+    return verdict, "the winner"
+
+
+def _k8s_options(spec: SweepSpec, engine: str, name: str, opts: PromoteOptions, spec_hash: str) -> K8sOptions:
+    over: dict[str, Any] = {"spec_hash": spec_hash}
+    if opts.namespace:
+        over["namespace"] = opts.namespace
+    if opts.image:
+        over["image"] = opts.image
+    if isinstance(spec.target, KubernetesTarget):
+        return options_from_target(spec.target, name, **over)
+    tag = f"v{spec.engine.version}" if spec.engine.version and spec.engine.name == engine else "latest"
+    over.setdefault("image", f"{DEFAULT_IMAGES[engine]}:{tag}")
+    return K8sOptions(name=name, **over)
+
+
+def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOptions | None = None) -> Promoted:
+    opts = opts or PromoteOptions()
+    run_id = resolve_run(store, run_ref)
+    info = store.run_info(run_id)
+    verdict, chosen = _choose(info.get("selection"), run_id, opts.layout)
+    spec = SweepSpec.model_validate(info["spec"])
+    layout: Layout = parse_layout(verdict["layout"])
+    measured_engine = str(info["engine"])
+    engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
+    notes: list[str] = []
+    if measured_engine == "sim":
+        notes.append(
+            f"run {run_id} measured the simulated engine; these artifacts are for {engine}, compiled from "
+            "the same spec and layout: measure them on the real engine before relying on the numbers"
+        )
+    elif engine != measured_engine:
+        notes.append(f"run {run_id} measured {measured_engine}; these artifacts are for {engine}")
+    compiled = compile_layout(spec, layout, engine)
+    notes += [f"compile: {w}" for w in compiled.warnings]
+    name = opts.name or k8s_name(str(info["model"]), str(layout))
+    k8s_opts = _k8s_options(spec, engine, name, opts, str(info["spec_hash"]))
+    if opts.image is None and not isinstance(spec.target, KubernetesTarget):
+        notes.append(f"image {k8s_opts.image} is a default: pass --image with a pinned tag you have tested")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    texts: dict[str, str] = {}
+    for fmt in opts.formats:
+        if fmt == "helm-values":
+            values = helm_values(compiled.plan, layout, k8s_opts)
+            texts[FILES[fmt]] = _header(
+                run_id, "helm values for helm/ (" + CHART_NAME + ")"
+            ) + yaml.safe_dump(values, sort_keys=False)
+        elif fmt == "k8s":
+            objs = build_objects(compiled.plan, layout, k8s_opts)
+            texts[FILES[fmt]] = _header(run_id, "kubectl apply -f") + yaml.safe_dump_all(
+                objs, sort_keys=False
+            )
+        elif fmt == "shell":
+            shebang, _, body = to_shell(compiled.plan, compiled.placement.nodes).partition("\n")
+            texts[FILES[fmt]] = shebang + "\n" + _header(run_id, "per-node launch commands") + body
+        elif fmt == "ray-serve":
+            if engine != "vllm":
+                notes.append(f"ray-serve: skipped, Ray Serve LLM runs vLLM, not {engine}")
+                continue
+            cfg = serve_app_config(compiled.plan, layout, accelerator_type(spec.hardware.gpu))
+            texts[FILES[fmt]] = _header(run_id, "serve run") + yaml.safe_dump(cfg, sort_keys=False)
+    points = {p.label: p for p in store.points(run_id, str(layout))}
+    best = points.get(verdict.get("best_point") or "")
+    launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(layout)), None)
+    provenance: dict[str, Any] = {
+        "promoted_at": _iso(time.time()),
+        "orch_version": orch_version(),
+        "store": str(store.path.resolve()),
+        "run": {
+            "run_id": run_id,
+            "status": info["status"],
+            "created_at": _iso(info["created_at"]),
+            "finished_at": _iso(info.get("finished_at")),
+            "spec_path": info.get("spec_path"),
+            "spec_hash": info["spec_hash"],
+            "orch_version": info["orch_version"],
+        },
+        "model": {
+            "name": info["model"],
+            "config_hash": info.get("model_config_hash"),
+            "path": spec.model.path,
+            "revision": spec.model.revision,
+            "weight_dtype": spec.model.weight_dtype,
+        },
+        "measured": {
+            "engine": measured_engine,
+            "engine_version": info.get("engine_version"),
+            "hardware_spec": spec.hardware.model_dump(mode="json"),
+            "hardware_seen": info.get("hardware"),
+            "target": spec.target.kind,
+            "launch": launch,
+        },
+        "artifacts": {
+            "engine": engine,
+            "engine_version": spec.engine.version if engine == spec.engine.name else None,
+            "image": k8s_opts.image,
+            "namespace": k8s_opts.namespace,
+            "name": k8s_opts.name,
+        },
+        "layout": {"layout": str(layout), "gpus": layout.gpus, "chosen": chosen},
+        "winning_point": {
+            "label": verdict.get("best_point"),
+            "rate_per_s": verdict.get("best_rate"),
+            "score": verdict.get("score"),
+            "verdict": best.verdict if best else None,
+            "metrics": best.metrics if best else None,
+        },
+        "slo": spec.slo.model_dump(mode="json", exclude_none=True),
+        "objective": spec.objective,
+        "workload": spec.workload.model_dump(mode="json", exclude_none=True),
+        "selection": info.get("selection"),
+        "eval_metadata": info.get("metadata") or {},
+        "notes": notes,
+        "files": {},
+    }
+    written = []
+    for fname, text in texts.items():
+        path = out / fname
+        path.write_text(text)
+        if fname.endswith(".sh"):
+            path.chmod(0o755)
+        provenance["files"][fname] = hashlib.sha256(text.encode()).hexdigest()
+        written.append(path)
+    for fname, text in (
+        ("PROVENANCE.json", json.dumps(provenance, indent=2, default=str) + "\n"),
+        ("PROVENANCE.md", provenance_markdown(provenance)),
+    ):
+        (out / fname).write_text(text)
+        written.append(out / fname)
+    return Promoted(run_id, str(layout), engine, out, tuple(written), tuple(notes), provenance)
+
+
+def _header(run_id: str, how: str) -> str:
+    return f"# Generated by `orch promote {run_id}` ({how}); provenance in PROVENANCE.md\n"
