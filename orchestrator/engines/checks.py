@@ -12,21 +12,16 @@ def url(host: str, port: int, path: str) -> str:
 
 
 def check_moe_options(layout: Layout, options: EngineOptions) -> None:
-    """Redundant experts and an all-to-all backend only make sense with EP, and must fit the EP size."""
+    """Redundant experts must spread evenly over the EP ranks of an expert-parallel layout.
+
+    Without EP the MoE options are ignored, not refused: a sweep sets them once for all its layouts.
+    """
     redundant = options.num_redundant_experts
-    if redundant and not layout.ep:
-        raise SpecError(
-            f"engine num_redundant_experts: {redundant} needs an EP layout; add 'ep', e.g. dp8ep"
-        )
     # Every EP rank must hold the same number of physical experts, so the extra slots must spread evenly.
-    if redundant % layout.ep_size:
+    if layout.ep and redundant % layout.ep_size:
         raise SpecError(
             f"engine num_redundant_experts: {redundant} is not a multiple of the EP size {layout.ep_size} "
             f"of {layout}; use a multiple of {layout.ep_size}"
-        )
-    if options.a2a_backend and not layout.ep:
-        raise SpecError(
-            f"engine a2a_backend: {options.a2a_backend!r} needs an expert-parallel layout; add 'ep'"
         )
 
 

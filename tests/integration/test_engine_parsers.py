@@ -6,6 +6,7 @@ Each tier runs one subprocess in the engine's venv (built by .ci/setup.d/20-vllm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,14 +18,18 @@ from typing import Any
 
 import pytest
 
+from orchestrator.compile import compile_layout
 from orchestrator.engines import get_engine
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
 from orchestrator.engines.sglang import PROGRAM as SGLANG_PROGRAM
 from orchestrator.engines.sglang import SGLangEngine
 from orchestrator.engines.vllm import PROGRAM as VLLM_PROGRAM
+from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
+from orchestrator.spec import load_spec
 
 PARSERS = Path(__file__).resolve().parent / "parsers"
+LAYOUTS_DIR = Path(__file__).resolve().parents[2] / "layouts"
 ONE_NODE = Placement()
 TWO_NODES = Placement(nodes=("10.0.0.1", "10.0.0.2"))
 CPU = Placement(gpus_per_node=4, on_cpu=True, bind_host="127.0.0.1", cpu_cores_per_node=2)
@@ -100,19 +105,49 @@ def _run_parser(python: str, script: str, argvs: list[list[str]], tmp: Path) -> 
     return results
 
 
+def _spec_layouts() -> list[str]:
+    """`<spec stem>/<layout>` for every layout of every example spec in layouts/."""
+    out = []
+    for path in sorted(LAYOUTS_DIR.glob("*.yaml")):
+        try:
+            out += [f"{path.stem}/{layout}" for layout in load_spec(path).layouts]
+        except SpecError:
+            out.append(f"{path.stem}/<spec does not load>")
+    return out
+
+
+SPEC_LAYOUTS = _spec_layouts()
+
+
+def _spec_plan(key: str, engine: str) -> LaunchPlan:
+    stem, layout = key.split("/")
+    spec = load_spec(LAYOUTS_DIR / f"{stem}.yaml")
+    nodes = tuple(f"10.0.0.{i + 1}" for i in range(spec.hardware.nodes))
+    return compile_layout(spec, parse_layout(layout), engine, nodes).plan
+
+
 @cache
 def _vllm_plans() -> dict[str, LaunchPlan]:
     engine = get_engine("vllm")
-    return {c.name: engine.launch_plan(parse_layout(c.layout), c.options, c.placement) for c in CASES}
+    plans = {c.name: engine.launch_plan(parse_layout(c.layout), c.options, c.placement) for c in CASES}
+    # A spec that fails to compile fails its own test below, not the whole tier.
+    for key in SPEC_LAYOUTS:
+        with contextlib.suppress(SpecError):
+            plans[f"spec:{key}"] = _spec_plan(key, "vllm")
+    return plans
 
 
 @cache
 def _sglang_plans() -> dict[tuple[str, str], LaunchPlan]:
-    return {
+    plans = {
         (flavour, c.name): engine.launch_plan(parse_layout(c.layout), c.options, c.placement)
         for flavour, engine in SGLANG_ENGINES.items()
         for c in SGLANG_CASES
     }
+    for key in SPEC_LAYOUTS:
+        with contextlib.suppress(SpecError):
+            plans[("sglang", f"spec:{key}")] = _spec_plan(key, "sglang")
+    return plans
 
 
 BAD_VLLM = ["/models/tiny", "-tp", "two"]
@@ -214,6 +249,28 @@ def test_sglang_parser_accepts(
         if case.options.num_redundant_experts:
             assert args["enable_eplb"] is True
             assert args["ep_num_redundant_experts"] == case.options.num_redundant_experts
+
+
+@pytest.mark.vllm_cpu
+@pytest.mark.parametrize("key", SPEC_LAYOUTS)
+def test_vllm_parser_accepts_example_specs(key: str, vllm_results: dict[str, list[dict[str, Any]]]) -> None:
+    plan = _spec_plan(key, "vllm")  # raises the SpecError a spec that does not compile has
+    layout = parse_layout(plan.layout_str)
+    for args in _accepted(vllm_results[f"spec:{key}"]):
+        assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (layout.tp, layout.pp)
+        assert args["data_parallel_size"] == layout.dp and bool(args["enable_expert_parallel"]) == layout.ep
+
+
+@pytest.mark.sglang_parser
+@pytest.mark.parametrize("key", SPEC_LAYOUTS)
+def test_sglang_parser_accepts_example_specs(
+    key: str, sglang_results: dict[str, list[dict[str, Any]]]
+) -> None:
+    plan = _spec_plan(key, "sglang")
+    layout = parse_layout(plan.layout_str)
+    for args in _accepted(sglang_results[f"sglang/spec:{key}"]):
+        assert (args["tp_size"], args["pp_size"]) == (layout.tp * layout.dp, layout.pp)
+        assert args["attn_dp_size"] == layout.dp and args["ep_size"] == layout.ep_size
 
 
 @pytest.mark.sglang_parser
