@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import socket
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ POLL_S = 0.25
 PG_TIMEOUT_S = 60.0
 ACTOR_START_TIMEOUT_S = 120.0
 ACTOR_CALL_TIMEOUT_S = 30.0
+CONNECT_PROBE_S = 5.0
 
 
 # -- the driver side -------------------------------------------------------------------------------
@@ -80,7 +83,10 @@ class RayTarget:
         self.pg_timeout_s, self.term_grace_s = pg_timeout_s, term_grace_s
 
     def connect(self) -> Any:
-        ray = _ray()
+        ray = _ray() if _ray_initialized() else None
+        if ray is None:
+            probe_address(self.address)  # ray.init retries an unreachable address for minutes
+            ray = _ray()
         if not ray.is_initialized():
             try:
                 ray.init(
@@ -91,7 +97,8 @@ class RayTarget:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise DeployError(
                     f"target.address: no Ray cluster answered at {self.address!r} ({first}); start one "
-                    "with `ray start --head` or set target.address to its GCS address (host:port)"
+                    "with `ray start --head` or set target.address to its GCS address (host:port); a cluster "
+                    "with token authentication also needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN here"
                 ) from None
         return ray
 
@@ -265,6 +272,27 @@ class RayTarget:
         for pg in groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(pg)
+
+
+def _ray_initialized() -> bool:
+    mod = sys.modules.get("ray")
+    return bool(mod is not None and mod.is_initialized())
+
+
+def probe_address(address: str, timeout_s: float = CONNECT_PROBE_S) -> None:
+    """Fail fast, with the fix, when a host:port (or ray://host:port) address does not accept connections."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if address in ("auto", "local") or not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise DeployError(
+            f"target.address: nothing answers at {address!r} ({exc.strerror or exc}); start the cluster "
+            "with `ray start --head --port=PORT` or set target.address to its GCS address (host:port)"
+        ) from None
 
 
 def _actors(deployment: Deployment) -> list[RayActor]:

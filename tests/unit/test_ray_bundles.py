@@ -66,3 +66,16 @@ def test_kubernetes_sweeps_point_to_helm() -> None:
     target = KubernetesTarget(kind="kubernetes", image="vllm/vllm-openai:v0.32.0")
     with pytest.raises(SpecError, match="helm-values"):
         check_sweepable(target)
+
+
+def test_an_address_nobody_answers_fails_fast_with_the_fix() -> None:
+    import socket
+
+    from orchestrator.deploy.ray import RayTarget
+    from orchestrator.errors import DeployError
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(DeployError, match=r"target.address: nothing answers at '127.0.0.1:\d+'.*ray start"):
+        RayTarget("/tmp/unused", address=f"127.0.0.1:{port}").connect()
