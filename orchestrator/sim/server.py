@@ -55,6 +55,7 @@ class SimServer:
         self.requests_total = 0
         self.tasks: list[asyncio.Task[None]] = []
         self.exit_after: int | None = None
+        self.arrived = [0.0] * len(engines)  # when the request that woke an idle engine arrived
         self.accepted = 0
         self.behind_s_sum = 0.0  # wall seconds the engine loops started steps late, summed
         self.steps_total = 0
@@ -76,7 +77,11 @@ class SimServer:
             # time; neither may stretch the steps. Only after idling (or falling far behind) does the
             # clock restart from now.
             now = loop.time()
-            start = now if was_idle or now - step_end > RESYNC_S else step_end
+            if was_idle:
+                # An idle engine starts when the request arrived, not when this loop woke up.
+                start = min(now, self.arrived[e]) if self.arrived[e] else now
+            else:
+                start = now if now - step_end > RESYNC_S else step_end
             if not was_idle:
                 # How late this step's tokens go out (jitter), and the time lost when the loop gave up
                 # catching up (drift): the harness's own error, reported on /metrics.
@@ -92,7 +97,7 @@ class SimServer:
             step_s = eng.step_time_s(plan)
             self.step_s_sum += step_s
             step_end = start + step_s * self.time_scale
-            await asyncio.sleep(max(0.0, step_end - loop.time()))
+            await _sleep_until(loop, step_end)
             for rid in eng.decoding:
                 self._emit(rid, 1)
             started, finished = eng.complete(plan)
@@ -156,6 +161,7 @@ class SimServer:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        arrived = asyncio.get_running_loop().time()
         if time.monotonic() < self.ready_at:
             return _error(503, "the model is still loading")
         try:
@@ -184,6 +190,8 @@ class SimServer:
         stream = _Stream(seq)
         self.streams[rid] = stream
         self.prompt_tokens_total += prompt_tokens
+        if not self.engines[e].has_work():
+            self.arrived[e] = arrived
         self.engines[e].add(seq)
         self.wake[e].set()
         try:
@@ -238,6 +246,18 @@ class SimServer:
         self.requests_total += 1
         await resp.write_eof()
         return resp
+
+
+SPIN_S = 0.0015  # epoll wakes timers up to 1 ms late: the last stretch is spent yielding instead
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    """Sleep until `deadline` on the loop's clock, to within a fraction of a millisecond."""
+    remaining = deadline - loop.time()
+    if remaining > SPIN_S:
+        await asyncio.sleep(remaining - SPIN_S)
+    while loop.time() < deadline:
+        await asyncio.sleep(0)  # other tasks (streams, new requests) still run meanwhile
 
 
 def _sse(obj: dict[str, Any]) -> bytes:

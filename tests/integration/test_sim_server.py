@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.pipeline.harness import read_counters
+from orchestrator.pipeline.timescale import unscale
 
 
 def _free_port() -> int:
@@ -62,9 +64,10 @@ def test_streams_exact_token_counts_no_faster_than_the_model(server: str) -> Non
     assert all(r.ok for r in records), [r.error for r in records]
     assert all(r.output_tokens == 20 and len(r.chunk_times_s) == 20 for r in records)
     assert all(r.prompt_tokens == 200 for r in records)
-    # Tokens are released at simulated times x 0.2: a decode step of TP8 is > 5 ms simulated.
+    # Tokens are released at simulated times x 0.2: a decode step of TP8 is > 5 ms simulated. The mean
+    # gap is the robust figure (a busy machine delivers some tokens together, but never early).
     gaps = [g for r in records for g in r.itl_chunk_s]
-    assert sorted(gaps)[len(gaps) // 2] > 0.2 * 0.005
+    assert sum(gaps) / len(gaps) > 0.2 * 0.005
     with urllib.request.urlopen(server + "/metrics", timeout=5) as resp:
         text = resp.read().decode()
     assert "vllm:num_requests_running" in text and "vllm:kv_cache_usage_perc" in text
@@ -78,3 +81,73 @@ def test_bad_requests_get_400(server: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=5)
     assert err.value.code == 400
+
+
+SCALE = 2.0
+
+
+def test_served_and_virtual_time_agree_within_5_percent() -> None:
+    """The same requests through the HTTP server (time scale 1) and through virtual time."""
+    import numpy as np
+
+    from orchestrator.catalog.loader import load_gpu, load_model
+    from orchestrator.layout import parse_layout
+    from orchestrator.plan.checks import Cluster
+    from orchestrator.plan.planner import PlanInputs
+    from orchestrator.sim.build import replica_engines
+    from orchestrator.sim.virtual import SimRequest, simulate
+
+    rng = np.random.default_rng(7)
+    n = 24
+    offsets = [float(x) for x in np.cumsum(rng.exponential(1 / 3.0, n)) - 0.0]
+    prompts = [int(x) for x in rng.integers(300, 900, n)]
+    outputs = [int(x) for x in rng.integers(40, 80, n)]
+    inputs = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
+                        max_model_len=8192)
+    virtual, _ = simulate(replica_engines(inputs, parse_layout("tp8")),
+                          [SimRequest(str(i), offsets[i], prompts[i], outputs[i]) for i in range(n)])
+    def median(values: list[float | None]) -> float:
+        xs = sorted(v for v in values if v is not None)
+        return xs[len(xs) // 2]
+
+    def disagreements() -> list[tuple[str, float, float]]:
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sim.server", "--model", "qwen2.5-72b",
+                                 "--layout", "tp8", "--gpu", "h100-sxm", "--max-model-len", "8192",
+                                 "--time-scale", str(SCALE), "--port", str(port)])
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while _status(base + "/health") != 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            cfg = ClientConfig(base, "qwen2.5-72b")
+            # Warm up first (first requests pay for connections and cold code paths), then measure.
+            warm = [RequestSpec(f"w{i}", "word " * 50, 4) for i in range(3)]
+            asyncio.run(run_open_loop(cfg, warm, [0.0] * 3))
+            before = read_counters([base + "/v1"])
+            specs = [RequestSpec(str(i), "word " * prompts[i], max_tokens=outputs[i]) for i in range(n)]
+            served = unscale(asyncio.run(run_open_loop(cfg, specs, [t * SCALE for t in offsets])), SCALE)
+            counters = read_counters([base + "/v1"]) - before
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        assert all(r.ok for r in served)
+        # Medians: a shared 2-core machine stalls now and then for 100+ ms, which says nothing about
+        # the simulator. TTFT also carries the HTTP round trip (1-2 ms here) and the harness's own
+        # lateness, measured by the server (loops waking late) and the client (late sends).
+        late_s = (counters.behind_wall_s / max(counters.steps, 1) / SCALE
+                  + median([r.scheduling_lag_s for r in served]))
+        bad = []
+        for name, slack_s in (("ttft_s", 0.002 + late_s), ("tpot_s", 0.0), ("e2e_s", 0.0)):
+            v = median([getattr(r, name) for r in virtual])
+            s = median([getattr(r, name) for r in served])
+            if s != pytest.approx(v, rel=0.05, abs=slack_s):
+                bad.append((name, s, v))
+        return bad
+
+    # Time scale 2 (twice slower than real time) halves, in simulated time, the server's few
+    # milliseconds of request handling on a busy machine.
+    # One more try when the first disagrees: other load on a 2-core machine delays the client's reads,
+    # which neither side can measure. Both tries must fail for the test to fail.
+    first = disagreements()
+    assert not first or not disagreements(), first
