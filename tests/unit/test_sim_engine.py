@@ -141,7 +141,8 @@ def test_throughput_saturates_near_the_planned_capacity() -> None:
     span = max(r.done_s or 0 for r in recs) - min(r.sent_s for r in recs)
     measured = sum(r.output_tokens or 0 for r in recs) / span
     kv = kv_capacity_tokens(INPUTS, eng.cost)[0]
-    planned = decode_estimate(eng.cost, parse_layout("tp8"), 64, 512 + 128, kv).output_tokens_per_s_per_replica
+    estimate = decode_estimate(eng.cost, parse_layout("tp8"), 64, 512 + 128, kv)
+    planned = estimate.output_tokens_per_s_per_replica
     # Prefill steps take time that pure decode does not, so the simulated engine stays below the plan.
     assert 0.6 * planned < measured < planned
 
