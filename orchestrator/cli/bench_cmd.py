@@ -229,6 +229,8 @@ def bench(
     ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout.")] = 600.0,
     gpus: Annotated[int | None, typer.Option(help="GPUs behind the endpoints, for per-GPU figures.")] = None,
+    workers: Annotated[int, typer.Option(help="Open-loop sender processes (when one core is not enough).")]
+    = 1,
     seed: Annotated[int, typer.Option(help="Seed of prompts, lengths and arrivals.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     fmt: Annotated[str, typer.Option("--format", help="--json layout: orch, or vllm (`vllm bench serve "
@@ -259,9 +261,11 @@ def bench(
     for flag, val in (("--num-requests", num_requests), ("--duration-s", duration_s),
                       ("--max-concurrency", max_concurrency), ("--timeout-s", timeout_s),
                       ("--burstiness", burstiness), ("--search-start", search_start), ("--gpus", gpus),
-                      ("--search-tol", search_tol)):
+                      ("--search-tol", search_tol), ("--workers", workers)):
         if val is not None and val <= 0:
             raise SpecError(f"{flag}: {val} must be positive")
+    if workers > 1 and concurrency is not None:
+        raise SpecError("--workers is for open-loop points (--rate, --search, trace), not --concurrency")
     if search_max < search_start:
         raise SpecError(f"--search-max ({search_max:g}) must be at least --search-start ({search_start:g})")
     slo_d = parse_slo_flag(slo)
@@ -276,7 +280,7 @@ def bench(
         duration_s = math.inf  # the whole trace
     targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos) for u in urls)
     cfg = BenchConfig(targets, bal, arr, burstiness, num_requests, duration_s, max_concurrency, warmup_s,
-                      cooldown_s, seed, slo_d, max_error_rate, gpus)
+                      cooldown_s, seed, slo_d, max_error_rate, gpus, workers)
     if kind == "trace":
         points = [LoadPoint(trace=True)]
     elif rate is not None:

@@ -7,6 +7,7 @@ is measured by `compute_metrics` with the warm-up and cool-down windows excluded
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import math
@@ -19,6 +20,7 @@ from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.client import (
     Arrival,
     ClientConfig,
+    RequestSpec,
     arrival_offsets,
     run_closed_loop,
     run_open_loop,
@@ -26,6 +28,7 @@ from orchestrator.loadgen.client import (
 from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
+from orchestrator.loadgen.workers import run_open_loop_workers
 from orchestrator.loadgen.workloads import Workload
 
 #: Builds a workload of (at least) n requests; a trace ignores n and returns its own requests.
@@ -63,10 +66,13 @@ class BenchConfig:
     slo: dict[str, float] = field(default_factory=dict)
     max_error_rate: float = 0.01
     gpus: int | None = None
+    workers: int = 1  # open-loop sender processes (orchestrator.loadgen.workers)
 
     def __post_init__(self) -> None:
         if not self.targets:
             raise ValueError("need at least one endpoint")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give num_requests or duration_s")
 
@@ -148,6 +154,19 @@ class _Tee:
             self.progress.append(rec)
 
 
+async def _open_loop(
+    c: BenchConfig, specs: list[RequestSpec], offsets: list[float], sink: _Tee
+) -> list[RequestRecord]:
+    if c.workers == 1:
+        return await run_open_loop(list(c.targets), specs, offsets, c.max_concurrency, sink=sink,
+                                   balance=c.balance)
+    recs = await asyncio.to_thread(run_open_loop_workers, list(c.targets), specs, offsets, c.workers,
+                                   c.max_concurrency, c.balance)
+    for r in recs:  # worker processes report at their end
+        sink.append(r)
+    return recs
+
+
 async def run_point(
     run: BenchRun, workload_for: WorkloadFactory, point: LoadPoint, progress: Progress | None = None
 ) -> PointResult:
@@ -183,8 +202,7 @@ async def _run_point(
             specs, offsets = specs[: c.num_requests], offsets[: c.num_requests]
         if progress is not None:
             progress.begin(point.label, len(specs))
-        recs = await run_open_loop(list(c.targets), specs, offsets, c.max_concurrency, sink=sink,
-                                   balance=c.balance)
+        recs = await _open_loop(c, specs, offsets, sink)
     elif point.concurrency is not None:
         n = c.num_requests or CLOSED_LOOP_SPECS
         if progress is not None:
@@ -202,8 +220,7 @@ async def _run_point(
         specs = list(workload_for(len(offsets)).specs[: len(offsets)])
         if progress is not None:
             progress.begin(point.label, len(offsets))
-        recs = await run_open_loop(list(c.targets), specs, offsets, c.max_concurrency, sink=sink,
-                                   balance=c.balance)
+        recs = await _open_loop(c, specs, offsets, sink)
     result = run.measure(point, recs)
     run.points.append(result)
     run.current, run.current_point = [], None

@@ -265,8 +265,12 @@ async def run_open_loop(
     session: aiohttp.ClientSession | None = None,
     sink: RecordSink | None = None,
     balance: Balance = "round_robin",
+    start_s: float | None = None,
 ) -> list[RequestRecord]:
     """Send specs[i] at absolute time start + offsets[i]; returns records in spec order.
+
+    start is now, or `start_s` (a time.perf_counter() value; CLOCK_MONOTONIC, so it can be shared
+    by several worker processes).
 
     `cfg` is one endpoint or several (replicas), spread by `balance`. `sink`, when given, receives
     each record as it completes, so an interrupted run (Ctrl-C, cancellation) keeps what was measured.
@@ -296,7 +300,7 @@ async def run_open_loop(
 
     tasks: list[asyncio.Task[RequestRecord]] = []
     try:
-        start = time.perf_counter()
+        start = time.perf_counter() if start_s is None else start_s
         for spec, off in zip(specs, offsets, strict=True):
             at = start + off
             delay = at - time.perf_counter()
