@@ -8,7 +8,8 @@ no failure, found by orchestrator.loadgen.search (bracket by doubling, then bise
 Peers, on the same server and the same search: a plain asyncio + aiohttp loop (no parsing, no records
 beyond send/end times); and, when ORCH_VLLM_PYTHON names a python with vLLM, nothing more is run yet
 (its `bench serve` needs a tokenizer directory; see docs/bench.md).
-Run: .venv/bin/python bench/loadgen_ceiling.py [--duration-s 2] [--raw]
+Also, with --workers, our client over 2 sender processes (`orch bench --workers 2`; not pinned).
+Run: .venv/bin/python bench/loadgen_ceiling.py [--duration-s 2] [--repeats 2] [--workers] [--raw]
 Prints a table and the ratio; asserts nothing.
 """
 
@@ -35,6 +36,7 @@ from orchestrator.loadgen.client import ClientConfig, RequestSpec, arrival_offse
 from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import search_rate
+from orchestrator.loadgen.workers import run_open_loop_workers
 
 CHUNKS = 32
 CAP = 256  # max requests in flight, for both clients (past a ceiling, uncapped clients open 16k sockets)
@@ -155,6 +157,22 @@ async def ours(url: str, rate: float, duration_s: float) -> Metrics:
     return compute_metrics(recs)
 
 
+async def ours_2_workers(url: str, rate: float, duration_s: float) -> Metrics:
+    """Our client over 2 sender processes (orch bench --workers 2), free to use every core."""
+    offsets = arrival_offsets(None, rate, "constant", duration_s=duration_s)
+    specs = [_spec(i) for i in range(len(offsets))]
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if mine is not None:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))  # the workers inherit it at spawn
+    try:
+        cfgs = [ClientConfig(url, "m")]
+        recs = await asyncio.to_thread(run_open_loop_workers, cfgs, specs, offsets, 2, CAP)
+    finally:
+        if mine is not None:
+            os.sched_setaffinity(0, mine)
+    return compute_metrics(recs)
+
+
 async def plain_aiohttp(url: str, rate: float, duration_s: float) -> Metrics:
     """The peer: schedule on absolute times, POST, read the whole body; nothing else."""
     offsets = arrival_offsets(None, rate, "constant", duration_s=duration_s)
@@ -218,6 +236,7 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=2.0, help="seconds per load point")
     ap.add_argument("--start-rate", type=float, default=400.0)
     ap.add_argument("--repeats", type=int, default=2, help="rounds per client; the best is kept")
+    ap.add_argument("--workers", action="store_true", help="also measure our client with 2 sender processes")
     ap.add_argument("--raw", action="store_true", help="use the raw asyncio server even if nginx exists")
     ap.add_argument("--serve-raw", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -228,6 +247,8 @@ def main() -> None:
     clients: list[tuple[str, Client]] = [
         ("orch bench client", ours), ("plain asyncio+aiohttp loop (peer)", plain_aiohttp)
     ]
+    if a.workers:
+        clients.append(("orch bench client, 2 workers", ours_2_workers))
     best: dict[str, tuple[float, float | None]] = {}
     load_before = os.getloadavg()[0]
     with server(a.raw) as (url, desc):
