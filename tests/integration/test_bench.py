@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import itertools
 import json
 import sys
@@ -106,3 +107,27 @@ def test_search_against_a_server_with_capacity() -> None:
     top = max((p for p in run.points if p.passed), key=lambda p: p.point.rate or 0)
     assert top.point.rate == run.best_rate
     assert run.to_dict()["search"]["best_rate"] == run.best_rate
+
+
+def test_interrupted_point_keeps_what_was_measured() -> None:
+    async def main() -> BenchRun:
+        runner, url = await start_server(ServerConfig(ttft_ms=5, itl_ms=1))
+        try:
+            cfg = BenchConfig((ClientConfig(url, "m"),), arrival="constant", duration_s=30.0)
+            run = BenchRun(cfg)
+            wl = partial(random_workload, input_len=4, output_len=2, seed=0)
+            task = asyncio.create_task(run_bench(run, wl, [LoadPoint(rate=50.0)]))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return run
+        finally:
+            await runner.cleanup()
+
+    run = asyncio.run(main())
+    assert run.points == []  # the point never finished
+    part = run.partial()
+    assert part is not None and part.interrupted and part.point.label == "rate=50/s"
+    # ~25 sent in 0.5 s at 50/s, each done ~7 ms later: about 20-25 kept, all complete
+    assert 10 <= part.metrics.n_completed <= 30 and part.metrics.n_failed == 0
