@@ -86,6 +86,20 @@ def build_body(cfg: ClientConfig, spec: RequestSpec) -> dict[str, Any]:
     return body
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
+def _parse_json(data: str) -> Any:
+    """json.loads without its whitespace passes in the common case (an event is one JSON object)."""
+    try:
+        obj, end = _RAW_DECODE(data)
+    except ValueError:
+        return json.loads(data)  # leading whitespace and the like; raises when really malformed
+    if end != len(data) and data[end:].strip():
+        raise ValueError("data after the JSON value")
+    return obj
+
+
 def _content(obj: dict[str, Any]) -> str:
     choices = obj.get("choices") or []
     if not choices:
@@ -130,7 +144,7 @@ async def send_request(
                             got_done = True
                             continue
                         try:
-                            obj = json.loads(ev.data)
+                            obj = _parse_json(ev.data)
                         except ValueError:
                             error = "malformed"
                             break

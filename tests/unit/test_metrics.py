@@ -127,3 +127,12 @@ def test_sse_bare_data_line_and_partial() -> None:
     p = SSEParser()
     assert [e.data for e in p.feed(b"data\n\nevent: e\ndata:x\n\ndata: tail")] == ["", "x"]
     assert p.pending == b"data: tail" and p.has_partial_event
+
+
+def test_event_json_parsing_fast_path_and_errors() -> None:
+    from orchestrator.loadgen.client import _parse_json
+
+    assert _parse_json('{"a": 1}') == {"a": 1} and _parse_json('  {"a": 2}  ') == {"a": 2}
+    for bad in ("{not json", '{"a": 1} trailing', ""):
+        with pytest.raises(ValueError):
+            _parse_json(bad)
