@@ -11,6 +11,7 @@ imported lazily: orch installs and runs without it (extra `[ray]`).
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import socket
 import sys
@@ -86,6 +87,10 @@ class RayTarget:
         ray = _ray() if _ray_initialized() else None
         if ray is None:
             probe_address(self.address)  # ray.init retries an unreachable address for minutes
+            if _loopback(self.address):
+                # Else Ray swaps 127.0.0.1 for this machine's other address and waits there for minutes;
+                # it reads this when ray is first imported.
+                os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
             ray = _ray()
         if not ray.is_initialized():
             try:
@@ -277,6 +282,11 @@ class RayTarget:
 def _ray_initialized() -> bool:
     mod = sys.modules.get("ray")
     return bool(mod is not None and mod.is_initialized())
+
+
+def _loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rpartition(":")[0]
+    return host == "localhost" or host.startswith("127.")
 
 
 def probe_address(address: str, timeout_s: float = CONNECT_PROBE_S) -> None:
