@@ -107,7 +107,17 @@ def test_orch_sweep_through_ray_picks_a_winner_and_leaves_nothing(head: str, tmp
         assert point["metrics"]["n_failed"] == 0 and point["metrics"]["total_output_tokens"] > 0
         assert point["passed"] or "unreliable" in point["verdict"], point["verdict"]
     if out.returncode == 0:
-        assert data["selection"]["winner"] in ("tp4x2", "tp2x2")
+        winner = data["selection"]["winner"]
+        assert winner in ("tp4x2", "tp2x2")
+        promoted = subprocess.run(
+            [sys.executable, "-c", "from orchestrator.cli import main; main()", "promote", "latest",
+             "--store", str(db), "--out", str(tmp_path / "p"), "--json"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert promoted.returncode == 0, promoted.stderr[-2000:]
+        prov = json.loads(promoted.stdout)
+        assert prov["layout"]["layout"] == winner and prov["measured"]["target"] == "ray"
+        assert (tmp_path / "p" / "values.yaml").exists() and (tmp_path / "p" / "PROVENANCE.md").exists()
     logs = sorted(p.name for p in (tmp_path / "w").rglob("*.log"))
     assert any("tp4x2-r1" in n for n in logs) and any("tp2x2-r1" in n for n in logs)
     # Checked from another driver: this test process may already hold a Ray connection of its own.
