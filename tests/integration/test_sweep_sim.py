@@ -12,7 +12,7 @@ import yaml
 SPEC = {
     "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
     "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2},
-    "engine": {"name": "sim", "time_scale": 0.5, "startup_s": 60},
+    "engine": {"name": "sim", "time_scale": 1.0, "startup_s": 60},
     "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [4], "num_requests": 16, "seed": 1},
     "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
     "layouts": ["tp2", "tp1x2", "tp4"],
