@@ -1,6 +1,6 @@
 """The Ray Serve LLM config orch compiles, checked by Ray Serve LLM itself (`LLMConfig`) where a Python
-with both ray[serve,llm] and vLLM exists (this venv, or ORCH_VLLM_PYTHON). Optional: skipped with the
-reason otherwise, CI included (neither the CI venv nor the vLLM CPU venv carries Ray Serve LLM)."""
+with both ray[serve] and vLLM exists (ORCH_RAY_SERVE_PYTHON, this venv, or ORCH_VLLM_PYTHON). Optional:
+skipped with the reason otherwise, CI included (neither the CI venv nor the vLLM CPU venv has both)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ print(json.dumps({"ok": True, "tp": cfg.engine_kwargs.get("tensor_parallel_size"
 
 
 def _python_with_serve_llm() -> str | None:
-    for exe in (sys.executable, os.environ.get("ORCH_VLLM_PYTHON")):
+    for exe in (os.environ.get("ORCH_RAY_SERVE_PYTHON"), sys.executable, os.environ.get("ORCH_VLLM_PYTHON")):
         if not exe:
             continue
         probe = subprocess.run(
@@ -63,7 +63,7 @@ def test_config_shape(layout: str) -> None:
 def test_ray_serve_llm_accepts_the_config() -> None:
     exe = _python_with_serve_llm()
     if exe is None:
-        pytest.skip("no Python with both vllm and ray.serve.llm (this venv or ORCH_VLLM_PYTHON); optional")
+        pytest.skip("no Python with vllm and ray.serve.llm (ORCH_RAY_SERVE_PYTHON, .venv, ORCH_VLLM_PYTHON)")
     lay = parse_layout("tp4x2")
     cfg = llm_config(compile_layout(SPEC, lay, "vllm").plan, lay, "H100")
     out = subprocess.run([exe, "-c", CHECK, json.dumps(cfg)], capture_output=True, text=True, timeout=300)
