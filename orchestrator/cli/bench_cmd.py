@@ -181,17 +181,6 @@ def _table(points: list[PointResult]) -> Table:
     return t
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no infinity: write inf/nan as null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 @app.command()
 def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server URL(s), comma-separated replicas.")],
@@ -241,6 +230,7 @@ def bench(
     from orchestrator.loadgen.balance import Balance
     from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, run_bench, save_records
     from orchestrator.loadgen.client import Arrival, ClientConfig, Endpoint
+    from orchestrator.loadgen.metrics import finite
 
     ep: Endpoint = _choice(endpoint, ("completions", "chat"), "--endpoint")  # type: ignore[assignment]
     kind = _choice(workload, WORKLOAD_KINDS, "--workload")
@@ -313,9 +303,9 @@ def bench(
         from orchestrator.loadgen.vllm_format import vllm_result
 
         results = [vllm_result(p, cfg, tokenizer) for p in run.points]
-        typer.echo(json.dumps(_finite(results[0] if len(results) == 1 else results), indent=2))
+        typer.echo(json.dumps(finite(results[0] if len(results) == 1 else results), indent=2))
     elif as_json:
-        typer.echo(json.dumps(_finite(run.to_dict()), indent=2))
+        typer.echo(json.dumps(finite(run.to_dict()), indent=2))
     else:
         console.print(_table(run.points))
         for p in run.points:

@@ -19,7 +19,7 @@ from orchestrator.consistency.run import (
 )
 from orchestrator.errors import ConsistencyExceeded, SpecError
 from orchestrator.layout import parse_layouts
-from orchestrator.pipeline.sweep import finite
+from orchestrator.loadgen.metrics import finite
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import DEFAULT_STORE, Store
 

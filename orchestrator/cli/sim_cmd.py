@@ -9,10 +9,11 @@ import typer
 from rich.console import Console
 
 from orchestrator.cli import app
-from orchestrator.cli.bench_cmd import _finite, _table
+from orchestrator.cli.bench_cmd import _table
 from orchestrator.cli.plan_cmd import _ints
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layouts
+from orchestrator.loadgen.metrics import finite
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.load import load_spec
@@ -71,7 +72,7 @@ def simulate_command(
                               f"{s.preemptions} preemptions, {s.rejected} rejected, "
                               f"{s.virtual_s:.1f} virtual s", highlight=False)
     if as_json:
-        typer.echo(json.dumps(_finite({"prediction": "simulated (virtual time)", "points": [
+        typer.echo(json.dumps(finite({"prediction": "simulated (virtual time)", "points": [
             {"layout": str(p.layout), "gpus": p.layout.gpus, **p.result.to_dict(),
              "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected}
             for p in results]}), indent=2))

@@ -17,8 +17,9 @@ from orchestrator.cli.sim_cmd import _rates
 from orchestrator.errors import NoLayoutMeetsSLO, SpecError
 from orchestrator.layout import parse_layouts
 from orchestrator.loadgen.bench import PointResult
+from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, finite, outcomes_from_store
+from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.html import render_html
 from orchestrator.selection import select

@@ -266,3 +266,15 @@ def slo_violations(metrics: Metrics, slo: Mapping[str, float]) -> list[tuple[str
 def slo_met(metrics: Metrics, slo: Mapping[str, float]) -> bool:
     """Aggregate check: every bound holds on the run's distribution (e.g. p99 TTFT <= 2000 ms)."""
     return not slo_violations(metrics, slo)
+
+
+def finite(obj: Any) -> Any:
+    """A JSON-safe copy: JSON has no infinity or NaN (an all-at-once rate, an empty window), so
+    they are written as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj

@@ -5,7 +5,6 @@ interrupted at any moment resumes with `--resume RUN_ID` and loses nothing alrea
 from __future__ import annotations
 
 import asyncio
-import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from orchestrator.errors import DeployError, OrchError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.pipeline.harness import read_counters, unreliable_because
@@ -71,17 +71,6 @@ class SweepResult:
     run_id: str
     selection: Selection
     outcomes: tuple[LayoutOutcome, ...]
-
-
-def finite(obj: Any) -> Any:
-    """JSON has no infinity or NaN: write them as null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
-    return obj
 
 
 def point_outcome(

@@ -13,16 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-from test_sweep_sim import SPEC  # pytest puts this directory on sys.path
-
-
-def _write(tmp_path: Path, **changes: object) -> str:
-    spec = json.loads(json.dumps(SPEC))
-    spec.update(changes)
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return str(path)
+from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
 
 
 def _sim_pids(marker: str) -> list[int]:
@@ -47,16 +38,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> None:
