@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -38,8 +39,15 @@ import orchestrator.cli.spec_cmd  # noqa: E402
 import orchestrator.cli.sweep_cmd  # noqa: E402, F401
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (a CI job cancelled, `kill PID`) unwinds like Ctrl-C, so every deployment is torn down
+    # and what was measured is kept; the default action would leave engine processes behind.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Console-script entry: expected failures become one line on stderr and their exit code."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except OrchError as exc:

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
 
 
@@ -57,7 +58,8 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> No
     assert _sim_pids(f"--port {port}") == []
 
 
-def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path, sig: signal.Signals) -> None:
     spec = _write(
         tmp_path,
         layouts=["tp2", "tp1x2"],
@@ -91,7 +93,7 @@ def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path) 
                 time.sleep(3)  # let it become healthy and start measuring
                 launched = _sim_pids(f"--port {port}")
     assert launched, "the first layout's server never started"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "orch sweep --resume" in err
