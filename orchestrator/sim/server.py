@@ -29,6 +29,7 @@ from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
+from orchestrator.sim.openai_format import count_prompt, error, sse, token_text, usage
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 RESYNC_S = 0.05  # wall seconds behind the simulated clock after which the engine loop restarts it
@@ -163,28 +164,28 @@ class SimServer:
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrived = asyncio.get_running_loop().time()
         if time.monotonic() < self.ready_at:
-            return _error(503, "the model is still loading")
+            return error(503, "the model is still loading")
         try:
             body = await request.json()
         except json.JSONDecodeError:
-            return _error(400, "request body is not JSON")
+            return error(400, "request body is not JSON")
         if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
-        prompt_tokens = _count_prompt(body, chat)
+            return error(400, "request body must be a JSON object")
+        prompt_tokens = count_prompt(body, chat)
         if prompt_tokens is None:
-            return _error(400, "give 'messages' (chat) or 'prompt' (completions)")
+            return error(400, "give 'messages' (chat) or 'prompt' (completions)")
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            return _error(400, "max_tokens must be a positive integer")
+            return error(400, "max_tokens must be a positive integer")
         if prompt_tokens + max_tokens > self.max_model_len:
-            return _error(400, f"This model's maximum context length is {self.max_model_len} tokens; "
+            return error(400, f"This model's maximum context length is {self.max_model_len} tokens; "
                                f"the request has {prompt_tokens} prompt + {max_tokens} output tokens")
         self.accepted += 1
         if self.exit_after is not None and self.accepted > self.exit_after:
             os._exit(1)  # a crash, not a shutdown: no response, connections drop (fault injection)
         e = self._pick()
         if not self.engines[e].fits(prompt_tokens, max_tokens):
-            return _error(400, "the request does not fit the KV cache")
+            return error(400, "the request does not fit the KV cache")
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         seq = Seq(rid, prompt_tokens, max_tokens, time.monotonic())
         stream = _Stream(seq)
@@ -206,14 +207,14 @@ class SimServer:
         while (tok := await stream.queue.get()) != -1:
             n += tok
         self.requests_total += 1
-        text = _text(n)
+        text = token_text(n)
         choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
                                    "finish_reason": "length"} if chat else
                                   {"index": 0, "text": text, "finish_reason": "length"})
         return web.json_response({
             "id": stream.seq.request_id, "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": self.model_name, "choices": [choice],
-            "usage": _usage(prompt_tokens, n)})
+            "usage": usage(prompt_tokens, n)})
 
     async def _stream(self, request: web.Request, stream: _Stream, body: dict[str, Any], chat: bool,
                       prompt_tokens: int) -> web.StreamResponse:
@@ -228,20 +229,20 @@ class SimServer:
         n = 0
         if chat:
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-            await resp.write(_sse({**base, "choices": [role]}))
+            await resp.write(sse({**base, "choices": [role]}))
         while (tok := await stream.queue.get()) != -1:
             n += tok
             last = n >= stream.seq.max_tokens
-            text = _text(tok)
+            text = token_text(tok)
             choice: dict[str, Any] = ({"index": 0, "delta": {"content": text}} if chat
                                       else {"index": 0, "text": text})
             choice["finish_reason"] = "length" if last else None
             chunk: dict[str, Any] = {**base, "choices": [choice]}
             if include_usage and continuous:
-                chunk["usage"] = _usage(prompt_tokens, n)
-            await resp.write(_sse(chunk))
+                chunk["usage"] = usage(prompt_tokens, n)
+            await resp.write(sse(chunk))
         if include_usage:
-            await resp.write(_sse({**base, "choices": [], "usage": _usage(prompt_tokens, n)}))
+            await resp.write(sse({**base, "choices": [], "usage": usage(prompt_tokens, n)}))
         await resp.write(b"data: [DONE]\n\n")
         self.requests_total += 1
         await resp.write_eof()
@@ -258,50 +259,6 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None
         await asyncio.sleep(remaining - SPIN_S)
     while loop.time() < deadline:
         await asyncio.sleep(0)  # other tasks (streams, new requests) still run meanwhile
-
-
-def _sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _text(n: int) -> str:
-    return " tok" * n
-
-
-# Chat templates add a few tokens per message (role markers); 4 is typical of Llama/Qwen templates.
-_CHAT_TOKENS_PER_MESSAGE = 4
-
-
-def _count_prompt(body: dict[str, Any], chat: bool) -> int | None:
-    """Prompt length in tokens: token-id lists count exactly, text counts one token per word (the
-    load generator's synthetic prompts are built that way)."""
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return None
-        total = 0
-        for m in messages:
-            content = m.get("content") if isinstance(m, dict) else None
-            text = content if isinstance(content, str) else json.dumps(content or "")
-            total += len(text.split()) + _CHAT_TOKENS_PER_MESSAGE
-        return max(total, 1)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return len(prompt)
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return max(len(prompt.split()), 1)
-    return None
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "BadRequestError" if status == 400
-                                        else "ServiceUnavailable", "code": status}}, status=status)
 
 
 def build_app(server: SimServer) -> web.Application:
