@@ -1,6 +1,7 @@
-"""Async streaming client (aiohttp) for OpenAI-compatible servers, and an open-loop runner.
+"""Async streaming client for OpenAI-compatible servers, and the open- and closed-loop runners.
 
-Timestamps are taken with time.perf_counter() as soon as a read returns bytes, before parsing.
+The wire is orchestrator.loadgen.http1 (keep-alive HTTP/1.1 on asyncio protocols). Timestamps are
+taken with time.perf_counter() as soon as a read returns bytes, before parsing.
 Failures never raise: they end up as RequestRecord.error kinds ("http_<status>", "timeout",
 "truncated" = stream ended cleanly without [DONE], "malformed" = an event that is not valid JSON,
 an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
@@ -10,20 +11,21 @@ an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import aiohttp
 import numpy as np
 
 from orchestrator.loadgen.balance import Balance, Balancer
-from orchestrator.loadgen.records import ErrorKind, RequestRecord
-from orchestrator.loadgen.sse import SSEParser
+from orchestrator.loadgen.decode import Backlog, RecordSink, Sent, to_record
+from orchestrator.loadgen.http1 import Http1Client, Origin
+from orchestrator.loadgen.records import RequestRecord
 
 Endpoint = Literal["completions", "chat"]
 Arrival = Literal["poisson", "gamma", "constant"]
@@ -86,109 +88,40 @@ def build_body(cfg: ClientConfig, spec: RequestSpec) -> dict[str, Any]:
     return body
 
 
-_RAW_DECODE = json.JSONDecoder().raw_decode
+@functools.lru_cache(maxsize=64)
+def _wire(cfg: ClientConfig) -> tuple[Origin, bytes]:
+    """The origin and the fixed request head of an endpoint, built once, not per request."""
+    origin = Origin.parse(cfg.url)
+    return origin, origin.head(cfg.headers())
 
 
-def _parse_json(data: str) -> Any:
-    """json.loads without its whitespace passes in the common case (an event is one JSON object)."""
-    try:
-        obj, end = _RAW_DECODE(data)
-    except ValueError:
-        return json.loads(data)  # leading whitespace and the like; raises when really malformed
-    if end != len(data) and data[end:].strip():
-        raise ValueError("data after the JSON value")
-    return obj
-
-
-def _content(obj: dict[str, Any]) -> str:
-    choices = obj.get("choices") or []
-    if not choices:
-        return ""
-    c = choices[0]
-    if "text" in c:
-        return str(c.get("text") or "")
-    delta = c.get("delta") or {}
-    return str(delta.get("content") or delta.get("reasoning_content") or "")
+async def exchange(
+    http: Http1Client,
+    cfg: ClientConfig,
+    spec: RequestSpec,
+    scheduled_s: float | None = None,
+    queued_s: float = 0.0,
+    endpoint: str | None = None,
+) -> Sent:
+    """Send one streaming request and wait for its end: the hot path, no decoding."""
+    origin, head = _wire(cfg)
+    payload = json.dumps(build_body(cfg, spec)).encode()
+    sent = time.perf_counter()
+    ex = await http.post(origin, head, payload, cfg.timeout_s)
+    failed_s = time.perf_counter() if ex.error is not None else None
+    return Sent(spec.request_id, ex, sent, sent if scheduled_s is None else scheduled_s, queued_s,
+                spec.prompt_tokens, failed_s, endpoint)
 
 
 async def send_request(
-    session: aiohttp.ClientSession,
+    http: Http1Client,
     cfg: ClientConfig,
     spec: RequestSpec,
     scheduled_s: float | None = None,
     queued_s: float = 0.0,
 ) -> RequestRecord:
     """Send one streaming request; always returns a record, never raises on server faults."""
-    payload = json.dumps(build_body(cfg, spec)).encode()
-    times: list[float] = []
-    tokens: list[int] = []
-    usage_out: int | None = None
-    usage_in: int | None = spec.prompt_tokens
-    error: ErrorKind = None
-    got_done = False
-    parser = SSEParser()
-    sent = time.perf_counter()
-    last = sent
-    try:
-        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
-        async with session.post(cfg.url, data=payload, headers=cfg.headers(), timeout=timeout) as resp:
-            if resp.status != 200:
-                await resp.read()
-                error = f"http_{resp.status}"
-            else:
-                async for data in resp.content.iter_any():
-                    now = time.perf_counter()
-                    last = now
-                    for ev in parser.feed(data):
-                        if ev.done:
-                            got_done = True
-                            continue
-                        try:
-                            obj = _parse_json(ev.data)
-                        except ValueError:
-                            error = "malformed"
-                            break
-                        if not isinstance(obj, dict):
-                            error = "malformed"
-                            break
-                        if isinstance(obj.get("error"), dict):  # error event inside a 200 stream
-                            code = obj["error"].get("code")
-                            error = f"http_{code}" if isinstance(code, int) else "malformed"
-                            break
-                        usage = obj.get("usage")
-                        n_chunk: int | None = None
-                        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                            total = int(usage["completion_tokens"])
-                            n_chunk = total - (usage_out or 0)
-                            usage_out = total
-                            if usage.get("prompt_tokens") is not None:
-                                usage_in = int(usage["prompt_tokens"])
-                        if _content(obj):
-                            times.append(now)
-                            tokens.append(n_chunk if n_chunk is not None and n_chunk > 0 else 1)
-                    if error is not None:
-                        break
-                if error is None and not got_done:
-                    error = "truncated"
-    except TimeoutError:
-        error = "timeout"
-        last = time.perf_counter()
-    except (aiohttp.ClientError, OSError):
-        error = "connection"
-        last = time.perf_counter()
-    return RequestRecord(
-        request_id=spec.request_id,
-        scheduled_s=sent if scheduled_s is None else scheduled_s,
-        sent_s=sent,
-        done_s=last,
-        chunk_times_s=tuple(times),
-        chunk_tokens=tuple(tokens),
-        output_tokens=usage_out,
-        prompt_tokens=usage_in,
-        output_tokens_source="usage" if usage_out is not None else "fallback",
-        error=error,
-        queued_s=queued_s,
-    )
+    return to_record(await exchange(http, cfg, spec, scheduled_s, queued_s))
 
 
 def arrival_offsets(
@@ -235,12 +168,6 @@ def arrival_offsets(
     return [t for t in out if t < duration_s - 1e-9][: n if n is not None else None]
 
 
-class RecordSink(Protocol):
-    """Receives each record as it completes (a list works; the CLI's progress bar is one too)."""
-
-    def append(self, rec: RequestRecord, /) -> None: ...
-
-
 Targets = ClientConfig | Sequence[ClientConfig]
 
 
@@ -251,24 +178,24 @@ def _targets(cfg: Targets) -> list[ClientConfig]:
     return out
 
 
-def _session(limit: int) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300))
-
-
 async def _send_balanced(
-    sess: aiohttp.ClientSession,
+    sess: Http1Client,
     cfgs: list[ClientConfig],
     bal: Balancer,
     spec: RequestSpec,
     scheduled_s: float,
     queued_s: float = 0.0,
-) -> RequestRecord:
+) -> Sent:
     i = bal.acquire()
     try:
-        rec = await send_request(sess, cfgs[i], spec, scheduled_s=scheduled_s, queued_s=queued_s)
+        endpoint = cfgs[i].base_url if len(cfgs) > 1 else None
+        return await exchange(sess, cfgs[i], spec, scheduled_s, queued_s, endpoint)
     finally:
         bal.release(i)
-    return replace(rec, extra={"endpoint": cfgs[i].base_url}) if len(cfgs) > 1 else rec
+
+
+#: Decoding in the gaps between sends stops this long before the next one (one decode is ~50-100 us).
+DECODE_MARGIN_S = 0.0005
 
 
 async def run_open_loop(
@@ -276,7 +203,7 @@ async def run_open_loop(
     specs: Sequence[RequestSpec],
     offsets: Sequence[float],
     max_concurrency: int | None = None,
-    session: aiohttp.ClientSession | None = None,
+    session: Http1Client | None = None,
     sink: RecordSink | None = None,
     balance: Balance = "round_robin",
     start_s: float | None = None,
@@ -287,7 +214,8 @@ async def run_open_loop(
     by several worker processes).
 
     `cfg` is one endpoint or several (replicas), spread by `balance`. `sink`, when given, receives
-    each record as it completes, so an interrupted run (Ctrl-C, cancellation) keeps what was measured.
+    each record once decoded, so an interrupted run (Ctrl-C, cancellation) keeps what was measured.
+    Ended exchanges are decoded in the sender's spare time before each scheduled send (see decode).
 
     With max_concurrency, a request waits for a slot after its scheduled time; that wait is
     RequestRecord.queued_s, kept apart from the client's own scheduling lag.
@@ -298,44 +226,47 @@ async def run_open_loop(
     bal = Balancer(len(cfgs), balance)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     own = session is None
-    sess = session if session is not None else _session(max_concurrency or 0)
+    sess = session if session is not None else Http1Client()
+    backlog = Backlog(sink)
 
-    async def one(spec: RequestSpec, at: float) -> RequestRecord:
+    async def one(k: int, spec: RequestSpec, at: float) -> None:
         if sem is None:
-            rec = await _send_balanced(sess, cfgs, bal, spec, at)
+            sent = await _send_balanced(sess, cfgs, bal, spec, at)
         else:
             wait0 = time.perf_counter()
             async with sem:
                 queued = time.perf_counter() - wait0
-                rec = await _send_balanced(sess, cfgs, bal, spec, at, queued)
-        if sink is not None:
-            sink.append(rec)
-        return rec
+                sent = await _send_balanced(sess, cfgs, bal, spec, at, queued)
+        backlog.add(k, sent)
 
-    tasks: list[asyncio.Task[RequestRecord]] = []
+    tasks: list[asyncio.Task[None]] = []
     try:
         start = time.perf_counter() if start_s is None else start_s
-        for spec, off in zip(specs, offsets, strict=True):
+        for k, (spec, off) in enumerate(zip(specs, offsets, strict=True)):
             at = start + off
+            if backlog and at - time.perf_counter() > SPIN_S + DECODE_MARGIN_S:
+                backlog.drain(until_s=at - SPIN_S - DECODE_MARGIN_S)
             delay = at - time.perf_counter()
             if delay > SPIN_S:
                 await asyncio.sleep(delay - SPIN_S)
             while time.perf_counter() < at:  # the last stretch: yield to the loop instead of a timer
                 await asyncio.sleep(0)
-            tasks.append(asyncio.create_task(one(spec, at)))
-        return list(await asyncio.gather(*tasks))
+            tasks.append(asyncio.create_task(one(k, spec, at)))
+        await asyncio.gather(*tasks)
     finally:
         for t in tasks:
             t.cancel()
+        backlog.drain()  # also when interrupted: what ended is kept
         if own:
             await sess.close()
+    return [backlog.records[k] for k in range(len(specs))]
 
 
 async def run_closed_loop(
     cfg: Targets,
     specs: Sequence[RequestSpec],
     concurrency: int,
-    session: aiohttp.ClientSession | None = None,
+    session: Http1Client | None = None,
     sink: RecordSink | None = None,
     balance: Balance = "round_robin",
     duration_s: float | None = None,
@@ -344,7 +275,8 @@ async def run_closed_loop(
 
     Each request is scheduled when a worker becomes free, so its scheduling lag is the client's own.
     With duration_s, no request starts after it, and specs are reused in order (ids suffixed
-    "#k") until then; without, each spec is sent once. Returns records in send order.
+    "#k") until then; without, each spec is sent once. Returns records in send order. Exchanges are
+    decoded after the run (or once the backlog passes its memory bound): a closed loop has no gaps.
     """
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -353,8 +285,8 @@ async def run_closed_loop(
     cfgs = _targets(cfg)
     bal = Balancer(len(cfgs), balance)
     own = session is None
-    sess = session if session is not None else _session(concurrency)
-    out: list[RequestRecord | None] = []
+    sess = session if session is not None else Http1Client()
+    backlog = Backlog(sink)
     counter = itertools.count()
     start = time.perf_counter()
 
@@ -370,15 +302,12 @@ async def run_closed_loop(
     async def worker() -> None:
         while (item := next_spec()) is not None:
             k, spec = item
-            out.append(None)
-            rec = await _send_balanced(sess, cfgs, bal, spec, time.perf_counter())
-            out[k] = rec
-            if sink is not None:
-                sink.append(rec)
+            backlog.add(k, await _send_balanced(sess, cfgs, bal, spec, time.perf_counter()))
 
     try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     finally:
+        backlog.drain()
         if own:
             await sess.close()
-    return [r for r in out if r is not None]
+    return [backlog.records[k] for k in sorted(backlog.records)]

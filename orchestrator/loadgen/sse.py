@@ -1,7 +1,8 @@
 """Incremental Server-Sent Events parser: bytes in, complete events out.
 
 Handles lines split across reads, several events in one read, CRLF/LF line ends, comments and
-multi-line `data:` fields. `[DONE]` is an ordinary event with `done` set.
+multi-line `data:` fields. `[DONE]` is an ordinary event with `done` set. Event data stay bytes
+(JSON decoders take bytes; decoding to str first would be a copy per event).
 """
 
 from __future__ import annotations
@@ -11,18 +12,22 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SSEEvent:
-    data: str
+    data: bytes
     event: str | None = None
 
     @property
     def done(self) -> bool:
-        return self.data.strip() == "[DONE]"
+        return self.data.strip() == b"[DONE]"
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
 
 
 class SSEParser:
     def __init__(self) -> None:
         self._buf = b""
-        self._data: list[str] = []
+        self._data: list[bytes] = []
         self._event: str | None = None
 
     @property
@@ -34,7 +39,19 @@ class SSEParser:
     def has_partial_event(self) -> bool:
         return bool(self._buf.strip()) or bool(self._data)
 
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """Like feed, but only the events' data fields (the load generator reads nothing else)."""
+        if not self._buf and not self._data:
+            fast = _simple_events(chunk)
+            if fast is not None:
+                return fast
+        return [e.data for e in self.feed(chunk)]
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not self._buf and not self._data:
+            fast = _simple_events(chunk)
+            if fast is not None:
+                return [SSEEvent(d) for d in fast]
         buf = self._buf + chunk if self._buf else chunk
         if b"\n" not in buf:
             self._buf = buf
@@ -46,18 +63,35 @@ class SSEParser:
             line = raw[:-1] if raw.endswith(b"\r") else raw
             if not line:
                 if self._data:
-                    events.append(SSEEvent("\n".join(self._data), self._event))
+                    events.append(SSEEvent(b"\n".join(self._data), self._event))
                 self._data, self._event = [], None
                 continue
             if line.startswith(b"data:"):
                 value = line[5:]
-                self._data.append((value[1:] if value.startswith(b" ") else value).decode("utf-8", "replace"))
+                self._data.append(value[1:] if value.startswith(b" ") else value)
                 continue
             if line.startswith(b":"):
                 continue
             name, _, value = line.partition(b":")
             if name == b"data":  # a bare "data" line: an empty data field
-                self._data.append("")
+                self._data.append(b"")
             elif name == b"event":
                 self._event = (value[1:] if value.startswith(b" ") else value).decode("utf-8", "replace")
         return events
+
+
+def _simple_events(chunk: bytes) -> list[bytes] | None:
+    """The shape every OpenAI-compatible server sends: whole `data: X\\n\\n` events and nothing else.
+
+    Returns the data fields, or None when the chunk has any other shape (then the general parser
+    runs). The newline count proves no event has a second line, and the `\\n\\ndata: ` count that
+    every event starts with `data: `.
+    """
+    if not chunk.startswith(b"data: ") or not chunk.endswith(b"\n\n") or b"\r" in chunk:
+        return None
+    parts = chunk.split(b"\n\n")
+    parts.pop()  # the empty piece after the last separator
+    n = len(parts)
+    if chunk.count(b"\n") != 2 * n or chunk.count(b"\n\ndata: ") != n - 1:
+        return None
+    return [p[6:] for p in parts]

@@ -4,7 +4,6 @@ import sys
 import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from orchestrator.loadgen.client import (
@@ -15,6 +14,7 @@ from orchestrator.loadgen.client import (
     run_open_loop,
     send_request,
 )
+from orchestrator.loadgen.http1 import Http1Client
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 
@@ -23,7 +23,7 @@ from streaming_server import start_server
 
 
 async def _one(cfg: ClientConfig, **extra: object) -> object:
-    async with aiohttp.ClientSession() as s:
+    async with Http1Client() as s:
         return await send_request(s, cfg, RequestSpec("r", "hi", 8, extra_body=dict(extra)))
 
 
@@ -58,7 +58,7 @@ def test_multi_token_chunks_chat() -> None:
         runner, url = await start_server()
         try:
             cfg = ClientConfig(url, "m", endpoint="chat")
-            async with aiohttp.ClientSession() as s:
+            async with Http1Client() as s:
                 r = await send_request(
                     s,
                     cfg,

@@ -105,11 +105,11 @@ def test_sse_split_and_multiple() -> None:
     assert p.feed(b'data: {"a"') == []
     assert p.feed(b": 1}\n") == []
     ev = p.feed(b'\ndata: {"b": 2}\n\ndata: [DONE]\n\n')
-    assert [e.data for e in ev] == ['{"a": 1}', '{"b": 2}', "[DONE]"]
+    assert [e.data for e in ev] == [b"{\"a\": 1}", b"{\"b\": 2}", b"[DONE]"]
     assert ev[-1].done and not ev[0].done
     p2 = SSEParser()
     ev2 = p2.feed(b": comment\r\nevent: x\r\ndata: a\r\ndata: b\r\n\r\n")
-    assert [(e.event, e.data) for e in ev2] == [("x", "a\nb")]
+    assert [(e.event, e.data) for e in ev2] == [("x", b"a\nb")]
     assert p2.pending == b""
 
 
@@ -125,12 +125,12 @@ def test_queue_wait_apart_from_scheduling_lag_and_error_rate() -> None:
 
 def test_sse_bare_data_line_and_partial() -> None:
     p = SSEParser()
-    assert [e.data for e in p.feed(b"data\n\nevent: e\ndata:x\n\ndata: tail")] == ["", "x"]
+    assert [e.data for e in p.feed(b"data\n\nevent: e\ndata:x\n\ndata: tail")] == [b"", b"x"]
     assert p.pending == b"data: tail" and p.has_partial_event
 
 
 def test_event_json_parsing_fast_path_and_errors() -> None:
-    from orchestrator.loadgen.client import _parse_json
+    from orchestrator.loadgen.decode import parse_json as _parse_json
 
     assert _parse_json('{"a": 1}') == {"a": 1} and _parse_json('  {"a": 2}  ') == {"a": 2}
     for bad in ("{not json", '{"a": 1} trailing', ""):

@@ -1,0 +1,345 @@
+"""A small keep-alive HTTP/1.1 client on asyncio protocols: the load generator's request hot path.
+
+Why not aiohttp: measured on the 2-core machine against nginx (bench/loadgen_ceiling.py), aiohttp's
+request/response machinery (StreamReader, header objects, connector bookkeeping) cost about 250 us of
+CPU per streamed request before any SSE parsing; this client costs a fraction of that. It does only
+what a benchmark needs: POST with a fixed header block, status line and the framing headers
+(Content-Length, Transfer-Encoding: chunked, Connection: close), and the body as it arrives, each read
+timestamped with time.perf_counter() in data_received, before any parsing. SSE and JSON are parsed
+by the caller after the exchange ends (orchestrator.loadgen.client).
+
+Control calls (health, metrics, models) keep using a general-purpose library; this is for the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import cast
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES = 64 * 1024
+_HEAD, _LENGTH, _CLOSE, _SIZE, _DATA, _CRLF, _TRAILER = range(7)
+
+
+@dataclass
+class Exchange:
+    """What one request got back. reads: (arrival time, body bytes with the chunk framing removed)."""
+
+    status: int = 0
+    reads: list[tuple[float, bytes]] = field(default_factory=list)
+    error: str | None = None  # "connection" (refused, dropped, bad framing) or "timeout"
+    complete: bool = False  # the body ended by its framing (or by the close of a close-delimited body)
+    end_s: float | None = None  # when the last byte arrived
+
+
+@dataclass(frozen=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+    path: str  # request target, e.g. /v1/completions
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        return cls(u.scheme, u.hostname, port, (u.path or "/") + (f"?{u.query}" if u.query else ""))
+
+    def head(self, headers: dict[str, str]) -> bytes:
+        """The request head up to (not including) the Content-Length value."""
+        host = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
+        lines = [f"POST {self.path} HTTP/1.1", f"Host: {host}", "Connection: keep-alive",
+                 "Accept: text/event-stream, application/json"]
+        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("host", "content-length")]
+        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; carries one exchange at a time (no pipelining)."""
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.ex: Exchange | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.buf = b""
+        self.state = _HEAD
+        self.remaining = 0
+        self.keep_alive = True
+        self.closed = False
+        self.reused = False
+        self.got_bytes = False
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        ex = self.ex
+        if ex is None:  # bytes nobody asked for: the connection is no longer usable
+            self._drop()
+            return
+        self.got_bytes = True
+        ex.end_s = now
+        if self.state == _HEAD:
+            data = self._head(data)
+            if self.ex is None or self.state == _HEAD:  # finished (bodiless) or head still incomplete
+                return
+        if not data:
+            return
+        state = self.state
+        if state == _LENGTH:
+            if len(data) > self.remaining:  # bytes past the body: framing is off, do not reuse
+                self.keep_alive = False
+                data = data[: self.remaining]
+            self.remaining -= len(data)
+            ex.reads.append((now, data))
+            if self.remaining == 0:
+                self._finish()
+        elif state == _CLOSE:
+            ex.reads.append((now, data))
+        else:
+            self._chunked(now, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        ex = self.ex
+        if ex is None:
+            return
+        if self.state == _CLOSE:
+            ex.complete = True
+        elif self.reused and not self.got_bytes:
+            ex.error = "stale"  # the server had closed this idle connection: the caller retries once
+        else:
+            ex.error = ex.error or "connection"
+        self._wake()
+
+    # -- one exchange
+    def start(self, ex: Exchange, waiter: asyncio.Future[None], request: bytes) -> None:
+        self.ex, self.waiter = ex, waiter
+        self.buf, self.state, self.got_bytes = b"", _HEAD, False
+        assert self.transport is not None
+        self.transport.write(request)
+
+    def abort(self, error: str) -> None:
+        if self.ex is not None and self.ex.error is None:
+            self.ex.error = error
+        self._drop()
+        self._wake()
+
+    def abort_for(self, ex: Exchange, error: str) -> None:
+        """abort, but only while this connection still carries `ex` (it may serve another by now)."""
+        if self.ex is ex:
+            self.abort(error)
+
+    def _head(self, data: bytes) -> bytes:
+        """Parse the status line and headers; return the body bytes that followed them."""
+        buf = self.buf + data if self.buf else data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    self.abort("connection")
+                self.buf = buf
+                return b""
+            lines = buf[:end].split(b"\r\n")
+            buf = buf[end + 4 :]
+            parts = lines[0].split(b" ", 2)
+            try:
+                status = int(parts[1])
+            except (IndexError, ValueError):
+                self.abort("connection")
+                return b""
+            if 100 <= status < 200:  # interim response: the real one follows
+                continue
+            break
+        assert self.ex is not None
+        self.ex.status = status
+        length: int | None = None
+        chunked = False
+        self.keep_alive = parts[0] == b"HTTP/1.1"
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            key = name.strip().lower()
+            if key == b"content-length":
+                length = int(value)
+            elif key == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif key == b"connection":
+                v = value.strip().lower()
+                self.keep_alive = v != b"close" and (self.keep_alive or v == b"keep-alive")
+        self.buf = b""
+        if chunked:
+            self.state = _SIZE
+        elif length is not None:
+            self.state, self.remaining = _LENGTH, length
+            if length == 0:
+                self._finish()
+        else:
+            self.state, self.keep_alive = _CLOSE, False
+        return buf
+
+    def _chunked(self, now: float, data: bytes) -> None:
+        """Strip chunked framing incrementally; the body bytes of this read become one entry."""
+        assert self.ex is not None
+        buf = self.buf + data if self.buf else data
+        pos, n, out = 0, len(buf), []
+        done = False
+        while pos < n:
+            state = self.state
+            if state == _DATA:
+                take = min(self.remaining, n - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                self.remaining -= take
+                if self.remaining == 0:
+                    self.state = _CRLF
+            elif state == _CRLF:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.state = _SIZE
+            else:  # _SIZE or _TRAILER: a CRLF-terminated line
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line, pos = buf[pos:eol], eol + 2
+                if state == _TRAILER:
+                    if not line:
+                        done = True
+                        break
+                    continue
+                try:
+                    size = int(line.split(b";", 1)[0], 16)
+                except ValueError:
+                    self.abort("connection")
+                    return
+                if size == 0:
+                    self.state = _TRAILER
+                else:
+                    self.state, self.remaining = _DATA, size
+        self.buf = buf[pos:]
+        if out:
+            self.ex.reads.append((now, out[0] if len(out) == 1 else b"".join(out)))
+        if done:
+            self._finish()
+
+    def _finish(self) -> None:
+        assert self.ex is not None
+        self.ex.complete = True
+        reusable = self.keep_alive and not self.closed and not self.buf
+        self._wake()
+        if reusable:
+            self.reused = True
+            self.pool.release(self)
+        else:
+            self._drop()
+
+    def _wake(self) -> None:
+        waiter, self.ex, self.waiter = self.waiter, None, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _drop(self) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class _Pool:
+    """Idle keep-alive connections to one origin (most recently used first)."""
+
+    def __init__(self, origin: Origin) -> None:
+        self.origin = origin
+        self.idle: list[_Conn] = []
+        self.addr: tuple[str, int] | None = None
+        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if origin.scheme == "https" else None
+
+    def release(self, conn: _Conn) -> None:
+        self.idle.append(conn)
+
+    def forget(self, conn: _Conn) -> None:
+        if conn in self.idle:
+            self.idle.remove(conn)
+
+    async def connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        if self.addr is None:  # resolve once per pool, not per connection (getaddrinfo runs in a thread)
+            infos = await loop.getaddrinfo(self.origin.host, self.origin.port, type=socket.SOCK_STREAM)
+            sockaddr = infos[0][4]
+            self.addr = (str(sockaddr[0]), int(sockaddr[1]))
+        host, port = self.addr
+        _, conn = await loop.create_connection(
+            lambda: _Conn(self), host, port, ssl=self.ssl,
+            server_hostname=self.origin.host if self.ssl else None,
+        )
+        return conn
+
+    def close(self) -> None:
+        for conn in list(self.idle):
+            conn._drop()
+        self.idle.clear()
+
+
+class Http1Client:
+    """POST requests over pooled keep-alive connections; one pool per origin. Use `async with`."""
+
+    def __init__(self) -> None:
+        self._pools: dict[Origin, _Pool] = {}
+
+    async def post(self, origin: Origin, head: bytes, body: bytes, timeout_s: float) -> Exchange:
+        """Send head (from Origin.head) + body; never raises for server or network faults."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pool = self._pools.get(origin)
+        if pool is None:
+            pool = self._pools[origin] = _Pool(origin)
+        request = head + str(len(body)).encode() + b"\r\n\r\n" + body
+        for _ in range(2):  # a second try only when a reused idle connection turned out closed
+            ex = Exchange()
+            try:
+                if pool.idle:
+                    conn = pool.idle.pop()
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        conn = await pool.connect()
+            except TimeoutError:
+                ex.error = "timeout"
+                return ex
+            except OSError:
+                ex.error = "connection"
+                return ex
+            waiter: asyncio.Future[None] = loop.create_future()
+            conn.start(ex, waiter, request)
+            timer = loop.call_at(deadline, conn.abort_for, ex, "timeout")
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                conn.abort_for(ex, "connection")
+                raise
+            finally:
+                timer.cancel()
+            if ex.error != "stale":
+                return ex
+        ex.error = "connection"
+        return ex
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+    async def __aenter__(self) -> Http1Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
