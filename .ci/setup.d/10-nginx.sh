@@ -1,0 +1,19 @@
+# Sourced by .ci/run: Debian's nginx, the instant streaming server of bench/loadgen_ceiling.py and of the
+# nginx case in tests/integration/test_ceiling_smoke.py. Best effort: without root or apt-get that case
+# skips and says why (the raw-asyncio server case still runs).
+orch_setup_nginx() {
+    if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+        echo "nginx: present"
+        return 0
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing nginx (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx >/dev/null 2>&1; } \
+            || echo "nginx: apt-get install failed; the nginx ceiling smoke test will skip"
+    else
+        echo "nginx: not installed and no root apt-get; the nginx ceiling smoke test will skip"
+    fi
+}
+
+orch_setup_nginx
