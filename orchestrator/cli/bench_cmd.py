@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the load generator (aiohttp, numpy) is imported only when `
     from orchestrator.loadgen.workloads import Tokenizer
 
 WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace")
+DEFAULT_OUTPUT_LEN = "128"
 BALANCE_KINDS = ("round_robin", "least_outstanding")
 ARRIVALS = ("poisson", "gamma", "constant")
 
@@ -71,7 +72,7 @@ def parse_slo_flag(text: str | None) -> dict[str, float]:
     return out
 
 
-def _workload_factory(kind: str, input_len: str, output_len: str, prefix_len: int, num_prefixes: int,
+def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_len: int, num_prefixes: int,
                       dataset: str | None, tokenizer_dir: str | None, seed: int) -> WorkloadFactory:
     from orchestrator.loadgen.workloads import (
         load_tokenizer,
@@ -83,7 +84,9 @@ def _workload_factory(kind: str, input_len: str, output_len: str, prefix_len: in
     )
 
     tok: Tokenizer | None = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
-    n_in, n_out = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
+    n_in = parse_length(input_len, "--input-len")
+    given_out = parse_length(output_len, "--output-len") if output_len is not None else None
+    n_out = given_out if given_out is not None else parse_length(DEFAULT_OUTPUT_LEN, "--output-len")
     if kind in ("sharegpt", "trace") and not dataset:
         raise SpecError(f"--workload {kind} needs --dataset FILE")
     if kind == "random":
@@ -94,7 +97,7 @@ def _workload_factory(kind: str, input_len: str, output_len: str, prefix_len: in
     assert dataset is not None
     if kind == "sharegpt":
         sharegpt_workload(dataset, 1, tokenizer=tok)  # fail now on a bad file, not mid-run
-        return partial(sharegpt_workload, dataset, seed=seed, tokenizer=tok)
+        return partial(sharegpt_workload, dataset, output_len=given_out, seed=seed, tokenizer=tok)
     wl = trace_workload(dataset, seed=seed, tokenizer=tok)
     return lambda n: wl
 
@@ -189,7 +192,8 @@ def bench(
     workload: Annotated[str, typer.Option(help="random, sharegpt, prefix or trace.")] = "random",
     input_len: Annotated[str, typer.Option(help="N, uniform:MIN-MAX, normal:MEAN,STD, lognormal:MEAN,STD.")]
     = "1024",
-    output_len: Annotated[str, typer.Option(help="Output tokens, same forms as --input-len.")] = "128",
+    output_len: Annotated[str | None, typer.Option(
+        help="Output tokens, same forms as --input-len (default 128; sharegpt: the reply's length).")] = None,
     prefix_len: Annotated[int, typer.Option(help="prefix workload: shared prefix tokens.")] = 512,
     num_prefixes: Annotated[int, typer.Option(help="prefix workload: distinct shared prefixes.")] = 1,
     dataset: Annotated[str | None, typer.Option(help="ShareGPT JSON or trace JSONL file.")] = None,

@@ -93,7 +93,7 @@ def to_record(s: Sent) -> RequestRecord:
                         code = obj["error"].get("code")
                         error = f"http_{code}" if isinstance(code, int) else "malformed"
                         break
-                    n_chunk = 1
+                    n_chunk = 0
                     usage = obj.get("usage")
                     if usage is not None and usage.get("completion_tokens") is not None:
                         total = int(usage["completion_tokens"])
@@ -102,9 +102,12 @@ def to_record(s: Sent) -> RequestRecord:
                         if usage.get("prompt_tokens") is not None:
                             usage_in = int(usage["prompt_tokens"])
                     choices = obj.get("choices")
-                    if choices and _choice_text(choices[0]):
+                    # A token arrived when the chunk's usage says so (a token can decode to no text
+                    # yet: half of a multi-byte character) or, without per-chunk usage, when it
+                    # carries text. A role-only first chat delta is neither.
+                    if choices and (n_chunk > 0 or _choice_text(choices[0])):
                         times.append(now)
-                        tokens.append(n_chunk if n_chunk > 0 else 1)
+                        tokens.append(max(n_chunk, 1))
                 except (AttributeError, TypeError, KeyError, IndexError, ValueError):
                     error = "malformed"  # valid JSON of the wrong shape (a list, a string, ...)
                     break

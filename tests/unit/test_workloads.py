@@ -157,3 +157,19 @@ def test_tokenizer_dir_errors(tmp_path: Path) -> None:
     except ImportError:
         with pytest.raises(SpecError, match="transformers"):
             load_tokenizer(tmp_path)
+
+
+def test_cli_sharegpt_honours_output_len(tmp_path: Path) -> None:
+    """`orch bench --workload sharegpt --output-len N` forces N; without it the reply's length counts."""
+    from orchestrator.cli.bench_cmd import _workload_factory
+
+    data = [{"id": "a", "conversations": [{"from": "human", "value": "hello there"},
+                                          {"from": "gpt", "value": "x" * 40}]}]
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps(data))
+    forced = _workload_factory("sharegpt", "1024", "7", 512, 1, str(f), None, 0)(3)
+    assert [s.max_tokens for s in forced.specs] == [7, 7, 7]
+    natural = _workload_factory("sharegpt", "1024", None, 512, 1, str(f), None, 0)(2)
+    assert [s.max_tokens for s in natural.specs] == [10, 10]
+    randoms = _workload_factory("random", "16", None, 512, 1, None, None, 0)(2)
+    assert [s.max_tokens for s in randoms.specs] == [128, 128]
