@@ -17,7 +17,7 @@ from rich.table import Table
 from orchestrator.cli import app
 from orchestrator.errors import OrchError, SpecError
 
-if TYPE_CHECKING:  # the load generator (aiohttp, numpy) is imported only when `orch bench` runs
+if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
     from orchestrator.loadgen.bench import PointResult, WorkloadFactory
     from orchestrator.loadgen.metrics import Distribution
     from orchestrator.loadgen.records import RequestRecord

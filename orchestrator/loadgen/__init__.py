@@ -1,5 +1,5 @@
 """Load generator behind `orch bench`: workloads, arrivals, the streaming client, records, metrics,
-the load-point runner and the rate search. Heavy parts (aiohttp, numpy) load with this package."""
+the load-point runner and the rate search. Heavy parts (numpy, orjson) load with this package."""
 
 from orchestrator.loadgen.balance import Balancer
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_bench, run_point
