@@ -124,6 +124,18 @@ def test_served_and_virtual_time_agree_within_5_percent() -> None:
             # Warm up first (first requests pay for connections and cold code paths), then measure.
             warm = [RequestSpec(f"w{i}", "word " * 50, 4) for i in range(3)]
             asyncio.run(run_open_loop(cfg, warm, [0.0] * 3))
+            # The harness's fixed per-request cost on this machine, measured rather than assumed: tiny
+            # requests alone on the engine, at the workload's mean spacing, served against virtual time.
+            # On the machines of 2026-12-03 a served request after an idle gap took 4-9 ms (simulated)
+            # longer than in virtual time, more the longer the gap, with the old aiohttp client too;
+            # the cause (the server waking after idling) is open, see the issue 3 note.
+            probe_n, gap_s = 6, float(np.mean(np.diff(offsets)))
+            probe_v, _ = simulate(replica_engines(inputs, parse_layout("tp8")),
+                                  [SimRequest(f"p{i}", i * gap_s, 8, 2) for i in range(probe_n)])
+            probe = [RequestSpec(f"p{i}", "word " * 8, max_tokens=2) for i in range(probe_n)]
+            probe_at = [i * gap_s * SCALE for i in range(probe_n)]
+            probe_s = unscale(asyncio.run(run_open_loop(cfg, probe, probe_at)), SCALE)
+            harness_s = max(0.0, median([r.ttft_s for r in probe_s]) - median([r.ttft_s for r in probe_v]))
             before = read_counters([base + "/v1"])
             specs = [RequestSpec(str(i), "word " * prompts[i], max_tokens=outputs[i]) for i in range(n)]
             served = unscale(asyncio.run(run_open_loop(cfg, specs, [t * SCALE for t in offsets])), SCALE)
@@ -133,12 +145,14 @@ def test_served_and_virtual_time_agree_within_5_percent() -> None:
             proc.wait(timeout=10)
         assert all(r.ok for r in served)
         # Medians: a shared 2-core machine stalls now and then for 100+ ms, which says nothing about
-        # the simulator. TTFT also carries the HTTP round trip (1-2 ms here) and the harness's own
-        # lateness, measured by the server (loops waking late) and the client (late sends).
+        # the simulator. TTFT also carries the HTTP round trip (1-2 ms here), the harness's per-request
+        # cost measured above, and its lateness, measured by the server (loops waking late) and the
+        # client (late sends).
         late_s = (counters.behind_wall_s / max(counters.steps, 1) / SCALE
                   + median([r.scheduling_lag_s for r in served]))
         bad = []
-        for name, slack_s in (("ttft_s", 0.002 + late_s), ("tpot_s", 0.0), ("e2e_s", 0.0)):
+        print(f"harness per-request TTFT cost {harness_s * 1e3:.2f} ms, lateness {late_s * 1e3:.2f} ms")
+        for name, slack_s in (("ttft_s", 0.002 + late_s + harness_s), ("tpot_s", 0.0), ("e2e_s", 0.0)):
             v = median([getattr(r, name) for r in virtual])
             s = median([getattr(r, name) for r in served])
             if s != pytest.approx(v, rel=0.05, abs=slack_s):
