@@ -16,6 +16,7 @@ from orchestrator.compile.k8s import (
     GPU_PRODUCT_LABEL,
     K8sOptions,
     Obj,
+    Probe,
     object_metadata,
     pod_spec,
     selector_labels,
@@ -156,8 +157,9 @@ def ray_service(
         {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
         {"name": "serve", "containerPort": SERVE_PORT, "protocol": "TCP"},
     ]
-    head_spec = _ray_container(pod_spec(empty, 0, opts, "/"), "ray-head", head_ports)
-    head_spec["containers"][0]["resources"] = {}
+    head_spec = _ray_container(pod_spec(empty, 0, opts, Probe("/", 1)), "ray-head", head_ports)
+    # No GPU on the head, but Serve's controller and proxy need a core and some memory of their own.
+    head_spec["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
     # The head needs no GPU node; only the workers are pinned to the GPU product.
     head_selector = {k: v for k, v in head_spec.pop("nodeSelector", {}).items() if k != GPU_PRODUCT_LABEL}
     if head_selector:

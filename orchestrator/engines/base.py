@@ -64,12 +64,15 @@ class ReplicaPlan:
     processes: tuple[ProcessSpec, ...]
     health_url: str
     openai_base_url: str
+    # How long one health call may take before it counts as failed (Kubernetes probes' timeoutSeconds).
+    health_timeout_s: float = 5.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "processes": [p.to_dict() for p in self.processes],
             "health_url": self.health_url,
             "openai_base_url": self.openai_base_url,
+            "health_timeout_s": self.health_timeout_s,
         }
 
 

@@ -34,6 +34,10 @@ _A2A_FROM_VLLM = {
     "deepep_high_throughput": ("deepep", "normal"),
 }
 
+# SGLang 0.5.23's /health and /health_generate wait at least 1 s before they answer (they run a real
+# decode step behind queued requests), so a probe with Kubernetes' default 1 s timeout never passes.
+HEALTH_TIMEOUT_S = 10.0
+
 _KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
               "fp8_e5m2": "fp8_e5m2"}
 
@@ -156,6 +160,7 @@ def _replica(
         # /health answers before the model can generate; /health_generate runs a real decode step.
         health_url=url(leader.host, leader.port, "/health_generate"),
         openai_base_url=url(leader.host, leader.port, "/v1"),
+        health_timeout_s=HEALTH_TIMEOUT_S,
     )
 
 
