@@ -103,6 +103,9 @@ class EngineOptions:
     enforce_eager: bool = False
     extra_args: tuple[str, ...] = ()
     num_redundant_experts: int = 0
+    # Routed experts of the model (0: dense, or not known): decides what dp means on SGLang and lets the
+    # EPLB check count physical experts as the engines do.
+    num_routed_experts: int = 0
     executor: Literal["mp", "ray"] = "mp"
     a2a_backend: str | None = None  # vLLM --all2all-backend / SGLang --moe-a2a-backend
     extra_env: tuple[tuple[str, str], ...] = field(default=())
@@ -114,6 +117,8 @@ class EngineOptions:
             raise SpecError("engine options: model is empty")
         if self.num_redundant_experts < 0:
             raise SpecError("engine options: num_redundant_experts must be >= 0")
+        if self.num_routed_experts < 0:
+            raise SpecError("engine options: num_routed_experts must be >= 0")
         if self.executor not in ("mp", "ray"):
             raise SpecError(f"engine options: executor must be 'mp' or 'ray', got {self.executor!r}")
 

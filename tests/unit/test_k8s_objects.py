@@ -19,7 +19,7 @@ from orchestrator.compile.k8s import (
     leader_worker_set,
     options_from_target,
 )
-from orchestrator.compile.k8s_ray import engine_kwargs, ray_service
+from orchestrator.compile.k8s_ray import engine_kwargs, ray_service, serve_config
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, ProcessSpec, ReplicaPlan
 from orchestrator.engines.sglang import ENGINE as SGLANG
 from orchestrator.errors import SpecError
@@ -315,6 +315,28 @@ def test_ray_service_tp4x2_packs_one_node() -> None:
     (group,) = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     assert group["replicas"] == 2
     assert group["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 4}
+
+
+def test_ray_engine_kwargs_json_values_are_mappings() -> None:
+    # vLLM's EngineArgs takes eplb_config as a mapping; the JSON text of the CLI flag is refused there.
+    argv = ("vllm", "serve", "m", "--enable-eplb", "--eplb-config", '{"num_redundant_experts": 32}')
+    _, kwargs = engine_kwargs(argv, parse_layout("dp8ep"))
+    assert kwargs["eplb_config"] == {"num_redundant_experts": 32}
+    assert kwargs["enable_eplb"] is True
+    with pytest.raises(SpecError, match="not valid JSON"):
+        engine_kwargs(("vllm", "serve", "m", "--eplb-config", "{oops"), parse_layout("dp8ep"))
+
+
+def test_ray_service_dp_layout_uses_the_dp_builder() -> None:
+    rs = ray_service(vllm_plan("tp8"), parse_layout("tp8"), options())
+    (app,) = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    dp = parse_layout("dp8ep")
+    plan = real_vllm_plan("dp8ep")
+    assert plan is not None
+    (app,) = serve_config(plan, dp)["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_dp_openai_app"
+    assert app["args"]["llm_config"]["engine_kwargs"]["data_parallel_size"] == 8
 
 
 def test_ray_engine_kwargs_flags() -> None:
