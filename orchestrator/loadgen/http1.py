@@ -9,6 +9,12 @@ arrives, each read timestamped with time.perf_counter() in data_received, before
 and JSON are decoded later (orchestrator.loadgen.decode).
 
 Control calls (health, metrics, models) keep using a general-purpose library; this is for the load.
+
+A hostile or broken server cannot hang it or grow its memory: every length on the wire is checked
+before it is used (Content-Length and chunk sizes are plain digits, never negative), every line it
+waits for has a length limit, the body has a cap (max_response_bytes), and the per-request deadline
+is a timer independent of arrivals. A violation ends the exchange with error "protocol" (not HTTP/1.1
+framing) or "too_large" (over the cap); see orchestrator.loadgen.records for every kind.
 """
 
 from __future__ import annotations
@@ -21,7 +27,15 @@ from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
+#: The status line and headers, all interim (1xx) responses included; also the trailers' limit.
 MAX_HEAD_BYTES = 64 * 1024
+#: A chunk-size line with its extensions (servers send a few hex digits).
+MAX_LINE_BYTES = 4 * 1024
+#: Body bytes one response may carry (framing removed) unless the caller sets its own cap.
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+_MAX_LENGTH_DIGITS = 19  # a Content-Length above 10**19 is far over any cap
+_MAX_SIZE_DIGITS = 16  # a chunk size above 16**16 is too
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 _HEAD, _LENGTH, _CLOSE, _SIZE, _DATA, _CRLF, _TRAILER = range(7)
 
 
@@ -31,7 +45,8 @@ class Exchange:
 
     status: int = 0
     reads: list[tuple[float, bytes]] = field(default_factory=list)
-    error: str | None = None  # "connection" (refused, dropped, bad framing) or "timeout"
+    #: "connection" (refused, dropped), "timeout", "protocol" (not HTTP/1.1 framing), "too_large"
+    error: str | None = None
     complete: bool = False  # the body ended by its framing (or by the close of a close-delimited body)
     end_s: float | None = None  # when the last byte arrived
 
@@ -75,6 +90,9 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.got_bytes = False
+        self.max_bytes = DEFAULT_MAX_RESPONSE_BYTES  # body cap of the current exchange
+        self.body_bytes = 0  # body bytes of the current exchange so far
+        self.head_bytes = 0  # head bytes (interim responses, trailers) of the current exchange
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,7 +113,7 @@ class _Conn(asyncio.Protocol):
         if not data:
             return
         state = self.state
-        if state == _LENGTH:
+        if state == _LENGTH:  # the length was checked against the cap when the head arrived
             if len(data) > self.remaining:  # bytes past the body: framing is off, do not reuse
                 self.keep_alive = False
                 data = data[: self.remaining]
@@ -104,6 +122,13 @@ class _Conn(asyncio.Protocol):
             if self.remaining == 0:
                 self._finish()
         elif state == _CLOSE:
+            self.body_bytes += len(data)
+            if self.body_bytes > self.max_bytes:  # an endless body: keep what fits, then stop
+                keep = len(data) - (self.body_bytes - self.max_bytes)
+                if keep > 0:
+                    ex.reads.append((now, data[:keep]))
+                self.abort("too_large")
+                return
             ex.reads.append((now, data))
         else:
             self._chunked(now, data)
@@ -123,9 +148,11 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     # -- one exchange
-    def start(self, ex: Exchange, waiter: asyncio.Future[None], request: bytes) -> None:
+    def start(self, ex: Exchange, waiter: asyncio.Future[None], request: bytes,
+              max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.ex, self.waiter = ex, waiter
         self.buf, self.state, self.got_bytes = b"", _HEAD, False
+        self.max_bytes, self.body_bytes, self.head_bytes = max_bytes, 0, 0
         assert self.transport is not None
         self.transport.write(request)
 
@@ -146,42 +173,64 @@ class _Conn(asyncio.Protocol):
         while True:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    self.abort("connection")
+                if self.head_bytes + len(buf) > MAX_HEAD_BYTES:  # endless header lines
+                    self.abort("protocol")
+                    return b""
                 self.buf = buf
+                return b""
+            self.head_bytes += end + 4
+            if self.head_bytes > MAX_HEAD_BYTES:  # also endless interim responses
+                self.abort("protocol")
                 return b""
             lines = buf[:end].split(b"\r\n")
             buf = buf[end + 4 :]
             parts = lines[0].split(b" ", 2)
-            try:
-                status = int(parts[1])
-            except (IndexError, ValueError):
-                self.abort("connection")
+            code = parts[1] if len(parts) > 1 else b""
+            if not parts[0].startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+                self.abort("protocol")
                 return b""
-            if 100 <= status < 200:  # interim response: the real one follows
-                continue
-            break
+            status = int(code)
+            if status >= 200:
+                break
+            # interim response (100 Continue, 103 Early Hints): the real one follows
         assert self.ex is not None
         self.ex.status = status
-        length: int | None = None
+        length: bytes | None = None
         chunked = False
         self.keep_alive = parts[0] == b"HTTP/1.1"
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             key = name.strip().lower()
             if key == b"content-length":
-                length = int(value)
+                v = value.strip()
+                if length is not None and v != length:  # two different lengths: which one is true?
+                    self.abort("protocol")
+                    return b""
+                length = v
             elif key == b"transfer-encoding":
                 chunked = b"chunked" in value.lower()
             elif key == b"connection":
                 v = value.strip().lower()
                 self.keep_alive = v != b"close" and (self.keep_alive or v == b"keep-alive")
         self.buf = b""
-        if chunked:
+        if chunked:  # chunked framing wins over a Content-Length (RFC 9112, 6.3)
             self.state = _SIZE
+            if length is not None:
+                self.keep_alive = False
+        elif status in (204, 304):  # never a body
+            self.state, self.remaining = _LENGTH, 0
+            self._finish()
         elif length is not None:
-            self.state, self.remaining = _LENGTH, length
-            if length == 0:
+            # Digits only: int() would also take "-5", "+5", "5_0" and whitespace.
+            if not length.isdigit() or len(length) > _MAX_LENGTH_DIGITS:
+                self.abort("protocol")
+                return b""
+            n = int(length)
+            if n > self.max_bytes:
+                self.abort("too_large")
+                return b""
+            self.state, self.remaining = _LENGTH, n
+            if n == 0:
                 self._finish()
         else:
             self.state, self.keep_alive = _CLOSE, False
@@ -193,6 +242,7 @@ class _Conn(asyncio.Protocol):
         buf = self.buf + data if self.buf else data
         pos, n, out = 0, len(buf), []
         done = False
+        error: str | None = None
         while pos < n:
             state = self.state
             if state == _DATA:
@@ -205,30 +255,52 @@ class _Conn(asyncio.Protocol):
             elif state == _CRLF:
                 if n - pos < 2:
                     break
+                if buf[pos : pos + 2] != b"\r\n":  # the chunk was longer than its size said
+                    error = "protocol"
+                    break
                 pos += 2
                 self.state = _SIZE
             else:  # _SIZE or _TRAILER: a CRLF-terminated line
                 eol = buf.find(b"\r\n", pos)
                 if eol < 0:
+                    limit = MAX_LINE_BYTES if state == _SIZE else MAX_HEAD_BYTES - self.head_bytes
+                    if n - pos > limit:  # an endless chunk-size or trailer line
+                        error = "protocol"
                     break
                 line, pos = buf[pos:eol], eol + 2
                 if state == _TRAILER:
+                    self.head_bytes += len(line) + 2
                     if not line:
                         done = True
                         break
+                    if self.head_bytes > MAX_HEAD_BYTES:  # endless trailers
+                        error = "protocol"
+                        break
                     continue
-                try:
-                    size = int(line.split(b";", 1)[0], 16)
-                except ValueError:
-                    self.abort("connection")
-                    return
+                if len(line) > MAX_LINE_BYTES:
+                    error = "protocol"
+                    break
+                digits = line.split(b";", 1)[0].strip(b" \t")
+                # Hex digits only: int(x, 16) would also take "-5", "0x5", "5_0" and whitespace, and
+                # a negative size would send this loop backwards forever.
+                if not digits or len(digits) > _MAX_SIZE_DIGITS or not _HEX.issuperset(digits):
+                    error = "protocol"
+                    break
+                size = int(digits, 16)
                 if size == 0:
                     self.state = _TRAILER
+                elif self.body_bytes + size > self.max_bytes:
+                    error = "too_large"  # refused before its bytes arrive
+                    break
                 else:
+                    self.body_bytes += size
                     self.state, self.remaining = _DATA, size
-        self.buf = buf[pos:]
         if out:
             self.ex.reads.append((now, out[0] if len(out) == 1 else b"".join(out)))
+        if error is not None:
+            self.abort(error)
+            return
+        self.buf = buf[pos:]
         if done:
             self._finish()
 
@@ -296,8 +368,13 @@ class Http1Client:
     def __init__(self) -> None:
         self._pools: dict[Origin, _Pool] = {}
 
-    async def post(self, origin: Origin, head: bytes, body: bytes, timeout_s: float) -> Exchange:
-        """Send head (from Origin.head) + body; never raises for server or network faults."""
+    async def post(self, origin: Origin, head: bytes, body: bytes, timeout_s: float,
+                   max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> Exchange:
+        """Send head (from Origin.head) + body; never raises for server or network faults.
+
+        timeout_s bounds the whole exchange (connect, head, body) however the bytes arrive;
+        max_response_bytes caps the body (framing removed): a longer one ends with "too_large".
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         pool = self._pools.get(origin)
@@ -319,7 +396,7 @@ class Http1Client:
                 ex.error = "connection"
                 return ex
             waiter: asyncio.Future[None] = loop.create_future()
-            conn.start(ex, waiter, request)
+            conn.start(ex, waiter, request, max_response_bytes)
             timer = loop.call_at(deadline, conn.abort_for, ex, "timeout")
             try:
                 await waiter

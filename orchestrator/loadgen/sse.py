@@ -26,38 +26,42 @@ class SSEEvent:
 
 class SSEParser:
     def __init__(self) -> None:
-        self._buf = b""
+        self._parts: list[bytes] = []  # pieces of the unfinished last line, joined once it ends
         self._data: list[bytes] = []
         self._event: str | None = None
 
     @property
     def pending(self) -> bytes:
         """Bytes of an unfinished line (non-empty at end of stream means truncation)."""
-        return self._buf
+        return b"".join(self._parts)
 
     @property
     def has_partial_event(self) -> bool:
-        return bool(self._buf.strip()) or bool(self._data)
+        return any(p.strip() for p in self._parts) or bool(self._data)
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """Like feed, but only the events' data fields (the load generator reads nothing else)."""
-        if not self._buf and not self._data:
+        if not self._parts and not self._data:
             fast = _simple_events(chunk)
             if fast is not None:
                 return fast
         return [e.data for e in self.feed(chunk)]
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if not self._buf and not self._data:
+        if not self._parts and not self._data:
             fast = _simple_events(chunk)
             if fast is not None:
                 return [SSEEvent(d) for d in fast]
-        buf = self._buf + chunk if self._buf else chunk
-        if b"\n" not in buf:
-            self._buf = buf
+        if b"\n" not in chunk:
+            # The line goes on. Keeping pieces (not one growing buffer) makes a line that never ends
+            # cost linear time: each read is scanned and copied once, not once per later read.
+            if chunk:
+                self._parts.append(chunk)
             return []
+        buf = b"".join([*self._parts, chunk]) if self._parts else chunk
         lines = buf.split(b"\n")
-        self._buf = lines.pop()  # the unfinished last line (b"" when buf ended with a newline)
+        last = lines.pop()  # the unfinished last line (b"" when buf ended with a newline)
+        self._parts = [last] if last else []
         events: list[SSEEvent] = []
         for raw in lines:
             line = raw[:-1] if raw.endswith(b"\r") else raw
