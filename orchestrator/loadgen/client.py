@@ -25,7 +25,8 @@ import numpy as np
 
 from orchestrator.loadgen.balance import Balance, Balancer
 from orchestrator.loadgen.decode import Backlog, RecordSink, Sent, to_record
-from orchestrator.loadgen.http1 import DEFAULT_MAX_RESPONSE_BYTES, Http1Client, Origin
+from orchestrator.loadgen.framing import DEFAULT_MAX_RESPONSE_BYTES
+from orchestrator.loadgen.http1 import Http1Client, Origin
 from orchestrator.loadgen.records import RequestRecord
 
 Endpoint = Literal["completions", "chat"]

@@ -11,10 +11,10 @@ and JSON are decoded later (orchestrator.loadgen.decode).
 Control calls (health, metrics, models) keep using a general-purpose library; this is for the load.
 
 A hostile or broken server cannot hang it or grow its memory: every length on the wire is checked
-before it is used (Content-Length and chunk sizes are plain digits, never negative), every line it
-waits for has a length limit, the body has a cap (max_response_bytes), and the per-request deadline
-is a timer independent of arrivals. A violation ends the exchange with error "protocol" (not HTTP/1.1
-framing) or "too_large" (over the cap); see orchestrator.loadgen.records for every kind.
+before it is used (orchestrator.loadgen.framing), every line it waits for has a length limit, the
+body has a cap (max_response_bytes), and the per-request deadline is a timer independent of
+arrivals. A violation ends the exchange with error "protocol" (not HTTP/1.1 framing) or "too_large"
+(over the cap); see orchestrator.loadgen.records for every kind.
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
-#: The status line and headers, all interim (1xx) responses included; also the trailers' limit.
-MAX_HEAD_BYTES = 64 * 1024
-#: A chunk-size line with its extensions (servers send a few hex digits).
-MAX_LINE_BYTES = 4 * 1024
-#: Body bytes one response may carry (framing removed) unless the caller sets its own cap.
-DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-_MAX_LENGTH_DIGITS = 19  # a Content-Length above 10**19 is far over any cap
-_MAX_SIZE_DIGITS = 16  # a chunk size above 16**16 is too
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+from orchestrator.loadgen.framing import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_LINE_BYTES,
+    SIZES_SEEN,
+    chunk_size,
+    parse_head,
+    status_of,
+)
+
 _HEAD, _LENGTH, _CLOSE, _SIZE, _DATA, _CRLF, _TRAILER = range(7)
 
 
@@ -90,8 +91,7 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.got_bytes = False
-        self.max_bytes = DEFAULT_MAX_RESPONSE_BYTES  # body cap of the current exchange
-        self.body_bytes = 0  # body bytes of the current exchange so far
+        self.room = DEFAULT_MAX_RESPONSE_BYTES  # body bytes the current exchange may still carry
         self.head_bytes = 0  # head bytes (interim responses, trailers) of the current exchange
 
     # -- asyncio.Protocol
@@ -122,9 +122,9 @@ class _Conn(asyncio.Protocol):
             if self.remaining == 0:
                 self._finish()
         elif state == _CLOSE:
-            self.body_bytes += len(data)
-            if self.body_bytes > self.max_bytes:  # an endless body: keep what fits, then stop
-                keep = len(data) - (self.body_bytes - self.max_bytes)
+            self.room -= len(data)
+            if self.room < 0:  # an endless body: keep what fits, then stop
+                keep = len(data) + self.room
                 if keep > 0:
                     ex.reads.append((now, data[:keep]))
                 self.abort("too_large")
@@ -152,7 +152,7 @@ class _Conn(asyncio.Protocol):
               max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.ex, self.waiter = ex, waiter
         self.buf, self.state, self.got_bytes = b"", _HEAD, False
-        self.max_bytes, self.body_bytes, self.head_bytes = max_bytes, 0, 0
+        self.room, self.head_bytes = max_bytes, 0
         assert self.transport is not None
         self.transport.write(request)
 
@@ -184,56 +184,31 @@ class _Conn(asyncio.Protocol):
                 return b""
             lines = buf[:end].split(b"\r\n")
             buf = buf[end + 4 :]
-            parts = lines[0].split(b" ", 2)
-            code = parts[1] if len(parts) > 1 else b""
-            if not parts[0].startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+            status = status_of(lines[0])
+            if status is None:
                 self.abort("protocol")
                 return b""
-            status = int(code)
             if status >= 200:
                 break
             # interim response (100 Continue, 103 Early Hints): the real one follows
         assert self.ex is not None
         self.ex.status = status
-        length: bytes | None = None
-        chunked = False
-        self.keep_alive = parts[0] == b"HTTP/1.1"
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            key = name.strip().lower()
-            if key == b"content-length":
-                v = value.strip()
-                if length is not None and v != length:  # two different lengths: which one is true?
-                    self.abort("protocol")
-                    return b""
-                length = v
-            elif key == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif key == b"connection":
-                v = value.strip().lower()
-                self.keep_alive = v != b"close" and (self.keep_alive or v == b"keep-alive")
-        self.buf = b""
-        if chunked:  # chunked framing wins over a Content-Length (RFC 9112, 6.3)
+        head = parse_head(lines, status)
+        if head is None:
+            self.abort("protocol")
+            return b""
+        self.buf, self.keep_alive = b"", head.keep_alive
+        if head.chunked:
             self.state = _SIZE
-            if length is not None:
-                self.keep_alive = False
-        elif status in (204, 304):  # never a body
-            self.state, self.remaining = _LENGTH, 0
-            self._finish()
-        elif length is not None:
-            # Digits only: int() would also take "-5", "+5", "5_0" and whitespace.
-            if not length.isdigit() or len(length) > _MAX_LENGTH_DIGITS:
-                self.abort("protocol")
-                return b""
-            n = int(length)
-            if n > self.max_bytes:
-                self.abort("too_large")
-                return b""
-            self.state, self.remaining = _LENGTH, n
-            if n == 0:
-                self._finish()
+        elif head.length is None:
+            self.state = _CLOSE
+        elif head.length > self.room:
+            self.abort("too_large")
+            return b""
         else:
-            self.state, self.keep_alive = _CLOSE, False
+            self.state, self.remaining = _LENGTH, head.length
+            if head.length == 0:
+                self._finish()
         return buf
 
     def _chunked(self, now: float, data: bytes) -> None:
@@ -255,7 +230,7 @@ class _Conn(asyncio.Protocol):
             elif state == _CRLF:
                 if n - pos < 2:
                     break
-                if buf[pos : pos + 2] != b"\r\n":  # the chunk was longer than its size said
+                if not buf.startswith(b"\r\n", pos):  # the chunk was longer than its size said
                     error = "protocol"
                     break
                 pos += 2
@@ -277,23 +252,19 @@ class _Conn(asyncio.Protocol):
                         error = "protocol"
                         break
                     continue
-                if len(line) > MAX_LINE_BYTES:
-                    error = "protocol"
-                    break
-                digits = line.split(b";", 1)[0].strip(b" \t")
-                # Hex digits only: int(x, 16) would also take "-5", "0x5", "5_0" and whitespace, and
-                # a negative size would send this loop backwards forever.
-                if not digits or len(digits) > _MAX_SIZE_DIGITS or not _HEX.issuperset(digits):
-                    error = "protocol"
-                    break
-                size = int(digits, 16)
+                size = SIZES_SEEN.get(line)
+                if size is None:
+                    size = chunk_size(line)
+                    if size < 0:
+                        error = "protocol"
+                        break
                 if size == 0:
                     self.state = _TRAILER
-                elif self.body_bytes + size > self.max_bytes:
+                elif size > self.room:
                     error = "too_large"  # refused before its bytes arrive
                     break
                 else:
-                    self.body_bytes += size
+                    self.room -= size
                     self.state, self.remaining = _DATA, size
         if out:
             self.ex.reads.append((now, out[0] if len(out) == 1 else b"".join(out)))

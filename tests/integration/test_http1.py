@@ -22,15 +22,8 @@ from types import FrameType
 
 import pytest
 
-from orchestrator.loadgen.http1 import (
-    MAX_HEAD_BYTES,
-    MAX_LINE_BYTES,
-    Exchange,
-    Http1Client,
-    Origin,
-    _Conn,
-    _Pool,
-)
+from orchestrator.loadgen.framing import MAX_HEAD_BYTES, MAX_LINE_BYTES
+from orchestrator.loadgen.http1 import Exchange, Http1Client, Origin, _Conn, _Pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostile_server import Piece, RawServer, forever

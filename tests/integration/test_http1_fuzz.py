@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.loadgen.decode import Sent, to_record
-from orchestrator.loadgen.http1 import MAX_HEAD_BYTES, Exchange, Http1Client, Origin, _Conn, _Pool
+from orchestrator.loadgen.framing import MAX_HEAD_BYTES
+from orchestrator.loadgen.http1 import Exchange, Http1Client, Origin, _Conn, _Pool
 from orchestrator.loadgen.records import ERROR_KINDS
 from orchestrator.loadgen.sse import SSEParser
 
