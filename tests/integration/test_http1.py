@@ -280,3 +280,16 @@ def test_origin_parse_and_head() -> None:
     assert b"Authorization: Bearer k\r\n" in head and head.endswith(b"Content-Length: ")
     with pytest.raises(ValueError, match="not an http"):
         Origin.parse("ftp://x/")
+
+
+@pytest.mark.parametrize(
+    ("line", "size"),
+    [(b"0", 0), (b"1f", 31), (b"1F;name=value", 31), (b"a ; x", 10), (b"-5", -1), (b"+5", -1),
+     (b" 5", -1), (b"0x5", -1), (b"5_0", -1), (b"", -1), (b";x", -1), (b"g", -1), (b"1" * 17, -1),
+     (b"5;" + b"e" * 5000, -1)],
+)
+def test_chunk_size_lines(line: bytes, size: int) -> None:
+    from orchestrator.loadgen.framing import chunk_size
+
+    assert chunk_size(line) == size
+    assert chunk_size(line) == size  # the second time from the cache of checked lines
