@@ -38,8 +38,10 @@ def _records(label: str, rate: float, ttft_ms: float, itl_ms: float, n: int = 40
 
 def _series(rate: float, endpoints: int) -> dict[str, object]:
     samples = [
-        EngineSample(t_s=k * 0.5, endpoint=e, running=rate * 2 + k % 3, waiting=max(0.0, rate - 4) * k / 4,
-                     kv_usage=min(1.0, 0.05 * rate + 0.01 * k), preemptions=float(k // 8) if rate > 4 else 0.0)
+        EngineSample(
+            t_s=k * 0.5, endpoint=e, running=rate * 2 + k % 3, waiting=max(0.0, rate - 4) * k / 4,
+            kv_usage=min(1.0, 0.05 * rate + 0.01 * k), preemptions=float(k // 8) if rate > 4 else 0.0,
+        )
         for k in range(20)
         for e in range(endpoints)
     ]

@@ -67,7 +67,7 @@ def runs_command(
 def export_command(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
     fmt: Annotated[
-        str, typer.Option("--format", help="json | jsonl | csv | parquet | vllm (one vllm bench JSON per point)")
+        str, typer.Option("--format", help="json | jsonl | csv | parquet | vllm (vllm bench JSON per point)")
     ] = "json",
     out: Annotated[
         str | None, typer.Option("--out", help="File to write (a directory for vllm); default stdout.")

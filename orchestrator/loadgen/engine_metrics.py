@@ -22,6 +22,7 @@ the loop by a whole switch interval (5 ms) and shift the very timestamps being m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Sequence
@@ -188,14 +189,14 @@ async def with_engine_metrics(
         result = await work
     finally:
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
     return result, poller
 
 
-def series_to_dict(samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0) -> dict[str, Any]:
+def series_to_dict(
+    samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0
+) -> dict[str, Any]:
     """The stored form: times divided by the simulator's time scale, like every other measured time."""
     rows = []
     for s in samples:
@@ -228,7 +229,7 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
 
     preempted: float | None = None
     for ep in {s["endpoint"] for s in samples}:
-        counts = [s["preemptions"] for s in samples if s["endpoint"] == ep and s.get("preemptions") is not None]
+        counts = [s["preemptions"] for s in samples if s["endpoint"] == ep and "preemptions" in s]
         if counts:
             preempted = (preempted or 0.0) + max(counts) - min(counts)
     running, waiting = total("running"), total("waiting")

@@ -80,7 +80,9 @@ def quantiles(values: Sequence[float], n: int = CDF_POINTS) -> tuple[float, ...]
     return tuple(xs[round(i * (len(xs) - 1) / (n - 1))] for i in range(n))
 
 
-def load_report(store: Store, run_id: str, selection: Selection, outcomes: Sequence[LayoutOutcome]) -> ReportData:
+def load_report(
+    store: Store, run_id: str, selection: Selection, outcomes: Sequence[LayoutOutcome]
+) -> ReportData:
     run = store.run_info(run_id)
     slo = {
         k: float(v)

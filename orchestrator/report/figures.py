@@ -7,6 +7,7 @@ legend shows, and what tests/integration/test_report_browser.py reads back from 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -225,12 +226,14 @@ def cdfs(data: ReportData) -> go.Figure:
                     row=1, col=c,
                 )
     for c, metric in ((1, "ttft"), (2, "itl")):
+        fig.update_xaxes(type="log", title_text="ms (log)", row=1, col=c)
         for stat in ("p50", "p90", "p95", "p99"):
             bound = data.slo_ms.get(f"{metric}_{stat}_ms")
-            if bound is not None:
-                fig.add_vline(x=bound, line={"color": "#d62728", "dash": "dot"}, row=1, col=c,
-                              annotation_text=f"SLO {stat}")
-        fig.update_xaxes(type="log", title_text="ms (log)", row=1, col=c)
+            if bound is not None and bound > 0:
+                # on a log axis a shape's x is data, an annotation's x is log10 (plotly.js convention)
+                fig.add_vline(x=bound, line={"color": "#d62728", "dash": "dot"}, row=1, col=c)
+                fig.add_annotation(x=math.log10(bound), y=0.05, text=f"SLO {stat} {bound:g} ms",
+                                   showarrow=False, xanchor="left", row=1, col=c)
     fig.update_yaxes(title_text="fraction of samples at or below", range=[0, 1.02])
     fig.update_layout(title="Latency distributions per load point", **{**_LAYOUT, "height": 460})
     return fig
@@ -264,7 +267,7 @@ def engine(data: ReportData) -> go.Figure | None:
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in ENGINE_ROWS])
     col = colours(data)
     for i, p in enumerate(pts):
-        for r, (field, title, _) in enumerate(ENGINE_ROWS, start=1):
+        for r, (field, _, _) in enumerate(ENGINE_ROWS, start=1):
             xs, ys = engine_series_xy(p.engine_series, field)
             if xs:
                 fig.add_trace(

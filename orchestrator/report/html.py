@@ -94,7 +94,7 @@ def _banner(data: ReportData) -> str:
     return (
         '<div class="banner" id="simulated">Simulated engine: these numbers come from orch\'s simulator '
         "(a continuous-batching model driven by the cost model), not from GPUs"
-        + (f"; served at time scale {scale:g} and reported in simulated time" if scale not in (None, 1) else "")
+        + (f"; served at time scale {scale:g}, reported in simulated time" if scale not in (None, 1) else "")
         + ".</div>"
     )
 

@@ -2,7 +2,7 @@
 
     from orchestrator.store.frames import runs_frame, points_frame, requests_frame, engine_frame
     runs = runs_frame("orch-results.db")                  # one row per run, newest first
-    pts = points_frame("orch-results.db", "latest")       # one row per (layout, load point), metrics flattened
+    pts = points_frame("orch-results.db", "latest")       # one row per (layout, load point), flattened
     reqs = requests_frame("orch-results.db", run_id)      # one row per request
     eng = engine_frame("orch-results.db", run_id)         # one row per /metrics scrape
 

@@ -41,7 +41,9 @@ sglang:cache_hit_rate{model_name="m with space",engine_type="unified"} 0.125
 
 def test_vllm_names_sum_counts_and_keep_the_fullest_cache() -> None:
     f = parse_prometheus(VLLM_PAGE)
-    assert f == {"running": 7.0, "waiting": 2.0, "kv_usage": 0.75, "preemptions": 5.0, "prefix_hit_rate": 0.25}
+    assert f == {
+        "running": 7.0, "waiting": 2.0, "kv_usage": 0.75, "preemptions": 5.0, "prefix_hit_rate": 0.25,
+    }
 
 
 def test_older_vllm_and_sglang_names() -> None:

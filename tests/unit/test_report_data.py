@@ -104,7 +104,8 @@ def test_export_formats(tmp_path: Path) -> None:
     first = json.loads(files[0].read_text())
     stored = {(p.layout, p.label): p.metrics for p in store.points(run_id)}
     m = stored[(first["layout"], first["label"])]
-    assert first["completed"] == m["n_completed"] and first["p99_ttft_ms"] == pytest.approx(m["ttft_ms"]["p99"])
+    assert first["completed"] == m["n_completed"]
+    assert first["p99_ttft_ms"] == pytest.approx(m["ttft_ms"]["p99"])
     pytest.importorskip("pyarrow", reason="pyarrow is the [data] extra")
     import pandas as pd
 
