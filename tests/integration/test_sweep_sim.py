@@ -49,6 +49,8 @@ def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> Non
         point = layouts[name]["points"][0]
         assert layouts[name]["status"] == "measured" and point["passed"] is True
         assert point["metrics"]["n_failed"] == 0 and point["metrics"]["total_output_tokens"] > 0
+        engine = point["metrics"]["engine"]  # the sim server's /metrics, scraped during the point
+        assert engine["samples"] >= 1 and engine["kv_usage_peak"] is not None
     winner = data["selection"]["winner"]
     assert winner in ("tp2", "tp1x2")
     assert all(v["reason"] for v in data["selection"]["verdicts"])
