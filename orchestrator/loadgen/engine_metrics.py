@@ -7,7 +7,7 @@ differently; each known name maps to one of our fields:
   running      vllm:num_requests_running           sglang:num_running_reqs
   waiting      vllm:num_requests_waiting           sglang:num_queue_reqs
   kv_usage     vllm:kv_cache_usage_perc (0-1; older vllm:gpu_cache_usage_perc)   sglang:token_usage
-  preemptions  vllm:num_preemptions_total (counter)   sglang:num_retracted_reqs
+  preemptions  vllm:num_preemptions_total (counter)   sglang:num_retracted_requests_total (counter)
   prefix_hit_rate  vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total (counters; older
                vllm:gpu_prefix_cache_hit_rate)      sglang:cache_hit_rate
 
@@ -48,7 +48,7 @@ _NAMES: dict[str, str] = {
     "sglang:num_running_reqs": "running",
     "sglang:num_queue_reqs": "waiting",
     "sglang:token_usage": "kv_usage",
-    "sglang:num_retracted_reqs": "preemptions",
+    "sglang:num_retracted_requests_total": "preemptions",  # the counter; num_retracted_reqs is a gauge
     "sglang:cache_hit_rate": "prefix_hit_rate",
 }
 _FRACTIONS = ("kv_usage", "prefix_hit_rate")

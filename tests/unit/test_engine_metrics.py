@@ -36,6 +36,8 @@ sglang:num_running_reqs{model_name="m with space",engine_type="unified"} 7.0
 sglang:num_queue_reqs{model_name="m with space",engine_type="unified"} 1.0
 sglang:token_usage{model_name="m with space",engine_type="unified"} 0.5
 sglang:cache_hit_rate{model_name="m with space",engine_type="unified"} 0.125
+sglang:num_retracted_requests_total{model_name="m with space",engine_type="unified"} 3.0
+sglang:num_retracted_reqs{model_name="m with space",engine_type="unified",pid="1"} 9.0
 """
 
 
@@ -52,8 +54,8 @@ def test_older_vllm_and_sglang_names() -> None:
         "running": 2.0,
     }
     assert parse_prometheus(SGLANG_PAGE) == {
-        "running": 7.0, "waiting": 1.0, "kv_usage": 0.5, "prefix_hit_rate": 0.125,
-    }
+        "running": 7.0, "waiting": 1.0, "kv_usage": 0.5, "prefix_hit_rate": 0.125, "preemptions": 3.0,
+    }  # the retraction counter, not the gauge of the last batch
     assert parse_prometheus("garbage line\nfoo 1\nvllm:num_requests_running NaN\n") == {}
 
 
