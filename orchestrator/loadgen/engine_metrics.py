@@ -106,7 +106,9 @@ def metrics_url(openai_base_url: str) -> str:
 
 
 async def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
-    """GET url over plain HTTP/1.1 with Connection: close; the body as text. OSError on any failure."""
+    """GET url over plain HTTP/1.1 (Connection: close); the body as text. OSError on any failure.
+    The body ends by its Content-Length, its last chunk or the close, whichever the server uses, so a
+    server that keeps the connection open anyway does not stall the scrape."""
     u = urlsplit(url)
     if u.scheme != "http" or not u.hostname:
         raise OSError(f"engine metrics: only http:// URLs are scraped, not {url!r}")
@@ -120,31 +122,38 @@ async def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
                     f"GET {u.path or '/'} HTTP/1.1\r\nHost: {host}\r\nAccept: text/plain\r\n"
                     "Connection: close\r\n\r\n".encode("latin-1")
                 )
-                raw = await reader.read(MAX_BODY_BYTES)
-                while len(raw) < MAX_BODY_BYTES and (more := await reader.read(MAX_BODY_BYTES - len(raw))):
-                    raw += more
+                head = await reader.readuntil(b"\r\n\r\n")
+                body = await _read_body(reader, head.lower())
             finally:
                 writer.close()
     except TimeoutError:
         raise OSError(f"{url}: no answer within {timeout_s:g} s") from None
-    head, sep, body = raw.partition(b"\r\n\r\n")
-    if not sep or not head.startswith(b"HTTP/1.") or head.split(b" ", 2)[1:2] != [b"200"]:
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+        raise OSError(f"{url}: malformed HTTP answer ({type(exc).__name__})") from None
+    if not head.startswith(b"HTTP/1.") or head.split(b" ", 2)[1:2] != [b"200"]:
         raise OSError(f"{url}: not an HTTP 200 answer")
-    if b"transfer-encoding: chunked" in head.lower():
-        body = _unchunk(body)
     return body.decode("utf-8", "replace")
 
 
-def _unchunk(body: bytes) -> bytes:
-    out, rest = bytearray(), body
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line.split(b";")[0] or b"0", 16)
-        if size == 0:
-            break
-        out += rest[:size]
-        rest = rest[size + 2 :]
-    return bytes(out)
+async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip() == b"content-length":
+            size = int(value.strip())
+            if size > MAX_BODY_BYTES:
+                raise ValueError("body too large")
+            return await reader.readexactly(size)
+    if b"transfer-encoding: chunked" in head:
+        out = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                return bytes(out)
+            if len(out) + size > MAX_BODY_BYTES:
+                raise ValueError("body too large")
+            out += await reader.readexactly(size)
+            await reader.readexactly(2)
+    return await reader.read(MAX_BODY_BYTES)
 
 
 class EnginePoller:

@@ -73,7 +73,9 @@ def test_summary_sums_endpoints_per_scrape_and_counts_preemptions_during_the_poi
     assert summarize_series({})["kv_usage_peak"] is None
 
 
-async def _metrics_server(pages: list[str], chunked: bool) -> tuple[asyncio.Server, int, list[int]]:
+async def _metrics_server(
+    pages: list[str], chunked: bool, keep_open: bool = False
+) -> tuple[asyncio.Server, int, list[int]]:
     hits = [0]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -88,18 +90,21 @@ async def _metrics_server(pages: list[str], chunked: bool) -> tuple[asyncio.Serv
         else:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         await writer.drain()
+        if keep_open:  # ignores Connection: close; the body's framing must end the scrape
+            await asyncio.sleep(3)
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1], hits
 
 
+@pytest.mark.parametrize("keep_open", [False, True])
 @pytest.mark.parametrize("chunked", [False, True])
-def test_poller_scrapes_a_real_server_while_the_work_runs(chunked: bool) -> None:
+def test_poller_scrapes_a_real_server_while_the_work_runs(chunked: bool, keep_open: bool) -> None:
     pages = [f"vllm:num_requests_running {k}\nvllm:kv_cache_usage_perc 0.{k}\n" for k in range(1, 9)]
 
     async def main() -> tuple[str, list[EngineSample], int]:
-        server, port, hits = await _metrics_server(pages, chunked)
+        server, port, hits = await _metrics_server(pages, chunked, keep_open)
         async with server:
             # the second URL has nothing listening: its scrapes fail and are skipped, not invented
             dead = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
