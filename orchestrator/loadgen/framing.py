@@ -16,6 +16,9 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_LINE_BYTES = 4 * 1024
 #: Body bytes one response may carry (framing removed) unless the caller sets its own cap.
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+#: What each read costs against that cap besides its bytes: its list entry, timestamp and bytes
+#: object take about 120 bytes, so a server that dribbles one byte per read meets the cap too.
+READ_COST_BYTES = 256
 _MAX_LENGTH_DIGITS = 19  # a Content-Length above 10**19 is far over any cap
 _MAX_SIZE_DIGITS = 16  # a chunk size above 16**16 is too
 _HEX = b"0123456789abcdefABCDEF"

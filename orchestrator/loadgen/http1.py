@@ -31,6 +31,7 @@ from orchestrator.loadgen.framing import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MAX_HEAD_BYTES,
     MAX_LINE_BYTES,
+    READ_COST_BYTES,
     SIZES_SEEN,
     chunk_size,
     parse_head,
@@ -91,7 +92,7 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.got_bytes = False
-        self.room = DEFAULT_MAX_RESPONSE_BYTES  # body bytes the current exchange may still carry
+        self.room = DEFAULT_MAX_RESPONSE_BYTES  # what the current exchange may still keep (bytes)
         self.head_bytes = 0  # head bytes (interim responses, trailers) of the current exchange
 
     # -- asyncio.Protocol
@@ -113,16 +114,20 @@ class _Conn(asyncio.Protocol):
         if not data:
             return
         state = self.state
-        if state == _LENGTH:  # the length was checked against the cap when the head arrived
+        if state == _LENGTH:  # the length itself was taken from the cap when the head arrived
             if len(data) > self.remaining:  # bytes past the body: framing is off, do not reuse
                 self.keep_alive = False
                 data = data[: self.remaining]
+            self.room -= READ_COST_BYTES
+            if self.room < 0:  # a body dribbled in tiny reads
+                self.abort("too_large")
+                return
             self.remaining -= len(data)
             ex.reads.append((now, data))
             if self.remaining == 0:
                 self._finish()
         elif state == _CLOSE:
-            self.room -= len(data)
+            self.room -= len(data) + READ_COST_BYTES
             if self.room < 0:  # an endless body: keep what fits, then stop
                 keep = len(data) + self.room
                 if keep > 0:
@@ -206,6 +211,7 @@ class _Conn(asyncio.Protocol):
             self.abort("too_large")
             return b""
         else:
+            self.room -= head.length
             self.state, self.remaining = _LENGTH, head.length
             if head.length == 0:
                 self._finish()
@@ -218,6 +224,7 @@ class _Conn(asyncio.Protocol):
         pos, n, out = 0, len(buf), []
         done = False
         error: str | None = None
+        room = self.room - READ_COST_BYTES  # (a local: this loop is the hot path)
         while pos < n:
             state = self.state
             if state == _DATA:
@@ -260,14 +267,17 @@ class _Conn(asyncio.Protocol):
                         break
                 if size == 0:
                     self.state = _TRAILER
-                elif size > self.room:
+                elif size > room:
                     error = "too_large"  # refused before its bytes arrive
                     break
                 else:
-                    self.room -= size
+                    room -= size
                     self.state, self.remaining = _DATA, size
         if out:
             self.ex.reads.append((now, out[0] if len(out) == 1 else b"".join(out)))
+        self.room = room
+        if room < 0 and error is None:  # a body dribbled in tiny reads
+            error = "too_large"
         if error is not None:
             self.abort(error)
             return

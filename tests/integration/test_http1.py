@@ -222,6 +222,32 @@ def test_endless_answers_end_classified_in_bounded_memory(pieces: list[Piece], e
     assert max(MAX_HEAD_BYTES, MAX_LINE_BYTES) < CAP
 
 
+@pytest.mark.parametrize(
+    ("head", "piece"),
+    [(OK_CHUNKED, b"1\r\nx\r\n"), (OK_LENGTH + b"60000\r\n\r\n", b"x"), (b"HTTP/1.0 200 OK\r\n\r\n", b"x")],
+    ids=["chunked", "content-length", "close-delimited"],
+)
+def test_a_body_dribbled_one_byte_per_read_meets_the_cap(head: bytes, piece: bytes) -> None:
+    """Each read costs its list entry too, so tiny reads cannot grow memory 100x past the cap."""
+    cap = 64 * 1024
+
+    async def main() -> tuple[Exchange, int]:
+        conn = _Conn(_Pool(Origin.parse("http://127.0.0.1:1/")))
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        ex = Exchange()
+        conn.start(ex, asyncio.get_running_loop().create_future(), b"", cap)
+        conn.data_received(head)
+        reads = 0
+        while ex.error is None and reads < cap:
+            conn.data_received(piece)
+            reads += 1
+        return ex, reads
+
+    ex, reads = asyncio.run(main())
+    assert ex.error == "too_large" and reads <= cap // 256 + 1, reads
+    assert len(_body(ex)) <= cap
+
+
 def test_timeout_bounds_a_request_whose_bytes_keep_arriving() -> None:
     """A stream that never ends but never passes the cap: the per-request timeout ends it."""
     trickle = forever(b"9\r\ndata: x\n\n\r\n", every_s=0.001)
