@@ -48,7 +48,7 @@ class SSEParser:
         return [e.data for e in self.feed(chunk)]
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if not self._parts and not self._data:
+        if not self._parts and not self._data and self._event is None:  # (a pending `event:` name)
             fast = _simple_events(chunk)
             if fast is not None:
                 return [SSEEvent(d) for d in fast]
