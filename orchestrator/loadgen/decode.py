@@ -111,6 +111,8 @@ def to_record(s: Sent) -> RequestRecord:
                 except (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError):
                     error = "malformed"  # valid JSON of the wrong shape (a list, a string, 1e999 ...)
                     break
+            if parser.overflowed and error is None:  # an event of endless data lines
+                error = "malformed"
             if error is not None:
                 break
     if ex.error is not None and (error is None or ex.error != "connection"):

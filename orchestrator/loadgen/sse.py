@@ -24,11 +24,20 @@ class SSEEvent:
         return self.data.decode("utf-8", "replace")
 
 
+#: What one event's data lines may cost (their bytes plus LINE_COST_BYTES each, for the line's own
+#: object): an OpenAI-style event is a few hundred bytes; an endless one of tiny `data:` lines would
+#: otherwise hold ~40 bytes of objects per 8 bytes of stream.
+MAX_EVENT_BYTES = 1024 * 1024
+LINE_COST_BYTES = 64
+
+
 class SSEParser:
     def __init__(self) -> None:
         self._parts: list[bytes] = []  # pieces of the unfinished last line, joined once it ends
         self._data: list[bytes] = []
         self._event: str | None = None
+        self._cost = 0  # of the event being collected, against MAX_EVENT_BYTES
+        self.overflowed = False  # an event passed MAX_EVENT_BYTES: the stream is not SSE any more
 
     @property
     def pending(self) -> bytes:
@@ -68,11 +77,15 @@ class SSEParser:
             if not line:
                 if self._data:
                     events.append(SSEEvent(b"\n".join(self._data), self._event))
-                self._data, self._event = [], None
+                self._data, self._event, self._cost = [], None, 0
                 continue
             if line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
+                self._cost += len(value) + LINE_COST_BYTES
+                if self._cost > MAX_EVENT_BYTES:  # stop: what is left of this read is not parsed
+                    self.overflowed, self._data, self._parts = True, [], []
+                    return events
                 continue
             if line.startswith(b":"):
                 continue

@@ -207,3 +207,17 @@ def test_real_socket_answers_end_classified(data: st.DataObject) -> None:
         ex = asyncio.run(post(srv.url))
     assert ex.complete or ex.error in TRANSPORT_KINDS, ex.error
     assert sum(len(d) for _, d in ex.reads) <= CAP
+
+
+def test_sse_endless_event_of_tiny_data_lines_stops_at_its_limit() -> None:
+    """An event that never ends (no blank line) stops at MAX_EVENT_BYTES, and decodes as malformed."""
+    from orchestrator.loadgen.sse import MAX_EVENT_BYTES
+
+    stream = b"data: x\n" * (MAX_EVENT_BYTES // 8)
+    reads = [(float(i), stream[i : i + 65536]) for i in range(0, len(stream), 65536)]
+    p = SSEParser()
+    with alarm(EXAMPLE_S):
+        assert [e for _, piece in reads for e in p.feed(piece)] == []
+    assert p.overflowed
+    rec = to_record(Sent("r", Exchange(200, reads, None, True, 1.0), 0.0, 0.0))
+    assert rec.error == "malformed"
