@@ -50,13 +50,15 @@ class SSEParser:
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """Like feed, but only the events' data fields (the load generator reads nothing else)."""
-        if not self._parts and not self._data:
+        if not self._parts and not self._data and not self.overflowed:
             fast = _simple_events(chunk)
             if fast is not None:
                 return fast
         return [e.data for e in self.feed(chunk)]
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self.overflowed:
+            return []
         if not self._parts and not self._data and self._event is None:  # (a pending `event:` name)
             fast = _simple_events(chunk)
             if fast is not None:
