@@ -49,11 +49,13 @@ def test_resume_keeps_layouts_and_latest_works_everywhere(tmp_path: Path) -> Non
     spec = _write(tmp_path)
     first = _orch("sweep", spec, "--layouts", "tp2", "--rates", "3", "--store", db, "--json",
                   "--workdir", work)
-    assert first.returncode == 0, first.stderr[-3000:]
+    # Exit 3 only when the machine was too busy to keep the simulated clock (the point is then marked
+    # unreliable, not judged); what is checked here is the selection, not the verdict.
+    assert first.returncode in (0, 3), first.stderr[-3000:]
     run_id = json.loads(first.stdout)["run_id"]
     # --resume without flags repeats the run's own selection: tp2 at 3 req/s only, nothing else deployed.
     again = _orch("sweep", "--resume", "latest", "--store", db, "--json", "--workdir", work)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode in (0, 3), again.stderr[-3000:]
     data = json.loads(again.stdout)
     assert data["run_id"] == run_id
     assert [x["layout"] for x in data["layouts"]] == ["tp2"]
@@ -70,8 +72,11 @@ def test_resume_keeps_layouts_and_latest_works_everywhere(tmp_path: Path) -> Non
     assert compare.returncode == 0, compare.stderr
     assert json.loads(compare.stdout)["baseline"] == run_id
     pin = _orch("promote", "latest", "--store", db, "--pin")
-    assert pin.returncode == 0, pin.stderr
-    assert "serving_layout" in pin.stdout
+    if data["selection"]["winner"]:
+        assert pin.returncode == 0, pin.stderr
+        assert "serving_layout" in pin.stdout
+    else:  # resolved to the run all the same: its id is in the "no winner" line
+        assert pin.returncode == 3 and f"run {run_id} has no winner" in pin.stderr, pin.stderr
     # An unknown reference is still one line naming the store.
     bad = _orch("report", "nosuchrun", "--store", db)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "orch runs" in bad.stderr
