@@ -212,9 +212,13 @@ def test_kv_bound_burst_keeps_the_planned_throughput_with_few_preemptions() -> N
     """1,000 requests of 4,000 + 1,000 tokens (5M tokens of KV) on a cache of about 410k tokens.
 
     The planner's capacity: a KV-limited decode batch B = KV / (prompt + output/2) at the planner's
-    decode step time, plus every prompt's prefill once. The simulated engine must stay within 15%
-    of it. Preemptions stay rare: a newly admitted request is evicted only when decode growth
-    outruns the KV that finishing requests free (before vLLM v1's rules: over 10,000 of them).
+    decode step time, plus every prompt's prefill once. The simulated engine must reach 0.8 to 1.1
+    of it (0.89 when written; recomputing preempted requests and mixed steps cost the rest; with
+    chunks shrunk to the free KV it was 0.28). Preemptions stay rare: a newly admitted request is
+    evicted only when decode growth outruns the KV that finishing requests free: 237 when written,
+    under the bound of 0.3 per request
+    (before vLLM v1's rules: 10,169). The first wave alone preempts about output/(prompt+output) of
+    the requests it admitted, since admission fills the cache with prompts that then grow.
     """
     from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens
 
@@ -233,5 +237,5 @@ def test_kv_bound_burst_keeps_the_planned_throughput_with_few_preemptions() -> N
     decode = decode_estimate(eng.cost, layout, batch, prompt + out // 2, kv)
     prefill_s = eng.cost.step(prompt, 0, prompt * (prompt + 1) / 2).total_s
     planned = n * out / (n * prefill_s + n * out / batch * decode.itl_ms / 1e3)
-    assert 0.85 * planned < simulated < 1.15 * planned
+    assert 0.8 * planned < simulated < 1.1 * planned
     assert summary.preemptions < 0.3 * n
