@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from orchestrator.errors import OrchError
 
@@ -18,6 +19,12 @@ app = typer.Typer(
     add_completion=False,
 )
 err_console = Console(stderr=True)
+
+
+def err_line(label: str, style: str, message: str) -> None:
+    """`label: message` on stderr. The message is plain text: a spec path or value holding "[bold]" or
+    other console markup prints as written, never interpreted."""
+    err_console.print(Text.assemble((label, style), " ", message), highlight=False, soft_wrap=True)
 
 
 @app.callback()
@@ -51,5 +58,5 @@ def main() -> None:
     try:
         app()
     except OrchError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_line("error:", "bold red", str(exc))
         sys.exit(exc.exit_code)

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli import app, err_console
+from orchestrator.cli import app, err_line
 from orchestrator.compile import compile_layout, to_json, to_shell
 from orchestrator.layout import parse_layout
-from orchestrator.spec import load_spec
+from orchestrator.pipeline.validate import load_checked_spec
 
 
 class EngineName(StrEnum):
@@ -51,7 +51,7 @@ def compile_cmd(
     a2a_backend: Annotated[str | None, typer.Option(help="MoE all-to-all backend (vLLM names)")] = None,
 ) -> None:
     """Print what to run on each node for one layout: shell commands or the launch plan as JSON."""
-    spec = load_spec(spec_path)
+    spec = load_checked_spec(spec_path)
     addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
     compiled = compile_layout(
         spec, parse_layout(layout), engine.value if engine else None, addrs,
@@ -59,7 +59,7 @@ def compile_cmd(
         a2a_backend=a2a_backend,
     )
     for note in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
+        err_line("warning:", "yellow", note)
     if fmt is Format.json:
         typer.echo(json.dumps(to_json(compiled.plan, compiled.placement.nodes, compiled.warnings), indent=2))
     else:

@@ -12,9 +12,9 @@ from rich.table import Table
 from orchestrator.cli import app
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layouts
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.planner import PlanRow
 from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
-from orchestrator.spec.load import load_spec
 
 GB = 1e9
 
@@ -116,7 +116,7 @@ def plan_command(
         "--json", help="Print JSON with every number and its parts.")] = False,
 ) -> None:
     """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
-    spec = load_spec(spec_path)
+    spec = load_checked_spec(spec_path)
     chosen = None
     if layouts is not None and layouts.strip() != "spec":
         chosen = parse_layouts(layouts)

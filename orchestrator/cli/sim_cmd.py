@@ -14,9 +14,9 @@ from orchestrator.cli.plan_cmd import _ints
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layouts
 from orchestrator.loadgen.metrics import finite
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import SimPoint, simulate_point
-from orchestrator.spec.load import load_spec
 
 sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
@@ -44,7 +44,7 @@ def simulate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
-    spec = load_spec(spec_path)
+    spec = load_checked_spec(spec_path)
     chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
     rate_list = _rates(rates) or list(spec.workload.rates_per_s)
     if num_requests is not None:

@@ -20,10 +20,10 @@ from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
-from orchestrator.spec.load import load_spec
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import DEFAULT_STORE, Store
 
@@ -215,7 +215,7 @@ def sweep_command(
     else:
         if spec_path is None:
             raise SpecError("give a SPEC file, or --resume RUN_ID (orch runs lists them)")
-        spec = load_spec(spec_path)
+        spec = load_checked_spec(spec_path)
         run_id, shown_path = None, spec_path
     if engine is not None:
         if engine not in ("sim", "vllm", "sglang"):

@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
+from orchestrator.spec.checks import is_host
 
 Role = Literal["leader", "worker", "headless"]
 
@@ -29,6 +30,12 @@ class Placement:
     def __post_init__(self) -> None:
         if not self.nodes:
             raise SpecError("placement: at least one node address is needed")
+        for node in (*self.nodes, self.bind_host):
+            # Node names reach argv, generated scripts and their comments: a host name or an IP only.
+            if not is_host(node):
+                raise SpecError(
+                    f"node address {node!r}: not a host name or IP address (e.g. 10.0.0.2, gpu-node-1)"
+                )
         if self.gpus_per_node < 1:
             raise SpecError(f"placement: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 1 <= self.base_port <= 65535 - PORT_STRIDE:
