@@ -30,6 +30,7 @@ from orchestrator.pipeline.provenance import orch_version
 from orchestrator.promote_md import provenance_markdown
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.run_ids import checked_run_id
 
 FORMATS = ("helm-values", "k8s", "shell", "ray-serve")
 FILES = {
@@ -79,8 +80,8 @@ def resolve_run(store: Store, ref: str) -> str:
             raise OrchError(
                 f"RUN latest: {store.path} holds no runs; run `orch sweep SPEC --store {store.path}`"
             )
-        return runs[0].run_id
-    return store.run(ref).run_id
+        return checked_run_id(runs[0].run_id)
+    return checked_run_id(store.run(ref).run_id)
 
 
 def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def _check_events(text: str, source: str) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                line = event.start_mark.line + 1
+                line = event.start_mark.line + 1 if event.start_mark is not None else 1
                 raise SpecError(f"{source}:{line}: nested more than {MAX_DEPTH} levels deep; a spec is flat")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
