@@ -86,7 +86,8 @@ class ModelSpec(_Spec):
         None, description="MoE only: per-expert token counts (CSV or JSON, docs/expert-stats.md)."
     )
     expert_popularity_sigma: float | None = Field(
-        None, ge=0, description="MoE only: lognormal sigma of the assumed expert popularity (0 = uniform)."
+        None, ge=0, le=10,
+        description="MoE only: lognormal sigma of the assumed expert popularity (0 = uniform)."
     )
 
     @model_validator(mode="after")
@@ -166,7 +167,8 @@ class EngineSpec(_Spec):
         description="MoE with EP: extra expert slots over all EP ranks (EPLB), a multiple of them.",
     )
     runtime_reserve_bytes: float | None = Field(
-        None, ge=0, description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."
+        None, ge=0, le=1e13,
+        description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."
     )
     startup_s: float | None = Field(
         None, gt=0, le=MAX_DURATION_S, description="Time allowed for the engine to become ready, in seconds."
@@ -292,6 +294,14 @@ class WorkloadSpec(_Spec):
             raise ValueError(f"workload kind '{self.kind}' needs 'dataset_path'")
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give 'num_requests' or 'duration_s' (or both)")
+        if self.num_requests is None and self.duration_s is not None:
+            # Arrival times are drawn up front: rate x duration of them must fit in memory.
+            expected = max(self.rates_per_s) * self.duration_s
+            if expected > MAX_COUNT:
+                raise ValueError(
+                    f"duration_s {self.duration_s:g} at {max(self.rates_per_s):g}/s is about {expected:.3g} "
+                    f"requests per load point, more than {MAX_COUNT:,}; shorten it or set num_requests"
+                )
         if self.warmup_s > 0:
             # The shortest load point: the highest rate sends num_requests soonest.
             lengths = [self.duration_s] if self.duration_s is not None else []

@@ -30,6 +30,10 @@ def wl(extra: str) -> str:
     return "{rates_per_s: [1], num_requests: 5, " + extra + "}"
 
 
+def sharegpt(path: str) -> str:
+    return f"{{kind: sharegpt, dataset_path: '{path}', rates_per_s: [1], num_requests: 1}}"
+
+
 def eng(extra: str) -> str:
     return "{" + extra + "}"
 
@@ -61,6 +65,16 @@ SPEC_CASES: list[tuple[str, str, str]] = [
      "warmup_s (20) must be shorter"),
     ("warmup-gt-requests", spec(workload="{rates_per_s: [1, 10], num_requests: 20, warmup_s: 5}"),
      "the shortest lasts about 2 s"),
+    ("requests-per-point", spec(workload="{rates_per_s: [1000000], duration_s: 604800}"),
+     "requests per load point, more than 10,000,000"),
+    ("longer-than-context", spec(model="{name: qwen2.5-7b, max_model_len: 512}"),
+     "requests of up to 1,280 tokens (prompt and output) exceed model.max_model_len of 512"),
+    ("huge-reserve", spec(engine=eng("runtime_reserve_bytes: 1e300")),
+     "less than or equal to 10000000000000"),
+    ("huge-sigma", spec(model="{name: mixtral-8x7b, expert_popularity_sigma: 1e300}"),
+     "less than or equal to 10"),
+    ("dataset-directory", spec(workload=sharegpt("/")),
+     "workload.dataset_path: /: not a regular file"),
     ("env-empty-key", spec(engine=eng("env: {'': x}")), "is not a variable name"),
     ("env-odd-key", spec(engine=eng("env: {'A;touch /tmp/pwned': x}")), "is not a variable name"),
     ("env-digit-key", spec(engine=eng("env: {1A: x}")), "is not a variable name"),
@@ -201,6 +215,26 @@ def test_config_path_fifo_does_not_hang(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code, "validate", str(path)],
                          capture_output=True, text=True, timeout=120, check=False)
     _assert_one_line(out.returncode, out.stdout, out.stderr, "model.config_path")
+
+
+def test_dataset_fifo_does_not_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    path = tmp_path / "s.yaml"
+    path.write_text(spec(workload=sharegpt(str(fifo))))
+    code = "from orchestrator.cli import main; main()"
+    for command in (["validate"], ["simulate"]):
+        out = subprocess.run([sys.executable, "-c", code, *command, str(path)],
+                             capture_output=True, text=True, timeout=120, check=False)
+        _assert_one_line(out.returncode, out.stdout, out.stderr, "not a regular file")
+
+
+def test_validate_reports_a_missing_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(spec(workload=sharegpt("/no/x.json")))
+    _assert_one_line(*_run_cli(["validate", str(path)], monkeypatch, capsys), "/no/x.json: no such file")
 
 
 def test_markup_in_path_and_value_prints_literally(
