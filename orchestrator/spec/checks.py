@@ -95,6 +95,14 @@ def check_secret_refs(refs: Mapping[str, SecretRef], env: Mapping[str, str]) -> 
             )
 
 
+def check_runtime_env(runtime_env: Mapping[str, Any]) -> None:
+    """Ray runtime_env.env_vars: the same rules as engine.env (it reaches the same processes)."""
+    env_vars = runtime_env.get("env_vars", {})
+    if not isinstance(env_vars, Mapping) or not all(isinstance(v, str) for v in env_vars.values()):
+        raise ValueError("runtime_env.env_vars must map variable names to strings")
+    check_env(env_vars)
+
+
 def is_host(text: str) -> bool:
     """An IPv4/IPv6 address or an RFC 1123 host name."""
     try:
@@ -115,6 +123,8 @@ def json_metadata(value: Any, where: str = "") -> Any:
     common case and have one obvious text form); binary, sets, non-finite numbers and non-string keys
     are refused with the fix."""
     at = f"{where}: " if where else ""
+    if isinstance(value, str) and _SECRET_VALUE.search(value):
+        raise ValueError(f"{at}looks like a credential; metadata is stored and shown in reports: remove it")
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):

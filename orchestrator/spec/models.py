@@ -26,6 +26,7 @@ from orchestrator.spec.checks import (
     check_env,
     check_extra_args_secrets,
     check_host,
+    check_runtime_env,
     check_secret_refs,
     json_metadata,
 )
@@ -214,6 +215,12 @@ class RayTarget(_Spec):
     address: str = Field("auto", description="Ray cluster address, e.g. 'ray://head:10001' or 'auto'.")
     namespace: str | None = Field(None, description="Ray namespace.")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env.")
+
+    @field_validator("runtime_env")
+    @classmethod
+    def _runtime_env(cls, runtime_env: dict[str, Any]) -> dict[str, Any]:
+        check_runtime_env(runtime_env)
+        return runtime_env
 
 
 class KubernetesTarget(_Spec):
