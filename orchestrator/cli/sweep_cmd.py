@@ -24,7 +24,7 @@ from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
-from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.load import spec_from_json
 from orchestrator.store.db import DEFAULT_STORE, Store
 
 
@@ -209,7 +209,7 @@ def sweep_command(
     store = Store(store_path)
     if resume is not None:
         run = store.run(resume)
-        spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+        spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
         run_id: str | None = run.run_id
         shown_path = run.spec_path
     else:
@@ -281,7 +281,7 @@ def report_command(
         for c in [] if as_json else checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
         return
-    spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+    spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if html_out is not None:

@@ -271,6 +271,20 @@ def load_spec_lines(path: str | Path) -> LoadedSpec:
     return parse_spec_lines(text, str(p))
 
 
+def spec_from_json(data: Any, source: str) -> SweepSpec:
+    """A spec stored as JSON (in a run of the results store), validated again: a store written by an
+    older orch, or altered, gives one line instead of a traceback."""
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise SpecError(
+            f"{source}: the stored spec no longer validates ({where}: {err['msg']}); "
+            "rerun from the spec file with `orch sweep SPEC`"
+        ) from None
+
+
 def spec_json_schema() -> dict[str, Any]:
     """JSON Schema of the spec, for editors and CI validation."""
     return SweepSpec.model_json_schema()

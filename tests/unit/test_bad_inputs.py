@@ -297,3 +297,27 @@ def test_good_secret_ref_and_innocent_names_are_accepted(tmp_path: Path) -> None
     loaded = load_spec(path)
     ref = loaded.engine.env_from_secret["HF_TOKEN"]
     assert (ref.env, ref.secret, ref.key) == ("ORCH_HF_TOKEN", "hf-token", "token")
+
+
+@pytest.mark.parametrize("command", [["report"], ["promote"], ["sweep", "--resume"]], ids=lambda c: c[0])
+def test_a_stored_spec_that_no_longer_validates_is_one_line(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run written by an older orch (or altered): its spec holds a literal HF_TOKEN, refused today.
+    from orchestrator.store.db import Store
+
+    db = tmp_path / "r.db"
+    store = Store(db)
+    old = {"model": {"name": "qwen2.5-7b"}, "hardware": {"gpu": "h100-sxm"}, "layouts": ["tp1"],
+           "engine": {"env": {"HF_TOKEN": "x"}}, "workload": {"rates_per_s": [1], "num_requests": 5}}
+    store.create_run(run_id="20260101-000000-abcdef", spec_path=None, spec_json=old, spec_hash="h",
+                     engine="sim", engine_version=None, model="m", model_config_hash=None,
+                     orch_version="0", hardware={}, metadata={})
+    verdict = {"layout": "tp1", "passed": True, "reason": "winner"}
+    store.finish_run("20260101-000000-abcdef", "done", {"winner": "tp1", "verdicts": [verdict]})
+    store.close()
+    args = [*command, "20260101-000000-abcdef", "--store", str(db)]
+    if command[0] == "promote":
+        args += ["--out", str(tmp_path / "out")]
+    code, out, err = _run_cli(args, monkeypatch, capsys)
+    _assert_one_line(code, out, err, "the stored spec no longer validates (engine.env")
