@@ -263,7 +263,8 @@ def test_compile_refuses_odd_node_names(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(spec(hardware="{gpu: h100-sxm, nodes: 2}", layouts="[tp8pp2]"))
+    path.write_text(spec(model="{name: qwen2.5-72b}", hardware="{gpu: h100-sxm, nodes: 2}",
+                         layouts="[tp8pp2]"))
     code, out, err = _run_cli(["compile", str(path), "--layout", "tp8pp2", "--nodes", nodes],
                               monkeypatch, capsys)
     _assert_one_line(code, out, err, needle)
