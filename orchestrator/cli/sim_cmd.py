@@ -18,6 +18,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import SimPoint, simulate_point
+from orchestrator.spec.load import with_workload
 
 sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
@@ -52,6 +53,7 @@ def simulate_command(
         _ints(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
+    with_workload(spec, rates=rate_list, num_requests=num_requests)  # the spec's bounds hold for flags too
     inputs = plan_inputs(spec)
     console = make_console(stderr=as_json)
     results: list[SimPoint] = []

@@ -27,7 +27,7 @@ from orchestrator.report.compare import compare_runs
 from orchestrator.report.data import load_report
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
-from orchestrator.spec.load import spec_from_json
+from orchestrator.spec.load import revalidated, spec_from_json
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import DEFAULT_STORE, Store
 
@@ -228,7 +228,7 @@ def _as_swept(
         workload.update(num_requests=num_requests, duration_s=None)
     if workload:
         update["workload"] = spec.workload.model_copy(update=workload)
-    return spec.model_copy(update=update) if update else spec
+    return revalidated(spec.model_copy(update=update), "--layouts/--rates/--num-requests") if update else spec
 
 
 @app.command("sweep")

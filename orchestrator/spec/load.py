@@ -285,6 +285,31 @@ def spec_from_json(data: Any, source: str) -> SweepSpec:
         ) from None
 
 
+def revalidated(spec: SweepSpec, flags: str) -> SweepSpec:
+    """A spec changed in code (command-line overrides; model_copy skips validation), validated again
+    with the file's rules: `--rates nan` is refused like `rates_per_s: [.nan]`."""
+    data = spec.model_dump(mode="json")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        err = max(exc.errors(), key=lambda e: len(_data_path(e["loc"], data)))
+        path = _data_path(tuple(err["loc"]), data)
+        raise SpecError(f"{flags}: {_dotted(path)}: {_message(err, path, data)}") from None
+
+
+def with_workload(spec: SweepSpec, *, rates: list[float] | None, num_requests: int | None) -> SweepSpec:
+    """The spec with --rates and --num-requests folded in (a request count replaces the duration)."""
+    update: dict[str, Any] = {}
+    if rates:
+        update["rates_per_s"] = list(rates)
+    if num_requests is not None:
+        update.update(num_requests=num_requests, duration_s=None)
+    if not update:
+        return spec
+    changed = spec.model_copy(update={"workload": spec.workload.model_copy(update=update)})
+    return revalidated(changed, "--rates/--num-requests")
+
+
 def spec_json_schema() -> dict[str, Any]:
     """JSON Schema of the spec, for editors and CI validation."""
     return SweepSpec.model_json_schema()

@@ -322,3 +322,23 @@ def test_a_stored_spec_that_no_longer_validates_is_one_line(
         args += ["--out", str(tmp_path / "out")]
     code, out, err = _run_cli(args, monkeypatch, capsys)
     _assert_one_line(code, out, err, "the stored spec no longer validates (engine.env")
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [(["--rates", "nan"], "must be a finite number"), (["--rates", "inf"], "must be a finite number"),
+     (["--rates", "1e9"], "less than or equal to 1000000"),
+     (["--num-requests", "100000000000"], "workload.num_requests: must be less than or equal to 10000000")],
+)
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_command_line_overrides_keep_the_spec_bounds(
+    command: str, flags: list[str], needle: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(spec())
+    store = ["--store", str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w")]
+    extra = store if command == "sweep" else []
+    code, out, err = _run_cli([command, str(path), *flags, *extra], monkeypatch, capsys)
+    _assert_one_line(code, out, err, needle)
+    assert not (tmp_path / "w").exists()  # refused before anything started
