@@ -245,6 +245,8 @@ def parse_spec_lines(text: str, source: str = "<spec>") -> LoadedSpec:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.constructor.ConstructorError):  # !!python/object and other tags
+            raise SpecError(f"{source}:{line}: {problem}; a spec holds plain YAML values only") from None
         raise SpecError(f"{source}:{line}: YAML syntax error: {problem}") from None
     if not isinstance(data, dict) or node is None:
         raise SpecError(f"{source}:1: a spec must be a YAML mapping with model, hardware, workload, layouts")

@@ -119,6 +119,7 @@ SPEC_CASES: list[tuple[str, str, str]] = [
     ("unknown-gpu", spec(hardware="{gpu: h900}"), "known: a100-sxm-80gb"),
     ("unknown-override", spec(hardware="{gpu: h100-sxm, overrides: {warp_speed: 2}}"), "warp_speed"),
     ("odd-host", spec(target="{kind: local, host: '127.0.0.1; touch /tmp/pwned'}"), "not a host name"),
+    ("python-tag", spec(model="!!python/object/apply:os.system [id]"), "a spec holds plain YAML values only"),
     ("not-a-mapping", "- a\n- b\n", "must be a YAML mapping"),
     ("syntax", "model: {name: x\n", "YAML syntax error"),
 ]
