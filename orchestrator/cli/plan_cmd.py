@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli import app, make_console
@@ -89,8 +90,9 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
     console.print(parts)
 
     for row in result.rows:
-        notes = [f"[red]rejected:[/] {r}" for r in row.rejected_because] + [f"[yellow]warning:[/] {w}"
-                                                                          for w in row.warnings]
+        # Reasons can quote spec values: escaped, so "[bold]" in one prints as written.
+        notes = [f"[red]rejected:[/] {escape(r)}" for r in row.rejected_because] + [
+            f"[yellow]warning:[/] {escape(w)}" for w in row.warnings]
         if row.expert_imbalance is not None:
             notes.append(f"expert imbalance (busiest EP rank / mean) {row.expert_imbalance:.2f}")
         for note in notes:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -168,7 +169,7 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             if v.layout == sel.winner
             else ("[yellow]tie[/]" if v.layout in sel.tie_with else "[red]loses[/]")
         )
-        console.print(f"  {v.layout}: {mark}: {v.reason}", highlight=False)
+        console.print(f"  {v.layout}: {mark}: {escape(v.reason)}", highlight=False)
     if sel.winner is None:
         console.print("[bold red]no layout meets the SLO[/]")
     else:
@@ -297,7 +298,7 @@ def sweep_command(
         except KeyboardInterrupt:
             err_console.print(
                 f"interrupted: what was measured is stored; finish with "
-                f"orch sweep --resume {sweep.run_id} --store {store.path}"
+                f"orch sweep --resume {sweep.run_id} --store {store.path}", markup=False
             )
             raise typer.Exit(130) from None
     scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
@@ -341,7 +342,7 @@ def report_command(
     if html_out is not None:
         page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
-        err_console.print(f"wrote {html_out}")
+        err_console.print(f"wrote {html_out}", markup=False)
     if as_json:
         typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
