@@ -28,8 +28,10 @@ from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.provenance import orch_version
 from orchestrator.promote_md import provenance_markdown
+from orchestrator.spec.load import spec_from_json
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.run_ids import checked_run_id
 
 FORMATS = ("helm-values", "k8s", "shell", "ray-serve")
 FILES = {
@@ -79,8 +81,8 @@ def resolve_run(store: Store, ref: str) -> str:
             raise OrchError(
                 f"RUN latest: {store.path} holds no runs; run `orch sweep SPEC --store {store.path}`"
             )
-        return runs[0].run_id
-    return store.run(ref).run_id
+        return checked_run_id(runs[0].run_id)
+    return checked_run_id(store.run(ref).run_id)
 
 
 def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +166,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     run_id = resolve_run(store, run_ref)
     info = store.run_info(run_id)
     verdict, chosen = _choose(info.get("selection"), run_id, opts.layout)
-    spec = SweepSpec.model_validate(info["spec"])
+    spec = spec_from_json(info["spec"], f"run {run_id}")
     layout: Layout = parse_layout(verdict["layout"])
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")

@@ -13,6 +13,7 @@ import yaml
 
 from orchestrator.catalog.types import GPUSpec, LinkSpec, ModelConfig
 from orchestrator.errors import SpecError
+from orchestrator.spec.files import MAX_DATA_FILE_BYTES, read_user_text
 
 _CATALOG_DIR = Path(__file__).resolve().parent
 _MODELS_DIR = _CATALOG_DIR / "models"
@@ -159,9 +160,7 @@ def model_from_hf_config(d: dict[str, Any], name: str, where: str | None = None)
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from e
+        data = json.loads(read_user_text(path, max_bytes=MAX_DATA_FILE_BYTES, example="a config.json"))
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from e
     if not isinstance(data, dict):

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from orchestrator.cli import app, err_console
+from orchestrator.cli import app, err_line
 from orchestrator.compile import compile_layout, to_json, to_shell
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.run import make_plan
-from orchestrator.spec import load_spec
 
 
 class EngineName(StrEnum):
@@ -57,7 +56,7 @@ def compile_cmd(
     ] = False,
 ) -> None:
     """Print what to run on each node for one layout: shell commands or the launch plan as JSON."""
-    spec = load_spec(spec_path)
+    spec = load_checked_spec(spec_path)
     chosen = parse_layout(layout)
     (row,) = make_plan(spec, layouts=[chosen], batches=(1,)).rows
     if row.rejected_because:
@@ -65,8 +64,8 @@ def compile_cmd(
         if not force:
             raise SpecError(f"{spec_path}: layout {chosen}: the planner rejects it: {why} "
                             "(orch plan shows every layout; --force emits the commands anyway)")
-        err_console.print(f"[yellow]warning:[/] layout {chosen} is rejected by the planner, emitted because "
-                          f"of --force: {escape(why)}", highlight=False, soft_wrap=True)
+        err_line("warning:", "yellow", f"layout {chosen} is rejected by the planner, emitted because "
+                 f"of --force: {why}")
     addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
     compiled = compile_layout(
         spec, chosen, engine.value if engine else None, addrs,
@@ -74,7 +73,7 @@ def compile_cmd(
         a2a_backend=a2a_backend,
     )
     for note in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
+        err_line("warning:", "yellow", note)
     if fmt is Format.json:
         typer.echo(json.dumps(to_json(compiled.plan, compiled.placement.nodes, compiled.warnings), indent=2))
     else:

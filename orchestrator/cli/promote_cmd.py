@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from orchestrator.cli import RUN_HELP, app, err_console
+from orchestrator.cli import RUN_HELP, app, err_line
 from orchestrator.promote import FORMATS, PromoteOptions, pin_block, promote, resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 
@@ -66,7 +66,7 @@ def promote_command(
     target = out if out is not None else Path("promoted") / resolve_run(store, run_ref)
     done = promote(store, run_ref, target, opts)
     for note in done.notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err_line("note:", "yellow", note)
     if as_json:
         typer.echo(json.dumps(done.provenance, indent=2, default=str))
         return

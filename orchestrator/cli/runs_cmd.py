@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli import RUN_HELP, app, make_console
 from orchestrator.promote import resolve_run
@@ -50,16 +51,10 @@ def runs_command(
     for r in runs:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
         meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
-        table.add_row(
-            r.run_id,
-            created,
-            r.status,
-            r.engine,
-            r.model,
-            r.spec_path or "-",
-            (r.selection or {}).get("winner") or "-",
-            meta,
-        )
+        cells = (r.run_id, created, r.status, r.engine, r.model, r.spec_path or "-",
+                 (r.selection or {}).get("winner") or "-", meta)
+        # Text cells: a path or metadata value holding "[bold]" prints as written, not as markup.
+        table.add_row(*(Text(str(c)) for c in cells))
     make_console().print(table)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.deploy.base import Deployment, Endpoint
-from orchestrator.engines.base import LaunchPlan, ProcessSpec
+from orchestrator.engines.base import LaunchPlan, ProcessSpec, secret_values
 from orchestrator.errors import DeployError, EngineDied
 
 LOG_TAIL_LINES = 15
@@ -74,7 +74,8 @@ class LocalProcessTarget:
                     name = f"{plan.engine}-{plan.layout_str}-r{r}-p{i}-{spec.role}"
                     log_path = self.workdir / f"{name}.log"
                     log = log_path.open("wb")
-                    env = {**os.environ, **spec.env_dict}
+                    # Secrets are read from orch's environment now and go only into the child's.
+                    env = {**os.environ, **spec.env_dict, **secret_values(spec.secret_env, os.environ)}
                     log.write(("$ " + " ".join(_argv(spec)) + "\n").encode())
                     log.flush()
                     popen = subprocess.Popen(
