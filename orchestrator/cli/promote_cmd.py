@@ -12,7 +12,8 @@ import typer
 import yaml
 
 from orchestrator.cli import RUN_HELP, app, err_line
-from orchestrator.promote import FORMATS, PromoteOptions, pin_block, promote, resolve_run
+from orchestrator.compile.artifacts import FORMATS
+from orchestrator.promote import PromoteOptions, pin_block, promote, resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 
 
