@@ -35,3 +35,7 @@ class ConsistencyExceeded(OrchError):
     """`orch consistency --max-divergence`: more outputs differ between the layouts than allowed."""
 
     exit_code = 5
+
+
+class StoreError(OrchError):
+    """The results store cannot be opened, read or written (missing, damaged, locked, read-only, full)."""

@@ -21,7 +21,7 @@ def runs_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the runs in the results store, newest first."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     runs = store.runs()
     if as_json:
         typer.echo(
@@ -72,7 +72,7 @@ def export_command(
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
 ) -> None:
     """Export a run: one row per (layout, load point) with flattened metrics, or per request."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     run = store.run(run_id)
     result = export_run(store, run.run_id, fmt, out, per_request=per_request)
     typer.echo(result if out is None else f"wrote {result}")

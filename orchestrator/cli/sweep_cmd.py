@@ -208,6 +208,7 @@ def sweep_command(
     """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
     store = Store(store_path)
     if resume is not None:
+        store.recover(resume)  # a journal left by a store that failed under the sweep goes in first
         run = store.run(resume)
         spec = SweepSpec.model_validate(store.spec_json(run.run_id))
         run_id: str | None = run.run_id
@@ -271,7 +272,7 @@ def report_command(
     ] = None,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     run = store.run(run_id)
     stored = store.consistency(run.run_id)
     checks = [{**c.result, "passed": c.passed, "max_divergence": c.max_divergence} for c in stored]
@@ -316,7 +317,7 @@ def compare_command(
         raise SpecError(f"--threshold {threshold!r}: give a relative change such as 5% or 0.05") from None
     if limit < 0:
         raise SpecError("--threshold must not be negative")
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     a, b = store.run(run_a).run_id, store.run(run_b).run_id
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]

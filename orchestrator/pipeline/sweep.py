@@ -16,7 +16,7 @@ from orchestrator.deploy.targets import check_sweepable, make_target, probe_host
 from orchestrator.engines import get_engine
 from orchestrator.engines.from_spec import engine_options, placement
 from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError
+from orchestrator.errors import DeployError, OrchError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
@@ -123,6 +123,7 @@ class Sweep:
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> SweepResult:
         spec = self.spec
+        self.store.journal_run(self.run_id)  # every write of this run reaches a journal first
         if not self.resuming:
             self.store.create_run(
                 run_id=self.run_id,
@@ -176,6 +177,8 @@ class Sweep:
             return
         try:
             self._deploy_and_measure(layout, row, plan_d)
+        except StoreError:
+            raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
         except (DeployError, OrchError, OSError) as exc:
             reason = str(exc)
             self.store.set_layout(self.run_id, name, layout.gpus, "failed", reason=reason)
