@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,3 +226,41 @@ def test_a_store_damaged_after_open_is_one_line_on_read(tmp_path: Path) -> None:
         f.write(os.urandom(size - 4096))
     with pytest.raises(StoreError, match="cannot read the results store"):
         list(reader.records(RUN))
+
+
+DISK_FULL = """
+import resource, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[2]]
+import test_store_faults as t
+from orchestrator.errors import StoreError
+from orchestrator.store.db import Store
+db = Path(sys.argv[1])
+store = Store(db)
+t._run(store)
+size = db.stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))  # the store cannot grow: as if the disk were full
+try:
+    store.add_point(t.RUN, "tp2", "rate=2/s", 2.0, True, "", {"x": "y" * 20000}, [t.REC] * 5)
+except StoreError as exc:
+    print(exc)
+"""
+
+
+def test_a_full_disk_under_the_store_keeps_the_point_in_the_journal(tmp_path: Path) -> None:
+    # RLIMIT_FSIZE stands in for a full disk (it applies to root too; Python ignores SIGXFSZ, so the
+    # write fails with EFBIG, which SQLite reports as full or as an I/O error).
+    db = tmp_path / "r.db"
+    here = str(Path(__file__).parent)
+    out = subprocess.run(
+        [sys.executable, "-c", DISK_FULL, str(db), here],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "cannot write the results store" in out.stdout and str(journal_path(db, RUN)) in out.stdout
+    again = _recovered(db)
+    assert [len(p.metrics["x"]) for p in again.points(RUN)] == [20000]
+    assert len(list(again.records(RUN))) == 5
