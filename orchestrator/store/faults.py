@@ -96,6 +96,6 @@ def write_failed(
         )
     return (
         f"cannot write the results store {path} ({why}); nothing measured is lost: it is in "
-        f"{journal.path}; once the store is writable again, finish with: "
+        f"{journal.path}; once the store can be written (a deleted one is made anew), finish with: "
         f"orch sweep --resume {run_id} --store {path}"
     )
