@@ -164,15 +164,25 @@ def test_a_health_answer_from_a_server_that_is_not_ours_is_detected(tmp_path: Pa
     assert not _alive(pid)
 
 
-def test_signals_during_teardown_are_held_until_it_is_done() -> None:
-    done = []
-    with pytest.raises(KeyboardInterrupt), signals_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
-        done.append("teardown finished")
-    assert done == ["teardown finished"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+def _as_ctrl_c(signum: int, frame: object) -> None:  # what the CLI installs for SIGTERM
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_signals_during_teardown_are_held_until_it_is_done(sig: signal.Signals) -> None:
+    before = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    try:
+        done = []
+        with pytest.raises(KeyboardInterrupt), signals_deferred():
+            os.kill(os.getpid(), sig)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("teardown finished")
+        assert done == ["teardown finished"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+        assert signal.getsignal(signal.SIGTERM) is _as_ctrl_c
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 KILLED_PARENT = """
