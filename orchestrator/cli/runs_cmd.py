@@ -66,13 +66,21 @@ def runs_command(
 @app.command("export")
 def export_command(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
-    fmt: Annotated[str, typer.Option("--format", help="json | csv | parquet")] = "json",
-    out: Annotated[str | None, typer.Option("--out", help="File to write; default stdout.")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="json | jsonl | csv | parquet | vllm (vllm bench JSON per point)")
+    ] = "json",
+    out: Annotated[
+        str | None, typer.Option("--out", help="File to write (a directory for vllm); default stdout.")
+    ] = None,
     per_request: Annotated[bool, typer.Option("--requests", help="One row per request.")] = False,
+    table: Annotated[
+        str, typer.Option("--table", help="points | requests | engine (one row per /metrics scrape)")
+    ] = "points",
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
 ) -> None:
-    """Export a run: one row per (layout, load point) with flattened metrics, or per request."""
+    """Export a run: one row per (layout, load point) with flattened metrics, per request or per engine
+    metrics scrape; or the vLLM benchmark JSON of every load point."""
     store = Store(store_path, readonly=True)
     run = store.run(run_id)
-    result = export_run(store, run.run_id, fmt, out, per_request=per_request)
+    result = export_run(store, run.run_id, fmt, out, per_request=per_request, table=table)
     typer.echo(result if out is None else f"wrote {result}")

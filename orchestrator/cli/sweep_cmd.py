@@ -21,6 +21,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
 from orchestrator.report.compare import compare_runs
+from orchestrator.report.data import load_report
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.spec.load import load_spec
@@ -98,6 +99,20 @@ def _predicted(m: dict[str, Any]) -> str:
     )
 
 
+def _engine(m: dict[str, Any]) -> str:
+    """The engines' own view of the point (scraped /metrics): peak KV use, mean running/waiting
+    requests, preemptions during the point."""
+    e = m.get("engine") or {}
+    if not e.get("samples"):
+        return "-"
+    kv = e.get("kv_usage_peak")
+    pre = e.get("preemptions")
+    return (
+        f"{'-' if kv is None else f'{kv:.0%}'}, {_num(e.get('running_mean'), 1)}/"
+        f"{_num(e.get('waiting_mean'), 1)}, {'-' if pre is None else f'{pre:.0f}'}"
+    )
+
+
 def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
     table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
     for col in (
@@ -111,13 +126,14 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         "out tok/s/GPU",
         "goodput req/s",
         "predicted TTFT p99 / TPOT p50 (err)",
+        "engine KV peak, run/wait mean, preempt",
         "SLO",
     ):
         table.add_column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right")
     for o in result.outcomes:
         if not o.points:
             table.add_row(
-                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
+                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
             )
         for p in store.points(result.run_id, o.layout):
             m = p.metrics
@@ -133,6 +149,7 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
                 _num(per_gpu.get("output_throughput"), 1),
                 _num(m.get("goodput")),
                 _predicted(m),
+                _engine(m),
                 "pass" if p.passed else f"fail: {p.verdict}",
             )
     console.print(table)
@@ -268,7 +285,7 @@ def report_command(
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     html_out: Annotated[
-        str | None, typer.Option("--html", help="Also write an HTML report with a plot.")
+        str | None, typer.Option("--html", help="Also write an interactive HTML report (one offline file).")
     ] = None,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
@@ -286,9 +303,7 @@ def report_command(
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if html_out is not None:
-        points = {o.layout: store.points(run.run_id, o.layout) for o in outcomes}
-        status = {o.layout: (o.status, o.reason) for o in outcomes}
-        page = render_html(store.run_info(run.run_id), result.selection, points, status)
+        page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
         err_console.print(f"wrote {html_out}")
     if as_json:

@@ -230,6 +230,19 @@ class Writes:
             ),
         )
 
+    def add_engine_metrics(self, run_id: str, layout: str, label: str, series: dict[str, Any]) -> None:
+        """One load point's scraped engine metrics (loadgen.engine_metrics.series_to_dict)."""
+        args = {"run_id": run_id, "layout": layout, "label": label, "series": series}
+        self._write(run_id, "add_engine_metrics", _jsonable(args))
+
+    def _apply_add_engine_metrics(
+        self, *, run_id: str, layout: str, label: str, series: dict[str, Any]
+    ) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO engine_metrics VALUES (?,?,?,?)",
+            (run_id, layout, label, json.dumps(series)),
+        )
+
     def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
         args = {"run_id": run_id, "status": status, "selection": selection, "finished_at": time.time()}
         self._write(run_id, "finish_run", _jsonable(args))
