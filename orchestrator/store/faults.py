@@ -75,6 +75,10 @@ def open_failed(path: Path, exc: sqlite3.Error) -> str:
         return "not an orch results store (an SQLite file without orch's tables); give the path of one"
     if _name(exc) in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or type(exc) is sqlite3.DatabaseError:
         return f"not a readable orch results store ({exc}); give the path of one, or restore it from a copy"
+    if not path.parent.is_dir():
+        return (
+            f"cannot create the results store: no directory {path.parent}; create it or give another --store"
+        )
     return f"cannot open the results store ({diagnose(path, exc)}); make it writable or give another --store"
 
 

@@ -264,3 +264,24 @@ def test_a_full_disk_under_the_store_keeps_the_point_in_the_journal(tmp_path: Pa
     again = _recovered(db)
     assert [len(p.metrics["x"]) for p in again.points(RUN)] == [20000]
     assert len(list(again.records(RUN))) == 5
+
+
+def test_odd_store_paths_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no directory"):
+        Store(tmp_path / "missing-dir" / "r.db")
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    with pytest.raises(StoreError, match="not a regular file"):  # and no hang
+        Store(fifo)
+
+
+def test_a_store_from_before_the_engine_metrics_table_reads_read_only(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    store = Store(db)
+    _run(store)
+    _point(store)
+    store.conn.execute("DROP TABLE engine_metrics")
+    store.conn.commit()
+    store.close()
+    old = Store(db, readonly=True)
+    assert old.engine_metrics(RUN) == {} and [p.label for p in old.points(RUN)] == ["rate=2/s"]
