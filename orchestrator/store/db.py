@@ -258,7 +258,7 @@ class Store(Writes):
         except sqlite3.DatabaseError as exc:
             if not is_fault(exc):
                 raise
-            raise StoreError(read_failed(self.path, exc)) from None
+            raise StoreError(read_failed(self.path, exc, self._journal)) from None
 
     def runs(self) -> list[RunRow]:
         rows = self._read(

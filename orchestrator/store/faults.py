@@ -82,8 +82,15 @@ def open_failed(path: Path, exc: sqlite3.Error) -> str:
     return f"cannot open the results store ({diagnose(path, exc)}); make it writable or give another --store"
 
 
-def read_failed(path: Path, exc: sqlite3.Error) -> str:
-    return f"--store {path}: cannot read the results store ({diagnose(path, exc)}); restore it from a copy"
+def read_failed(path: Path, exc: sqlite3.Error, journal: Journal | None) -> str:
+    why = diagnose(path, exc)
+    if journal is None:
+        return f"--store {path}: cannot read the results store ({why}); restore it from a copy"
+    return (  # a sweep reading back what it wrote
+        f"cannot read the results store {path} ({why}); nothing measured is lost: it is in {journal.path}; "
+        f"once the store can be written (a deleted one is made anew), finish with: "
+        f"orch sweep --resume {journal.run_id} --store {path}"
+    )
 
 
 def write_failed(
