@@ -39,3 +39,9 @@ class ConsistencyExceeded(OrchError):
 
 class StoreError(OrchError):
     """The results store cannot be opened, read or written (missing, damaged, locked, read-only, full)."""
+
+
+class NoRequestCompleted(OrchError):
+    """`orch simulate`: not one request completed in the measurement window (nothing to judge)."""
+
+    exit_code = 6

@@ -7,10 +7,10 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli import app
+from orchestrator.cli import RUN_HELP, app, make_console
+from orchestrator.promote import resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 from orchestrator.store.export import export_run
 
@@ -46,7 +46,7 @@ def runs_command(
         return
     table = Table(title=f"runs in {store.path}", title_justify="left")
     for col in ("run", "created (UTC)", "status", "engine", "model", "spec", "winner", "eval metadata"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "run", overflow="fold")
     for r in runs:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
         meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
@@ -60,12 +60,12 @@ def runs_command(
             (r.selection or {}).get("winner") or "-",
             meta,
         )
-    Console(width=200).print(table)
+    make_console().print(table)
 
 
 @app.command("export")
 def export_command(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
     fmt: Annotated[
         str, typer.Option("--format", help="json | jsonl | csv | parquet | vllm (vllm bench JSON per point)")
     ] = "json",
@@ -81,6 +81,5 @@ def export_command(
     """Export a run: one row per (layout, load point) with flattened metrics, per request or per engine
     metrics scrape; or the vLLM benchmark JSON of every load point."""
     store = Store(store_path, readonly=True)
-    run = store.run(run_id)
-    result = export_run(store, run.run_id, fmt, out, per_request=per_request, table=table)
+    result = export_run(store, resolve_run(store, run_id), fmt, out, per_request=per_request, table=table)
     typer.echo(result if out is None else f"wrote {result}")
