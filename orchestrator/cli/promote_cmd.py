@@ -54,7 +54,7 @@ def promote_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the provenance as JSON.")] = False,
 ) -> None:
     """Write the winner of a stored run as Helm values, manifests, launch commands and PROVENANCE files."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     opts = PromoteOptions(
         formats=_formats(fmt), engine=engine.value if engine else None, layout=layout, name=name,
         image=image, namespace=namespace,

@@ -22,7 +22,7 @@ def runs_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the runs in the results store, newest first."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     runs = store.runs()
     if as_json:
         typer.echo(
@@ -75,6 +75,6 @@ def export_command(
 ) -> None:
     """Export a run: one row per (layout, load point) with flattened metrics, per request or per engine
     metrics scrape; or the vLLM benchmark JSON of every load point."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     result = export_run(store, resolve_run(store, run_id), fmt, out, per_request=per_request, table=table)
     typer.echo(result if out is None else f"wrote {result}")

@@ -16,7 +16,7 @@ from orchestrator.cli import RUN_HELP, app, err_console, make_console
 from orchestrator.cli.consistency_cmd import consistency_lines
 from orchestrator.cli.sim_cmd import _rates
 from orchestrator.deploy.targets import check_runs_here
-from orchestrator.errors import NoLayoutMeetsSLO, SpecError
+from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
@@ -255,7 +255,12 @@ def sweep_command(
     """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
     store = Store(store_path)
     if resume is not None:
-        run = store.run(resolve_run(store, resume))
+        try:
+            ref = resolve_run(store, resume)
+        except OrchError:
+            ref = resume  # the store may have lost the run (deleted, emptied): its journal has it
+        store.recover(ref)  # a journal left by a store that failed under the sweep goes in first
+        run = store.run(ref)
         spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
         run_id: str | None = run.run_id
         shown_path = run.spec_path
@@ -325,7 +330,7 @@ def report_command(
     ] = None,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     run = store.run(resolve_run(store, run_id))
     stored = store.consistency(run.run_id)
     checks = [{**c.result, "passed": c.passed, "max_divergence": c.max_divergence} for c in stored]
@@ -371,7 +376,7 @@ def compare_command(
         raise SpecError(f"--threshold {threshold!r}: give a relative change such as 5% or 0.05") from None
     if limit < 0:
         raise SpecError("--threshold must not be negative")
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     a, b = resolve_run(store, run_a), resolve_run(store, run_b)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]

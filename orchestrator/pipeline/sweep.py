@@ -18,7 +18,7 @@ from orchestrator.engines import get_engine
 from orchestrator.engines.base import secret_values
 from orchestrator.engines.from_spec import engine_options, placement, secret_env
 from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError
+from orchestrator.errors import DeployError, OrchError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
@@ -139,6 +139,7 @@ class Sweep:
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> SweepResult:
         spec = self.spec
+        self.store.journal_run(self.run_id)  # every write of this run reaches a journal first
         if not self.resuming:
             self.store.create_run(
                 run_id=self.run_id,
@@ -192,6 +193,8 @@ class Sweep:
             return
         try:
             self._deploy_and_measure(layout, row, plan_d)
+        except StoreError:
+            raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
         except (DeployError, OrchError, OSError) as exc:
             reason = str(exc)
             self.store.set_layout(self.run_id, name, layout.gpus, "failed", reason=reason)
@@ -239,11 +242,12 @@ class Sweep:
                     predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
                 )
                 metrics["engine"] = finite(summarize_series(self.engine_series))
-                self.store.add_engine_metrics(self.run_id, name, point.label, self.engine_series)
+                # The point first: if the store fails, the journal has the measurement itself.
                 self.store.add_point(
                     self.run_id, name, point.label, rate, result.passed, result.verdict, metrics,
                     result.records,
                 )
+                self.store.add_engine_metrics(self.run_id, name, point.label, self.engine_series)
                 obs.point_done(name, result)
             obs.phase(name, "teardown")
 
