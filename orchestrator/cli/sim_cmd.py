@@ -46,7 +46,11 @@ def simulate_command(
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_spec(spec_path)
     chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
-    rate_list = _rates(rates) or list(spec.workload.rates_per_s)
+    rate_list = _rates(rates) or list(spec.workload.rates_per_s or ())
+    if not rate_list:
+        raise SpecError(
+            f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); give --rates"
+        )
     if num_requests is not None:
         _ints(str(num_requests), "--num-requests")
         if num_requests < 1:

@@ -136,6 +136,11 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
                 "pass" if p.passed else f"fail: {p.verdict}",
             )
     console.print(table)
+    caps = _capacity_lines(result, store)
+    if caps:
+        console.print("SLO capacity (highest request rate meeting the SLO, by bracketing and bisection):")
+        for line in caps:
+            console.print(line, highlight=False, markup=False)
     sel = result.selection
     for v in sel.verdicts:
         mark = (
@@ -154,12 +159,53 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         )
 
 
+def _mode_note(spec: SweepSpec, served: bool) -> str:
+    if spec.engine.name != "sim":
+        return ""
+    if not served:
+        return (
+            " (simulated engine in virtual time: predicted, not measured on GPUs; "
+            f"deterministic for workload seed {spec.workload.seed})"
+        )
+    scale = spec.engine.time_scale
+    return " (simulated engine served over HTTP: predicted, not measured on GPUs" + (
+        f"; run at time scale {scale:g}, reported in simulated time)" if scale != 1 else ")"
+    )
+
+
+def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
+    lines = []
+    for key, cap in store.extras(result.run_id, "capacity/").items():
+        pts = ", ".join(
+            f"{p['rate']:g}{'' if p['passed'] else ('?' if not p['judged'] else 'x')}" for p in cap["points"]
+        )
+        lines.append(
+            f"  {key.removeprefix('capacity/')}: {_capacity_text(cap)}; seed {cap['seed_per_s']:g}/s from "
+            f"{cap['seed_source']}; measured {pts} (x fails, ? unjudged)"
+        )
+    return lines
+
+
+def _capacity_text(cap: dict[str, Any]) -> str:
+    lo, hi = cap["bracket_per_s"]
+    if cap["capacity_per_s"] is None:
+        return f"capacity 0 req/s: fails the SLO down to the search minimum ({cap['limiting']})"
+    if hi is None:
+        return f"capacity >= {lo:g} req/s ({cap['stopped_because']})"
+    return f"capacity {lo:g} req/s, fails at {hi:g} ({cap['limiting']})"
+
+
 def _json_out(result: SweepResult, store: Store) -> str:
     return json.dumps(
         finite(
             {
                 "run_id": result.run_id,
                 "store": str(store.path),
+                **store.extras(result.run_id, "sweep"),
+                "capacity": {
+                    k.removeprefix("capacity/"): v
+                    for k, v in store.extras(result.run_id, "capacity/").items()
+                },
                 "selection": result.selection.to_dict(),
                 "layouts": [
                     {
@@ -200,6 +246,12 @@ def sweep_command(
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     resume: Annotated[str | None, typer.Option("--resume", help="Finish an interrupted run.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Also deploy layouts the planner rejects.")] = False,
+    served: Annotated[
+        bool,
+        typer.Option(
+            "--served", help="engine sim: run real OpenAI servers over HTTP instead of virtual time."
+        ),
+    ] = False,
     workdir: Annotated[
         str | None, typer.Option("--workdir", help="Logs directory; default a temp dir.")
     ] = None,
@@ -227,6 +279,7 @@ def sweep_command(
         num_requests=num_requests,
         force=force,
         workdir=workdir,
+        served=served,
     )
     console = Console(stderr=True, width=160)
     with Progress(
@@ -246,13 +299,7 @@ def sweep_command(
                 f"orch sweep --resume {sweep.run_id} --store {store.path}"
             )
             raise typer.Exit(130) from None
-    scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
-    note = (
-        " (simulated engine: predicted, not measured on GPUs"
-        + (f"; run at time scale {scale:g}, reported in simulated time)" if scale != 1 else ")")
-        if spec.engine.name == "sim"
-        else ""
-    )
+    note = _mode_note(spec, sweep.served)
     if as_json:
         typer.echo(_json_out(result, store))
     else:

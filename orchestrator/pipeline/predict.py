@@ -1,5 +1,7 @@
-"""The prediction stored beside each measured load point: the same requests through the simulated
-engine in virtual time (orch simulate), so a report can show predicted, measured and the error."""
+"""Every call the sweep makes into the simulator, in one place: the virtual-time measurement of a
+load point (the default for `engine: sim`), the prediction stored beside each served measurement
+(the same requests through the simulated engine, so a report shows predicted, measured and the
+error), and the planner's capacity guess that seeds a layout's capacity search."""
 
 from __future__ import annotations
 
@@ -7,22 +9,45 @@ from typing import Any
 
 from orchestrator.errors import OrchError
 from orchestrator.layout import Layout
-from orchestrator.plan.planner import PlanInputs
-from orchestrator.sim.run import simulate_point
+from orchestrator.plan.planner import PlanInputs, PlanRow
+from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.models import SweepSpec
 
+SOURCE = "orch simulate (virtual time)"
 
-def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float,
-                      num_requests: int | None) -> dict[str, Any]:
-    try:
-        sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
-    except OrchError as exc:  # e.g. the layout does not fit the model's memory: nothing to predict
-        return {"source": "orch simulate (virtual time)", "error": str(exc)}
+
+def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float,
+                  num_requests: int | None) -> SimPoint:
+    """The load point through the simulated engine in virtual time: deterministic for a seed."""
+    return simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
+
+
+def prediction_of(sp: SimPoint) -> dict[str, Any]:
     m = sp.result.metrics
     return {
-        "source": "orch simulate (virtual time)",
+        "source": SOURCE,
         "ttft_p50_ms": m.ttft_ms.p50, "ttft_p99_ms": m.ttft_ms.p99,
         "itl_p99_ms": m.itl_chunk_ms.p99, "tpot_p50_ms": m.tpot_ms.p50,
         "output_tokens_per_s_per_gpu": (m.per_gpu or {}).get("output_throughput"),
         "goodput": m.goodput, "passed": sp.result.passed,
     }
+
+
+def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float,
+                      num_requests: int | None) -> dict[str, Any]:
+    try:
+        sp = virtual_point(spec, inputs, layout, rate, num_requests)
+    except OrchError as exc:  # e.g. the layout does not fit the model's memory: nothing to predict
+        return {"source": SOURCE, "error": str(exc)}
+    return prediction_of(sp)
+
+
+def planned_capacity_rate(row: PlanRow, mean_output_tokens: int) -> float | None:
+    """Requests/s the cost model sustains within the ITL bound: the best batch's output tokens/s
+    over the whole layout divided by the mean answer length. A seed for the search, not a verdict
+    (it ignores prefill interference and queueing)."""
+    best = row.best
+    if best is None or mean_output_tokens <= 0:
+        return None
+    tokens_per_s = best.output_tokens_per_s_per_gpu * row.gpus
+    return tokens_per_s / mean_output_tokens if tokens_per_s > 0 else None

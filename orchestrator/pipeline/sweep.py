@@ -1,12 +1,19 @@
-"""`orch sweep` without the printing: per layout plan -> compile -> deploy -> warm up -> bench each load
-point -> tear down -> store; then select. Results are committed after every load point, so a sweep
-interrupted at any moment resumes with `--resume RUN_ID` and loses nothing already measured."""
+"""`orch sweep` without the printing: per layout plan -> measure -> store; then select.
+
+Two ways to measure, one loop over load points (`_measure`: the spec's rate grid, or the capacity
+search of pipeline/capacity.py) and one metric code (RequestRecords -> loadgen.metrics):
+- virtual (the default for `engine: sim` on the local target): the simulated engine in virtual time,
+  no servers; deterministic for a workload seed, seconds per layout.
+- served (`--served`, and always for vllm/sglang or Ray/Kubernetes targets): compile -> deploy ->
+  warm up -> bench each load point over HTTP with the load generator -> tear down.
+Results are committed after every load point, so a sweep interrupted at any moment resumes with
+`--resume RUN_ID` and loses nothing already measured (a capacity search resumes from its points)."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,8 +30,18 @@ from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.pipeline.capacity import (
+    GROWTH_FROM_PLANNER,
+    GROWTH_FROM_SIMULATOR,
+    Probe,
+    search_capacity,
+)
 from orchestrator.pipeline.harness import read_counters, unreliable_because
-from orchestrator.pipeline.predict import predicted_metrics
+from orchestrator.pipeline.predict import (
+    planned_capacity_rate,
+    predicted_metrics,
+    virtual_point,
+)
 from orchestrator.pipeline.provenance import hardware_seen, model_config_hash, new_run_id, orch_version
 from orchestrator.pipeline.timescale import unscale
 from orchestrator.plan.from_spec import plan_inputs
@@ -64,6 +81,7 @@ class SweepOptions:
     force: bool = False
     workdir: str | None = None
     ready_timeout_s: float | None = None
+    served: bool = False  # engine: sim over HTTP instead of in virtual time
 
 
 @dataclass(frozen=True)
@@ -116,7 +134,12 @@ class Sweep:
         check_sweepable(spec.target)
         self.engine = get_engine(spec.engine.name)
         self.inputs = plan_inputs(spec)
-        self.scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
+        if run_id is not None:  # a resumed run measures the way it started
+            mode = (store.extras(run_id, "sweep").get("sweep") or {}).get("mode")
+            if mode is not None:
+                self.opts = replace(self.opts, served=mode == "served")
+        self.served = served_mode(spec, self.opts.served)
+        self.scale = spec.engine.time_scale if spec.engine.name == "sim" and self.served else 1.0
         base = self.opts.workdir or getattr(spec.target, "workdir", None) or tempfile.mkdtemp(prefix="orch-")
         self.workdir = Path(base) / self.run_id
 
@@ -138,6 +161,7 @@ class Sweep:
                 hardware=hardware_seen(),
                 metadata=dict(spec.metadata),
             )
+            self.store.set_extra(self.run_id, "sweep", {"mode": "served" if self.served else "virtual"})
         layouts = list(self.opts.layouts or spec.layouts)
         done = {row.layout: row for row in self.store.layouts(self.run_id)}
         try:
@@ -175,7 +199,11 @@ class Sweep:
             obs.layout_done(name, "rejected", reason)
             return
         try:
-            self._deploy_and_measure(layout, row, plan_d)
+            if self.served:
+                self._deploy_and_measure(layout, row, plan_d)
+            else:
+                self.store.set_layout(self.run_id, name, layout.gpus, "pending", plan=plan_d)
+                self._measure(layout, row, self._virtual_point(layout))
         except (DeployError, OrchError, OSError) as exc:
             reason = str(exc)
             self.store.set_layout(self.run_id, name, layout.gpus, "failed", reason=reason)
@@ -208,24 +236,72 @@ class Sweep:
             )
             obs.phase(name, "warm-up")
             asyncio.run(_warm_up(clients))
-            measured = {p.label for p in self.store.points(self.run_id, name)}
-            for rate in self.opts.rates or spec.workload.rates_per_s:
-                point = LoadPoint(rate=rate)
-                if point.label in measured:
-                    continue
-                obs.phase(name, f"bench {point.label}")
+            def served_point(rate: float) -> tuple[PointResult, dict[str, Any]]:
                 result = self._bench_point(clients, layout, rate)
                 target.check_alive(dep)
-                metrics = finite(result.metrics.to_dict())
-                metrics["predicted"] = finite(
-                    predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
-                )
-                self.store.add_point(
-                    self.run_id, name, point.label, rate, result.passed, result.verdict, metrics,
-                    result.records,
-                )
-                obs.point_done(name, result)
+                return result, {
+                    "predicted": predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
+                }
+
+            self._measure(layout, row, served_point)
             obs.phase(name, "teardown")
+
+    # -- the load points of one layout: the spec's grid or the capacity search --------------------
+    def _measure(self, layout: Layout, row: PlanRow, point_fn: PointFn) -> None:
+        name, spec = str(layout), self.spec
+        stored = {p.label: p for p in self.store.points(self.run_id, name)}
+
+        def probe(rate: float) -> Probe:
+            label = LoadPoint(rate=rate).label
+            prior = stored.get(label)
+            if prior is None:
+                self.obs.phase(name, f"bench {label}")
+                result, extra = point_fn(rate)
+                metrics = {**finite(result.metrics.to_dict()), **finite(extra)}
+                self.store.add_point(
+                    self.run_id, name, label, rate, result.passed, result.verdict, metrics, result.records
+                )
+                self.obs.point_done(name, result)
+                passed, why = bool(result.passed), result.verdict or ""
+            else:
+                passed, why = bool(prior.passed), prior.verdict or ""
+            return Probe(rate, passed, why, judged=not why.startswith("unreliable"))
+
+        grid = self.opts.rates or spec.workload.rates_per_s
+        if grid:
+            for rate in grid:
+                probe(rate)
+            return
+        seed, source, growth = self._seed(layout, row)
+        cap = search_capacity(name, probe, spec.workload.search, seed, source, growth)
+        self.store.set_extra(self.run_id, f"capacity/{name}", cap.to_dict())
+
+    def _seed(self, layout: Layout, row: PlanRow) -> tuple[float, str, float]:
+        """Where a layout's capacity search starts: served runs from the simulator's own capacity
+        search (seconds in virtual time, so the real engine spends its minutes near the answer),
+        virtual runs from the planner's estimate."""
+        search = self.spec.workload.search
+        planned = planned_capacity_rate(row, _mean(self.spec.workload.output_tokens))
+        start = planned if planned is not None else search.min_rate_per_s * 10
+        source = "planner (best batch within the ITL bound)" if planned is not None else "search bounds"
+        if not self.served:
+            return start, source, GROWTH_FROM_PLANNER
+        virtual = search_capacity(
+            str(layout), lambda r: _probe_of(self._virtual_point(layout)(r)[0], r), search, start, source
+        )
+        if virtual.capacity_per_s is None:
+            return start, source, GROWTH_FROM_PLANNER
+        return virtual.capacity_per_s, "simulator (virtual-time capacity search)", GROWTH_FROM_SIMULATOR
+
+    def _virtual_point(self, layout: Layout) -> Callable[[float], tuple[PointResult, dict[str, Any]]]:
+        def run(rate: float) -> tuple[PointResult, dict[str, Any]]:
+            sp = virtual_point(self.spec, self.inputs, layout, rate, self.opts.num_requests)
+            s = sp.summary
+            sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
+                   "virtual_s": s.virtual_s}
+            return sp.result, {"measured_in": "virtual time", "sim": sim}
+
+        return run
 
     def _bench_point(self, clients: tuple[ClientConfig, ...], layout: Layout, rate: float) -> PointResult:
         w, s = self.spec.workload, self.scale
@@ -263,6 +339,18 @@ class Sweep:
             if why is not None:
                 result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
         return result
+
+
+PointFn = Callable[[float], tuple[PointResult, dict[str, Any]]]
+
+
+def served_mode(spec: SweepSpec, served_flag: bool) -> bool:
+    """Virtual time only where it is the same engine: the simulator on the local target."""
+    return served_flag or spec.engine.name != "sim" or spec.target.kind != "local"
+
+
+def _probe_of(result: PointResult, rate: float) -> Probe:
+    return Probe(rate, bool(result.passed), result.verdict or "")
 
 
 async def _warm_up(clients: Sequence[ClientConfig]) -> None:

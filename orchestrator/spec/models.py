@@ -186,6 +186,35 @@ class TokenDistribution(_Spec):
 TokenCount = Annotated[int, Field(gt=0)] | TokenDistribution
 
 
+class SearchSpec(_Spec):
+    """How the sweep finds a layout's SLO capacity: bracket from a seed rate, then bisect."""
+
+    tolerance_frac: float = Field(
+        0.05, gt=0, lt=1, description="Stop when the bracket is narrower than this share of the capacity."
+    )
+    max_points: int = Field(12, ge=2, description="Most load points measured per layout.")
+    min_rate_per_s: float = Field(0.05, gt=0, description="Lowest rate tried; failing here is capacity 0.")
+    max_rate_per_s: float = Field(1000.0, gt=0, description="Highest rate tried.")
+    start_rate_per_s: float | None = Field(
+        None, gt=0, description="First rate tried; default: the simulator's or planner's prediction."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchSpec:
+        if self.min_rate_per_s >= self.max_rate_per_s:
+            raise ValueError(
+                f"min_rate_per_s ({self.min_rate_per_s:g}) must be below max_rate_per_s "
+                f"({self.max_rate_per_s:g})"
+            )
+        start = self.start_rate_per_s
+        if start is not None and not self.min_rate_per_s <= start <= self.max_rate_per_s:
+            raise ValueError(
+                f"start_rate_per_s ({start:g}) must lie within [min_rate_per_s, max_rate_per_s] "
+                f"= [{self.min_rate_per_s:g}, {self.max_rate_per_s:g}]"
+            )
+        return self
+
+
 class WorkloadSpec(_Spec):
     """The requests sent to each layout and how they arrive."""
 
@@ -200,8 +229,12 @@ class WorkloadSpec(_Spec):
     burstiness: float = Field(
         1.0, gt=0, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
     )
-    rates_per_s: list[Annotated[float, Field(gt=0)]] = Field(
-        min_length=1, description="Request rates to measure each layout at, in requests per second."
+    rates_per_s: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None, min_length=1, description="Request rates to measure each layout at, in requests per second; "
+        "without them the sweep searches each layout's SLO capacity (see 'search')."
+    )
+    search: SearchSpec = Field(
+        default_factory=lambda: SearchSpec(), description="The capacity search (used without rates_per_s)."
     )
     num_requests: int | None = Field(None, gt=0, description="Requests per load point.")
     duration_s: float | None = Field(None, gt=0, description="Length of each load point in seconds.")
@@ -272,6 +305,20 @@ class SweepSpec(_Spec):
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Free-form eval metadata: eval run id, dataset, checkpoint ..."
     )
+    cost_per_gpu_hour: float | None = Field(
+        None, gt=0, description="Price of one GPU for an hour; gives cost per million output tokens."
+    )
+    currency: str | None = Field(None, min_length=1, description="Currency of cost_per_gpu_hour, e.g. USD.")
+    interactivity_tokens_per_s_per_user: float | None = Field(
+        None, gt=0, description="Interactivity target: output tokens/s each user sees (1000 / TPOT ms); "
+        "the sweep reports throughput per GPU at the highest load that still gives it."
+    )
+
+    @model_validator(mode="after")
+    def _priced(self) -> SweepSpec:
+        if self.cost_per_gpu_hour is not None and self.currency is None:
+            raise ValueError("cost_per_gpu_hour needs a currency, e.g. currency: USD")
+        return self
 
     @model_validator(mode="after")
     def _unique_layouts(self) -> SweepSpec:

@@ -2,7 +2,10 @@
 
 Tables: meta (schema version), runs (spec, hashes, versions, hardware seen, eval metadata, selection),
 layouts (plan, launch argv, status and reason), points (one load point's metrics and verdict),
-records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts).
+records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts),
+run_extras (per run, named JSON documents the sweep derives: "sweep" (mode, timing, unjudged points),
+"capacity/<layout>" (the capacity search), "pareto" (the frontier over every point); see
+docs/decision.md).
 pandas reads it with `pd.read_sql("select ...", conn)`.
 """
 
@@ -45,6 +48,9 @@ CREATE TABLE IF NOT EXISTS records (
     record_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_by_point ON records (run_id, layout, label);
+CREATE TABLE IF NOT EXISTS run_extras (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, value_json TEXT NOT NULL, PRIMARY KEY (run_id, key)
+);
 CREATE TABLE IF NOT EXISTS consistency (
     run_id TEXT NOT NULL, layout_a TEXT NOT NULL, layout_b TEXT NOT NULL, created_at REAL NOT NULL,
     passed INTEGER, max_divergence REAL, result_json TEXT NOT NULL
@@ -252,6 +258,21 @@ class Store:
             ),
         )
         self.conn.commit()
+
+    def set_extra(self, run_id: str, key: str, value: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO run_extras VALUES (?,?,?)",
+            (run_id, key, json.dumps(value, default=_json_default)),
+        )
+        self.conn.commit()
+
+    def extras(self, run_id: str, prefix: str = "") -> dict[str, dict[str, Any]]:
+        """The run's derived documents whose key starts with `prefix`, by key."""
+        rows = self.conn.execute(
+            "SELECT key, value_json FROM run_extras WHERE run_id=? AND key LIKE ? ORDER BY rowid",
+            (run_id, prefix.replace("%", "") + "%"),
+        ).fetchall()
+        return {k: json.loads(v) for k, v in rows}
 
     def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
         self.conn.execute(
