@@ -35,3 +35,10 @@ class ConsistencyExceeded(OrchError):
     """`orch consistency --max-divergence`: more outputs differ between the layouts than allowed."""
 
     exit_code = 5
+
+
+class DecisionNotSound(OrchError):
+    """`orch sweep`: some load points could not be judged (e.g. the served simulation lost its clock)
+    even after re-measuring, so the winner printed may not be the right one."""
+
+    exit_code = 6

@@ -14,7 +14,7 @@ from rich.table import Table
 from orchestrator.cli import app, err_console
 from orchestrator.cli.consistency_cmd import consistency_lines
 from orchestrator.cli.sim_cmd import _rates
-from orchestrator.errors import NoLayoutMeetsSLO, SpecError
+from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, SpecError
 from orchestrator.layout import parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
@@ -149,6 +149,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             else ("[yellow]tie[/]" if v.layout in sel.tie_with else "[red]loses[/]")
         )
         console.print(f"  {v.layout}: {mark}: {v.reason}", highlight=False)
+    if not sel.sound:
+        console.print(f"[bold red]{unsound_message(result)}[/]", highlight=False)
     if sel.winner is None:
         console.print("[bold red]no layout meets the SLO[/]")
     else:
@@ -157,6 +159,14 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             f"run {result.run_id}",
             highlight=False,
         )
+
+
+def unsound_message(result: SweepResult) -> str:
+    bad = result.selection.unjudged
+    return (
+        f"decision not sound: {len(bad)} load point(s) could not be judged even when measured again "
+        f"({', '.join(bad)}); rerun on an idle machine (run {result.run_id})"
+    )
 
 
 def _mode_note(spec: SweepSpec, served: bool) -> str:
@@ -175,24 +185,27 @@ def _mode_note(spec: SweepSpec, served: bool) -> str:
 
 def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
     lines = []
+    cap_iv = {v.layout: v.capacity_interval for v in result.selection.verdicts}
     for key, cap in store.extras(result.run_id, "capacity/").items():
+        iv = cap_iv.get(key.removeprefix("capacity/"))
+        sure = f" [{iv[0]:g}, {'-' if iv[1] is None else f'{iv[1]:g}'}]" if iv else ""
         pts = ", ".join(
             f"{p['rate']:g}{'' if p['passed'] else ('?' if not p['judged'] else 'x')}" for p in cap["points"]
         )
         lines.append(
-            f"  {key.removeprefix('capacity/')}: {_capacity_text(cap)}; seed {cap['seed_per_s']:g}/s from "
-            f"{cap['seed_source']}; measured {pts} (x fails, ? unjudged)"
+            f"  {key.removeprefix('capacity/')}: {_capacity_text(cap, sure)}; seed {cap['seed_per_s']:g}/s "
+            f"from {cap['seed_source']}; measured {pts} (x fails, ? unjudged)"
         )
     return lines
 
 
-def _capacity_text(cap: dict[str, Any]) -> str:
+def _capacity_text(cap: dict[str, Any], sure: str) -> str:
     lo, hi = cap["bracket_per_s"]
     if cap["capacity_per_s"] is None:
         return f"capacity 0 req/s: fails the SLO down to the search minimum ({cap['limiting']})"
     if hi is None:
         return f"capacity >= {lo:g} req/s ({cap['stopped_because']})"
-    return f"capacity {lo:g} req/s, fails at {hi:g} ({cap['limiting']})"
+    return f"capacity {lo:g} req/s{sure}, fails at {hi:g} ({cap['limiting']})"
 
 
 def _json_out(result: SweepResult, store: Store) -> str:
@@ -304,6 +317,8 @@ def sweep_command(
         typer.echo(_json_out(result, store))
     else:
         print_result(result, store, Console(width=200), scale_note=note)
+    if not result.selection.sound:
+        raise DecisionNotSound(unsound_message(result))
     if result.selection.winner is None:
         raise NoLayoutMeetsSLO(f"no layout meets the SLO in run {result.run_id}; see the reasons above")
 

@@ -27,6 +27,7 @@ from orchestrator.errors import DeployError, OrchError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
@@ -112,6 +113,8 @@ def point_outcome(
         output_tokens_per_s_per_gpu=per_gpu.get("output_throughput", 0.0),
         ttft_p99_ms=(metrics.get("ttft_ms") or {}).get("p99"),
         itl_p99_ms=(metrics.get("itl_chunk_ms") or {}).get("p99"),
+        intervals=metrics.get("intervals"),
+        slo_margin=metrics.get("slo_margin"),
     )
 
 
@@ -257,7 +260,13 @@ class Sweep:
             if prior is None:
                 self.obs.phase(name, f"bench {label}")
                 result, extra = point_fn(rate)
+                if (result.verdict or "").startswith("unreliable"):  # not judged: measure it once more
+                    self.obs.phase(name, f"bench {label} again ({result.verdict[:40]}...)")
+                    first = result.verdict
+                    result, extra = point_fn(rate)
+                    extra = {**extra, "remeasured_because": first}
                 metrics = {**finite(result.metrics.to_dict()), **finite(extra)}
+                metrics.update(self._judge(result, layout))
                 self.store.add_point(
                     self.run_id, name, label, rate, result.passed, result.verdict, metrics, result.records
                 )
@@ -275,6 +284,15 @@ class Sweep:
         seed, source, growth = self._seed(layout, row)
         cap = search_capacity(name, probe, spec.workload.search, seed, source, growth)
         self.store.set_extra(self.run_id, f"capacity/{name}", cap.to_dict())
+
+    def _judge(self, result: PointResult, layout: Layout) -> dict[str, Any]:
+        """The point's bootstrap intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
+        slo = slo_bounds(self.spec.slo)
+        iv = bootstrap_intervals(
+            result.records, warmup_s=self.spec.workload.warmup_s, gpus=layout.gpus, slo=slo,
+            seed=self.spec.workload.seed,
+        )
+        return {"intervals": finite(iv), "slo_margin": slo_margin(iv, slo) if slo else None}
 
     def _seed(self, layout: Layout, row: PlanRow) -> tuple[float, str, float]:
         """Where a layout's capacity search starts: served runs from the simulator's own capacity
@@ -377,6 +395,7 @@ def outcomes_from_store(
     if layouts is not None:
         order = {name: i for i, name in enumerate(layouts)}
         rows = sorted((r for r in rows if r.layout in order), key=lambda r: order[r.layout])
+    searched = {k.removeprefix("capacity/") for k in store.extras(run_id, "capacity/")}
     out = []
     for r in rows:
         points = tuple(
@@ -385,5 +404,7 @@ def outcomes_from_store(
         )
         status = r.status if r.status in ("rejected", "failed", "measured") else "failed"
         reason = r.reason if r.status != "pending" else "interrupted before it finished"
-        out.append(LayoutOutcome(r.layout, r.gpus, status, reason, points))  # type: ignore[arg-type]
+        out.append(
+            LayoutOutcome(r.layout, r.gpus, status, reason, points, r.layout in searched)  # type: ignore[arg-type]
+        )
     return out
