@@ -141,6 +141,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         console.print("SLO capacity (highest request rate meeting the SLO, by bracketing and bisection):")
         for line in caps:
             console.print(line, highlight=False, markup=False)
+    for line in _objective_lines(store.extras(result.run_id)):
+        console.print(line, highlight=False, markup=False)
     sel = result.selection
     for v in sel.verdicts:
         mark = (
@@ -208,6 +210,45 @@ def _capacity_text(cap: dict[str, Any], sure: str) -> str:
     return f"capacity {lo:g} req/s{sure}, fails at {hi:g} ({cap['limiting']})"
 
 
+def _objective_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for layout, obj in (extras.get("objectives") or {}).items():
+        parts = []
+        cur = obj.get("currency") or ""
+        cap = obj.get("at_capacity")
+        if cap:
+            parts.append(
+                f"at capacity {_num(cap.get('tokens_per_s_per_gpu'), 1)} tok/s/GPU, "
+                f"{_num(cap.get('tokens_per_s_per_user'), 1)} tok/s/user"
+                + (f", {_num(cap.get('cost_per_million_output_tokens'), 3)} {cur}/M output tokens"
+                   if "cost_per_million_output_tokens" in cap else "")
+            )
+        at = obj.get("at_interactivity")
+        if at:
+            target = f"at >= {at['target_tokens_per_s_per_user']:g} tok/s/user"
+            parts.append(
+                f"{target}: {at['verdict']}" if "verdict" in at else
+                f"{target}: {_num(at.get('tokens_per_s_per_gpu'), 1)} tok/s/GPU ({at.get('label')})"
+                + (f", {_num(at.get('cost_per_million_output_tokens'), 3)} {cur}/M output tokens"
+                   if "cost_per_million_output_tokens" in at else "")
+            )
+        if parts:
+            lines.append(f"  {layout}: " + "; ".join(parts))
+    front = (extras.get("pareto") or {}).get("frontier") or []
+    if lines:
+        lines.insert(0, "objectives (interactivity = 1000 / TPOT p50 ms):")
+    if front:
+        lines.append(
+            "Pareto frontier (tok/s/user, tok/s/GPU): "
+            + ", ".join(
+                f"{f['layout']} {f['label']} "
+                f"({f['tokens_per_s_per_user']:.1f}, {f['tokens_per_s_per_gpu']:.1f})"
+                for f in front
+            )
+        )
+    return lines
+
+
 def _json_out(result: SweepResult, store: Store) -> str:
     return json.dumps(
         finite(
@@ -215,6 +256,8 @@ def _json_out(result: SweepResult, store: Store) -> str:
                 "run_id": result.run_id,
                 "store": str(store.path),
                 **store.extras(result.run_id, "sweep"),
+                **store.extras(result.run_id, "objectives"),
+                **store.extras(result.run_id, "pareto"),
                 "capacity": {
                     k.removeprefix("capacity/"): v
                     for k, v in store.extras(result.run_id, "capacity/").items()

@@ -37,6 +37,7 @@ from orchestrator.pipeline.capacity import (
     Probe,
     search_capacity,
 )
+from orchestrator.pipeline.derived import derive
 from orchestrator.pipeline.harness import read_counters, unreliable_because
 from orchestrator.pipeline.predict import (
     planned_capacity_rate,
@@ -177,6 +178,7 @@ class Sweep:
             self.store.finish_run(self.run_id, "interrupted", None)
             raise
         result = self.result([str(x) for x in layouts])
+        derive(self.store, self.run_id, self.spec, result.selection)
         self.store.finish_run(self.run_id, "done", result.selection.to_dict())
         return result
 
