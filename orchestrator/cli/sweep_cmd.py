@@ -141,7 +141,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         console.print("SLO capacity (highest request rate meeting the SLO, by bracketing and bisection):")
         for line in caps:
             console.print(line, highlight=False, markup=False)
-    for line in _objective_lines(store.extras(result.run_id)):
+    extras = store.extras(result.run_id)
+    for line in _objective_lines(extras) + _timing_lines(extras):
         console.print(line, highlight=False, markup=False)
     sel = result.selection
     for v in sel.verdicts:
@@ -249,6 +250,18 @@ def _objective_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _timing_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
+    t = (extras.get("sweep") or {}).get("timing")
+    if not t:
+        return []
+    ratio = f" ({t['exhaustive_s'] / t['wall_s']:.1f}x this sweep's time)" if t["wall_s"] > 0 else ""
+    return [
+        f"time to decision: {t['wall_s']:.1f} s for {t['points_measured']} load points on "
+        f"{t['layouts_measured']} layouts; an exhaustive grid: {t['exhaustive_points']} points on "
+        f"{t['exhaustive_layouts']} layouts, about {t['exhaustive_s']:.0f} s{ratio}"
+    ]
+
+
 def _json_out(result: SweepResult, store: Store) -> str:
     return json.dumps(
         finite(
@@ -308,6 +321,9 @@ def sweep_command(
             "--served", help="engine sim: run real OpenAI servers over HTTP instead of virtual time."
         ),
     ] = False,
+    measure_all: Annotated[
+        bool, typer.Option("--measure-all", help="Also measure layouts predicted to lose clearly.")
+    ] = False,
     workdir: Annotated[
         str | None, typer.Option("--workdir", help="Logs directory; default a temp dir.")
     ] = None,
@@ -336,6 +352,7 @@ def sweep_command(
         force=force,
         workdir=workdir,
         served=served,
+        measure_all=measure_all,
     )
     console = Console(stderr=True, width=160)
     with Progress(

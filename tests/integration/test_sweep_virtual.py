@@ -83,3 +83,18 @@ def test_served_and_virtual_sweeps_agree(tmp_path: Path) -> None:
         assert ms["output_throughput"] == pytest.approx(mv["output_throughput"], rel=0.10), key
         assert ms["n_completed"] == mv["n_completed"] and s["passed"] == v["passed"], key
     assert served["selection"]["winner"] == virtual["selection"]["winner"]
+
+
+def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(tmp_path: Path) -> None:
+    # One GPU (tp1) gives twice the goodput per GPU of tp2 below capacity: tp2 loses clearly.
+    spec = _write(tmp_path, layouts=["tp1", "tp2"])
+    pruned = _sweep(tmp_path, "p", spec, "--served")
+    layouts = {x["layout"]: x for x in pruned["layouts"]}
+    assert layouts["tp2"]["status"] == "pruned" and layouts["tp2"]["points"] == []
+    assert "more than 1.5x below tp1" in layouts["tp2"]["reason"]
+    assert pruned["selection"]["winner"] == "tp1"
+    timing = pruned["sweep"]["timing"]
+    assert timing["layouts_measured"] == 1 and timing["exhaustive_layouts"] == 2
+    assert timing["exhaustive_s"] > 0
+    forced = _sweep(tmp_path, "f", spec, "--served", "--measure-all")
+    assert {x["layout"]: x["status"] for x in forced["layouts"]} == {"tp1": "measured", "tp2": "measured"}
