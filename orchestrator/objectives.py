@@ -54,23 +54,21 @@ def _usable(p: MeasuredPoint, max_error_rate: float) -> bool:
 def pareto(points: Sequence[MeasuredPoint], max_error_rate: float = 0.01) -> dict[str, Any]:
     """Every usable point with its coordinates and whether it is on the frontier; the frontier in
     order of interactivity."""
-    rows = []
+    xy: list[tuple[float, float, MeasuredPoint]] = []
     for p in points:
         x, y = tokens_per_s_per_user(p.metrics), tokens_per_s_per_gpu(p.metrics)
-        if x is None or y is None or not _usable(p, max_error_rate):
-            continue
-        rows.append({"layout": p.layout, "label": p.label, "rate": p.rate, "passed": p.passed,
-                     "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y})
-    for r in rows:
-        r["on_frontier"] = not any(
-            o is not r
-            and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
-            and o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
-            and (o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]
-                 or o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"])
-            for o in rows
-        )
-    frontier = sorted((r for r in rows if r["on_frontier"]), key=lambda r: r["tokens_per_s_per_user"])
+        if x is not None and y is not None and _usable(p, max_error_rate):
+            xy.append((x, y, p))
+
+    def beaten(x: float, y: float) -> bool:
+        return any(ox >= x and oy >= y and (ox > x or oy > y) for ox, oy, _ in xy)
+
+    rows: list[dict[str, Any]] = [
+        {"layout": p.layout, "label": p.label, "rate": p.rate, "passed": p.passed,
+         "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y, "on_frontier": not beaten(x, y)}
+        for x, y, p in xy
+    ]
+    frontier = sorted((r for r in rows if r["on_frontier"]), key=lambda r: float(r["tokens_per_s_per_user"]))
     return {
         "x": "tokens_per_s_per_user", "y": "tokens_per_s_per_gpu", "x_definition": INTERACTIVITY,
         "y_definition": "output tokens/s per GPU", "points": rows,

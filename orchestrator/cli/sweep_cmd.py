@@ -20,7 +20,7 @@ from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
-from orchestrator.report.compare import compare_runs
+from orchestrator.report.compare import comparability, compare_runs
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.spec.load import load_spec
@@ -429,8 +429,12 @@ def compare_command(
     ] = "5%",
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option("--allow-mismatch", help="Compare even when spec hashes, engines or hardware differ."),
+    ] = False,
 ) -> None:
-    """What changed between two runs; exit code 1 on a regression (the nightly CI verdict)."""
+    """What changed between two runs; exit code 1 on a regression beyond noise (the nightly CI verdict)."""
     text = threshold.strip().rstrip("%")
     try:
         limit = float(text) / (100 if threshold.strip().endswith("%") else 1)
@@ -440,6 +444,14 @@ def compare_command(
         raise SpecError("--threshold must not be negative")
     store = Store(store_path)
     a, b = store.run(run_a).run_id, store.run(run_b).run_id
+    mismatch = comparability(store, a, b)
+    if mismatch and not allow_mismatch:
+        raise SpecError(
+            f"runs {a} and {b} are not comparable: {'; '.join(mismatch)}; "
+            "pass --allow-mismatch to compare anyway"
+        )
+    for why in mismatch:
+        err_console.print(f"[bold yellow]warning:[/] comparing anyway although {why}", highlight=False)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]
     if as_json:
@@ -450,6 +462,7 @@ def compare_command(
                         "baseline": a,
                         "run": b,
                         "threshold": limit,
+                        "mismatch": mismatch,
                         "regression": bool(regressions),
                         "changes": [c.__dict__ for c in changes],
                     }
