@@ -35,7 +35,7 @@ def dominated(
         if o.layout == sel.winner or o.status != "measured":
             continue
         if v.score is None:
-            out[o.layout] = (f"pruned: predicted to meet the SLO at no load ({v.reason}) while {sel.winner} "
+            out[o.layout] = (f"predicted to meet the SLO at no load ({v.reason}) while {sel.winner} "
                              f"does; --measure-all measures it")
             continue
         if objective == "min_latency":  # scores are negative latencies
@@ -43,7 +43,7 @@ def dominated(
         else:
             clear = v.score * margin < best.score
         if clear:
-            out[o.layout] = (f"pruned: predicted {objective} {v.score:.4g} at {v.best_point}, more than "
+            out[o.layout] = (f"predicted {objective} {v.score:.4g} at {v.best_point}, more than "
                              f"{margin:g}x below {sel.winner}'s {best.score:.4g} at {best.best_point} "
                              "(simulator, virtual time); --measure-all measures it")
     return out

@@ -362,7 +362,7 @@ class Sweep:
         planned = planned_capacity_rate(row, _mean(self.spec.workload.output_tokens))
         if planned is None:
             return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
-        return planned, "planner (best batch within the ITL bound)", GROWTH_FROM_PLANNER
+        return planned, "planner (decode capacity within the ITL bound / 6)", GROWTH_FROM_PLANNER
 
     def _virtual_point(self, layout: Layout) -> Callable[[float], tuple[PointResult, dict[str, Any]]]:
         def run(rate: float) -> tuple[PointResult, dict[str, Any]]:

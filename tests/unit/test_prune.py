@@ -17,7 +17,7 @@ def test_only_clear_losers_are_pruned_with_the_reason() -> None:
                      _layout("pp2", 2, 0.0, passed=False)], "goodput_per_gpu")
     assert set(out) == {"tp2", "pp2"}  # tp1x2 is 1.33x below: not a clear margin
     assert "more than 1.5x below tp1's 4" in out["tp2"] and "--measure-all" in out["tp2"]
-    assert out["pp2"].startswith("pruned: predicted to meet the SLO at no load")
+    assert out["pp2"].startswith("predicted to meet the SLO at no load")
 
 
 def test_nothing_is_pruned_when_no_layout_is_predicted_to_pass() -> None:
