@@ -309,9 +309,9 @@ class Sweep:
                 self.obs.phase(name, f"bench {label}")
                 t0 = time.monotonic()
                 result, extra = point_fn(rate)
-                if (result.verdict or "").startswith("unreliable"):  # not judged: measure it once more
-                    self.obs.phase(name, f"bench {label} again ({result.verdict[:40]}...)")
-                    first = result.verdict
+                first = result.verdict or ""
+                if first.startswith("unreliable"):  # not judged: measure it once more
+                    self.obs.phase(name, f"bench {label} again ({first[:40]}...)")
                     result, extra = point_fn(rate)
                     extra = {**extra, "remeasured_because": first}
                 self._point_s.append(time.monotonic() - t0)
@@ -396,3 +396,4 @@ def _mean(value: object) -> int:
 
 
 _warm_up = warm_up  # consistency/run.py imports it from here
+__all__ = ["Observer", "Sweep", "SweepOptions", "SweepResult", "outcomes_from_store", "point_outcome"]
