@@ -100,7 +100,8 @@ def _predicted(m: dict[str, Any]) -> str:
 
 def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
     table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
-    for col in (
+    virtual = (store.extras(result.run_id, "sweep").get("sweep") or {}).get("mode") == "virtual"
+    cols = [
         "layout",
         "GPUs",
         "status",
@@ -110,19 +111,23 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         "TPOT p50 ms",
         "out tok/s/GPU",
         "goodput req/s",
-        "predicted TTFT p99 / TPOT p50 (err)",
-        "SLO",
-    ):
+        "goodput/GPU [95%]",
+    ]
+    if not virtual:  # in virtual time the prediction is the measurement
+        cols.append("predicted TTFT p99 / TPOT p50 (err)")
+    cols.append("SLO")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right")
     for o in result.outcomes:
         if not o.points:
             table.add_row(
-                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
+                o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), (o.reason or "")[:80]
             )
-        for p in store.points(result.run_id, o.layout):
+        for p in sorted(store.points(result.run_id, o.layout), key=lambda p: p.rate or 0.0):
             m = p.metrics
             per_gpu = m.get("per_gpu") or {}
-            table.add_row(
+            iv = (m.get("intervals") or {}).get("goodput_per_gpu")
+            cells = [
                 o.layout,
                 str(o.gpus),
                 o.status,
@@ -132,9 +137,11 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
                 _num((m.get("tpot_ms") or {}).get("p50"), 1),
                 _num(per_gpu.get("output_throughput"), 1),
                 _num(m.get("goodput")),
-                _predicted(m),
-                "pass" if p.passed else f"fail: {p.verdict}",
-            )
+                f"[{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "-",
+            ]
+            if not virtual:
+                cells.append(_predicted(m))
+            table.add_row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
     console.print(table)
     caps = _capacity_lines(result, store)
     if caps:
@@ -415,7 +422,8 @@ def report_command(
     if as_json:
         typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
-        print_result(result, store, Console(width=200))
+        mode = (store.extras(run.run_id, "sweep").get("sweep") or {}).get("mode", "served")
+        print_result(result, store, Console(width=200), scale_note=_mode_note(spec, mode == "served"))
         for c in checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
 
