@@ -37,8 +37,14 @@ class ConsistencyExceeded(OrchError):
     exit_code = 5
 
 
+class NoRequestCompleted(OrchError):
+    """`orch simulate`: not one request completed in the measurement window (nothing to judge)."""
+
+    exit_code = 6
+
+
 class DecisionNotSound(OrchError):
     """`orch sweep`: some load points could not be judged (e.g. the served simulation lost its clock)
     even after re-measuring, so the winner printed may not be the right one."""
 
-    exit_code = 6
+    exit_code = 7

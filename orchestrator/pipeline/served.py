@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestrator.errors import DeployError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, with_engine_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.pipeline.harness import read_counters, unreliable_because
@@ -37,9 +38,11 @@ def bench_point(
     rate: float,
     num_requests: int | None,
     scale: float,
-) -> PointResult:
-    """One load point over HTTP. A simulated server at time scale s gets s times the rate and its
-    records are mapped back to simulated seconds; its clock is checked (harness.py) before judging."""
+    engine_metrics_interval_s: float = DEFAULT_INTERVAL_S,
+) -> tuple[PointResult, dict[str, Any]]:
+    """One load point over HTTP, with the engines' /metrics scraped meanwhile (the series is the
+    second result). A simulated server at time scale s gets s times the rate and its records are
+    mapped back to simulated seconds; its clock is checked (harness.py) before judging."""
     w, s = spec.workload, scale
     slo = slo_bounds(spec.slo)
     n = num_requests or w.num_requests
@@ -59,7 +62,10 @@ def bench_point(
     obs.point_start(str(layout), label, n)
     urls = [c.base_url for c in clients]
     before = read_counters(urls) if spec.engine.name == "sim" else None
-    raw = asyncio.run(run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), obs))
+    work = run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), obs)
+    interval_wall_s = engine_metrics_interval_s * s
+    raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
+    series = series_to_dict(poller.samples, interval_wall_s, s)
     records = unscale(raw.records, s)
     measure = replace(
         wall,
@@ -74,7 +80,7 @@ def bench_point(
         why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)
         if why is not None:
             result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
-    return result
+    return result, series
 
 
 async def warm_up(clients: Sequence[ClientConfig]) -> None:

@@ -28,6 +28,7 @@ from orchestrator.errors import DeployError, OrchError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.client import ClientConfig
+from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, summarize_series
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
@@ -86,6 +87,7 @@ class SweepOptions:
     ready_timeout_s: float | None = None
     served: bool = False  # engine: sim over HTTP instead of in virtual time
     measure_all: bool = False  # also measure layouts the simulator predicts to lose clearly
+    engine_metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics scrapes, in measured (simulated) time
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ class Sweep:
         self.scale = spec.engine.time_scale if spec.engine.name == "sim" and self.served else 1.0
         base = self.opts.workdir or getattr(spec.target, "workdir", None) or tempfile.mkdtemp(prefix="orch-")
         self.workdir = Path(base) / self.run_id
+        self.engine_series: dict[str, Any] = {}  # the last load point's scraped /metrics
 
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> SweepResult:
@@ -288,10 +291,15 @@ class Sweep:
 
             def served_point(rate: float) -> tuple[PointResult, dict[str, Any]]:
                 n = self.opts.num_requests
-                result = bench_point(spec, self.obs, clients, layout, rate, n, self.scale)
+                result, series = bench_point(
+                    spec, self.obs, clients, layout, rate, n, self.scale, self.opts.engine_metrics_interval_s
+                )
+                self.engine_series = series
+                self.store.add_engine_metrics(self.run_id, name, LoadPoint(rate=rate).label, series)
                 target.check_alive(dep)
                 return result, {
-                    "predicted": predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
+                    "predicted": predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests),
+                    "engine": summarize_series(series),
                 }
 
             self._measure(layout, row, served_point)

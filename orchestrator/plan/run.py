@@ -70,6 +70,13 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
     else:
         chosen = layouts or list(spec.layouts)
     bound = itl_bound_ms(spec)
-    rows = [plan_layout(inputs, lay, batches=batches, context_tokens=context, prompt_tokens=prompt,
-                        itl_bound_ms=bound) for lay in chosen]
+    rows = []
+    for lay in chosen:
+        try:
+            rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=context,
+                                    prompt_tokens=prompt, itl_bound_ms=bound))
+        except SpecError as exc:
+            # A spec setting that this one layout cannot honour (e.g. more redundant expert slots
+            # than its EP ranks can hold) rejects the layout, not the whole plan.
+            rows.append(PlanRow(lay, lay.gpus, (str(exc),), ()))
     return PlanResult(inputs, batches, context, prompt, bound, all_layouts, tuple(rank_rows(rows)))

@@ -3,10 +3,11 @@
 Tables: meta (schema version), runs (spec, hashes, versions, hardware seen, eval metadata, selection),
 layouts (plan, launch argv, status and reason), points (one load point's metrics and verdict),
 records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts),
-run_extras (per run, named JSON documents the sweep derives: "sweep" (mode, timing, unjudged points),
-"capacity/<layout>" (the capacity search), "pareto" (the frontier over every point); see
-docs/decision.md).
-pandas reads it with `pd.read_sql("select ...", conn)`.
+engine_metrics (the engines' /metrics scraped during one load point; added later: CREATE IF NOT EXISTS
+gives older stores the table without a schema bump), run_extras (per run, named JSON documents the
+sweep derives: "sweep" (mode, timing), "capacity/<layout>" (the capacity search), "objectives",
+"pareto" (the frontier over every point); see docs/decision.md; also added without a schema bump).
+DataFrames: orchestrator.store.frames.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ CREATE TABLE IF NOT EXISTS run_extras (
 CREATE TABLE IF NOT EXISTS consistency (
     run_id TEXT NOT NULL, layout_a TEXT NOT NULL, layout_b TEXT NOT NULL, created_at REAL NOT NULL,
     passed INTEGER, max_divergence REAL, result_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS engine_metrics (
+    run_id TEXT NOT NULL, layout TEXT NOT NULL, label TEXT NOT NULL, series_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, layout, label)
 );
 """
 
@@ -274,6 +279,14 @@ class Store:
         ).fetchall()
         return {k: json.loads(v) for k, v in rows}
 
+    def add_engine_metrics(self, run_id: str, layout: str, label: str, series: dict[str, Any]) -> None:
+        """One load point's scraped engine metrics (loadgen.engine_metrics.series_to_dict)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO engine_metrics VALUES (?,?,?,?)",
+            (run_id, layout, label, json.dumps(series, default=_json_default)),
+        )
+        self.conn.commit()
+
     def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
         self.conn.execute(
             "UPDATE runs SET finished_at=?, status=?, selection_json=? WHERE run_id=?",
@@ -361,6 +374,13 @@ class Store:
             ConsistencyRow(r[0], r[1], None if r[2] is None else bool(r[2]), r[3], json.loads(r[4]))
             for r in rows
         ]
+
+    def engine_metrics(self, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """(layout, load point label) -> the scraped series; empty for runs from before the table."""
+        rows = self.conn.execute(
+            "SELECT layout, label, series_json FROM engine_metrics WHERE run_id=? ORDER BY rowid", (run_id,)
+        ).fetchall()
+        return {(r[0], r[1]): json.loads(r[2]) for r in rows}
 
     def records(self, run_id: str) -> Iterator[tuple[str, str, RequestRecord]]:
         for layout, label, text in self.conn.execute(
