@@ -31,13 +31,16 @@ class Quiet:
         return lambda *a, **k: None
 
 
-def _sweep(spec_path: str, rates: tuple[float, ...] | None, db: Path) -> tuple[float, int, str | None, Store]:
+def _sweep(
+    spec_path: str, rates: tuple[float, ...] | None, db: Path
+) -> tuple[float, int, tuple[str | None, tuple[str, ...]], Store]:
     store = Store(db)
     sweep = Sweep(load_spec(spec_path), store, Quiet(), options=SweepOptions(rates=rates))  # type: ignore[arg-type]
     t0 = time.process_time()
     result = sweep.run()
     cpu = time.process_time() - t0
-    return cpu, len(store.points(sweep.run_id)), result.selection.winner, store
+    sel = result.selection
+    return cpu, len(store.points(sweep.run_id)), (sel.winner, sel.tie_with), store
 
 
 def main(paths: list[str]) -> None:
@@ -52,9 +55,15 @@ def main(paths: list[str]) -> None:
             n = math.ceil(math.log(hi / lo) / math.log1p(tol)) + 1
             grid = tuple(float(f"{lo * (1 + tol) ** i:.4g}") for i in range(n))
             cpu_g, n_g, win_g, _ = _sweep(path, grid, Path(tmp) / f"{Path(path).stem}-g.db")
-            same = "same" if win_s == win_g else f"DIFFERENT (grid: {win_g})"
+            if win_s[0] == win_g[0]:
+                same = "same"
+            elif win_g[0] in win_s[1] or win_s[0] in win_g[1]:
+                same = f"grid: {win_g[0]}, a tie (intervals overlap), broken by GPUs then TTFT"
+            else:
+                same = f"DIFFERENT (grid: {win_g[0]})"
+            ties = f" tied with {', '.join(win_s[1])}" if win_s[1] else ""
             print(f"{Path(path).name:<28} {cpu_s:>12.1f} {n_s:>7} {cpu_g:>11.1f} {n_g:>7} "
-                  f"{cpu_s / cpu_g:>6.2f}  {win_s} ({same})", flush=True)
+                  f"{cpu_s / cpu_g:>6.2f}  {win_s[0]}{ties} ({same})", flush=True)
 
 
 if __name__ == "__main__":

@@ -169,10 +169,10 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
     if caps:
         console.print("SLO capacity (highest request rate meeting the SLO, by bracketing and bisection):")
         for line in caps:
-            console.print(line, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     extras = store.extras(result.run_id)
     for line in _objective_lines(extras) + _timing_lines(extras):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     sel = result.selection
     for v in sel.verdicts:
         mark = (
