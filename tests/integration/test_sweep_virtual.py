@@ -98,3 +98,35 @@ def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(t
     assert timing["exhaustive_s"] > 0
     forced = _sweep(tmp_path, "f", spec, "--served", "--measure-all")
     assert {x["layout"]: x["status"] for x in forced["layouts"]} == {"tp1": "measured", "tp2": "measured"}
+
+
+def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path: Path) -> None:
+    from orchestrator.pipeline.sweep import Sweep
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.db import Store
+
+    class Quiet:
+        def __getattr__(self, name: str) -> object:
+            return lambda *a, **k: None
+
+    workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
+    workload.update(num_requests=60, search={"tolerance_frac": 0.2, "max_points": 8, "min_rate_per_s": 0.5})
+    spec_path = _write(tmp_path, workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp2", "tp1x2"])
+    db = tmp_path / "r.db"
+    store = Store(db)
+    sweep = Sweep(load_spec(spec_path), store, Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
+    full = Sweep(load_spec(spec_path), Store(tmp_path / "full.db"), Quiet()).run()  # type: ignore[arg-type]
+    store.create_run(run_id=sweep.run_id, spec_path=spec_path, spec_json=sweep.spec.model_dump(mode="json"),
+                     spec_hash="h", engine="sim", engine_version=None, model="qwen2.5-7b",
+                     model_config_hash=None, orch_version="t", hardware={}, metadata={})
+    store.set_extra(sweep.run_id, "sweep", {"mode": "virtual"})
+    sweep._one_layout(sweep.spec.layouts[0])
+    first = [(p.label, p.metrics) for p in store.points(sweep.run_id, "tp2")]
+    store.finish_run(sweep.run_id, "interrupted", None)
+    store.close()
+    out = _orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert set(data["capacity"]) == {"tp2", "tp1x2"} and data["sweep"]["mode"] == "virtual"
+    assert [(p.label, p.metrics) for p in Store(db).points(sweep.run_id, "tp2")] == first  # not re-measured
+    assert data["selection"]["winner"] == full.selection.winner  # same answer as an uninterrupted sweep
