@@ -47,4 +47,4 @@ class DecisionNotSound(OrchError):
     """`orch sweep`: some load points could not be judged (e.g. the served simulation lost its clock)
     even after re-measuring, so the winner printed may not be the right one."""
 
-    exit_code = 7
+    exit_code = 8

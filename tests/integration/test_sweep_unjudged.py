@@ -1,5 +1,5 @@
 """A load point that could not be judged ("unreliable": the served simulation lost its clock) is
-measured again; if it stays unjudged the sweep says which points, and `orch sweep` exits 7."""
+measured again; if it stays unjudged the sweep says which points, and `orch sweep` exits 8."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_a_point_that_stays_unjudged_makes_the_decision_not_sound(tmp_path: Path
     assert result.selection.to_dict()["sound"] is False
 
 
-def test_the_cli_says_which_points_and_exits_7(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_the_cli_says_which_points_and_exits_8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     import sys
 
@@ -82,7 +82,7 @@ def test_the_cli_says_which_points_and_exits_7(tmp_path: Path, monkeypatch: pyte
                                       "--store", str(tmp_path / "cli.db")])
     with pytest.raises(SystemExit) as exit_info:
         main()
-    assert exit_info.value.code == 7
+    assert exit_info.value.code == 8
     out = capsys.readouterr()
     assert "decision not sound: 1 load point(s) could not be judged even when measured again (tp2 rate=4/s)" \
         in " ".join((out.out + out.err).split())
