@@ -43,6 +43,20 @@ class NoRequestCompleted(OrchError):
     exit_code = 6
 
 
+class RequestsFailed(OrchError):
+    """`orch bench`: a load point's failed fraction passed --max-error-rate, or none completed.
+
+    The same code as NoRequestCompleted: for a CI job, 6 means "the requests failed"."""
+
+    exit_code = 6
+
+
+class SLONotMet(OrchError):
+    """`orch bench --slo`: a load point missed the SLO (with --search: no rate met it)."""
+
+    exit_code = 7
+
+
 class DecisionNotSound(OrchError):
     """`orch sweep`: some load points could not be judged (e.g. the served simulation lost its clock)
     even after re-measuring, so the winner printed may not be the right one."""

@@ -16,16 +16,20 @@ from orchestrator.spec.models import SweepSpec
 SOURCE = "orch simulate (virtual time)"
 
 
-def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float,
-                  num_requests: int | None) -> SimPoint:
-    """The load point through the simulated engine in virtual time: deterministic for a seed."""
-    return simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
+def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None,
+                  num_requests: int | None, concurrency: int | None = None) -> SimPoint:
+    """The load point through the simulated engine in virtual time: deterministic for a seed. An
+    open loop at `rate` (under `workload.max_concurrency`, as the load generator caps it) or a closed
+    loop of `concurrency` clients."""
+    return simulate_point(spec, inputs, layout, rate, num_requests=num_requests, concurrency=concurrency)
 
 
-def prediction_of(sp: SimPoint) -> dict[str, Any]:
+def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None) -> dict[str, Any]:
     m = sp.result.metrics
     return {
         "source": SOURCE,
+        "load": sp.result.point.label,
+        "max_concurrency": None if concurrency else spec.workload.max_concurrency,
         "ttft_p50_ms": m.ttft_ms.p50, "ttft_p99_ms": m.ttft_ms.p99,
         "itl_p99_ms": m.itl_chunk_ms.p99, "tpot_p50_ms": m.tpot_ms.p50,
         "output_tokens_per_s_per_gpu": (m.per_gpu or {}).get("output_throughput"),
@@ -33,13 +37,15 @@ def prediction_of(sp: SimPoint) -> dict[str, Any]:
     }
 
 
-def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float,
-                      num_requests: int | None) -> dict[str, Any]:
+def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None,
+                      num_requests: int | None, concurrency: int | None = None) -> dict[str, Any]:
+    """The simulator on the measured point's own load: its rate under `workload.max_concurrency`
+    (the cap the load generator applied), or its closed-loop concurrency."""
     try:
-        sp = virtual_point(spec, inputs, layout, rate, num_requests)
+        sp = virtual_point(spec, inputs, layout, rate, num_requests, concurrency)
     except OrchError as exc:  # e.g. the layout does not fit the model's memory: nothing to predict
         return {"source": SOURCE, "error": str(exc)}
-    return prediction_of(sp)
+    return prediction_of(sp, spec, concurrency)
 
 
 #: The planner's decode-only capacity overestimates what meets the SLO: it ignores prefill chunks
