@@ -38,6 +38,7 @@ class PlanInputs:
     assumptions: Assumptions = field(default_factory=Assumptions)
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
+    fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
 
     @property
     def counts(self) -> ParamCounts:
@@ -127,6 +128,7 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
         fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
+        fp8_attention=inputs.fp8_attention,
     )
 
 

@@ -141,7 +141,16 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{p}: no such file; pass a spec such as layouts/qwen72b.yaml") from None
     except OSError as exc:
         raise SpecError(f"{p}: cannot read: {exc.strerror}") from None
-    return parse_spec(text, str(p))
+    return _relative_to(parse_spec(text, str(p)), p.parent)
+
+
+def _relative_to(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
+    """A calibration profile named by a relative path is relative to the spec file, not the shell."""
+    cal = spec.hardware.calibration
+    if cal is None or not (cal.endswith((".yaml", ".yml")) or "/" in cal) or Path(cal).is_absolute():
+        return spec
+    hardware = spec.hardware.model_copy(update={"calibration": str(spec_dir / cal)})
+    return spec.model_copy(update={"hardware": hardware})
 
 
 def spec_json_schema() -> dict[str, Any]:
