@@ -167,14 +167,9 @@ class LayoutCost:
         over = self.step_overhead_s
         return StepParts(sw, skv, sc, stp, sep, pp, total + pp + over, bound, over)
 
-    def decode_round_s(self, batch: int, context_tokens: int, *,
-                       prefill_tokens_per_seq: float = 0.0,
-                       prefill_context: float = 0.0) -> tuple[StepParts, float, int]:
+    def decode_round_s(self, batch: int, context_tokens: int) -> tuple[StepParts, float, int]:
         """Per-token latency of `batch` sequences decoding with `context_tokens` each.
 
-        With `prefill_tokens_per_seq` > 0 every step also carries that many prefill tokens per
-        decoding sequence (chunked prefill in steady state: prompt/output tokens of the workload),
-        each attending to `prefill_context` tokens on average.
         Under PP the batch is split into m = min(p, batch) micro-batches that keep every stage busy;
         one round (every sequence gets a token) takes m times the slowest stage's micro-batch time
         plus the p-1 transfers, and at least one micro-batch's trip through all stages.
@@ -183,12 +178,8 @@ class LayoutCost:
         p = len(self.stages)
         m = max(1, min(p, batch))
         mb = math.ceil(batch / m)
-        pf = mb * prefill_tokens_per_seq
-        pf_pairs = pf * prefill_context
-        kv = mb * context_tokens + pf * prefill_context
-        pairs = mb * context_tokens + pf_pairs
-        parts = self.step(mb + pf, kv, pairs, prefill_pairs=pf_pairs)
-        return parts, self.round_s(m * (mb + pf), m * kv, m * pairs, batch, prefill_pairs=m * pf_pairs), m
+        parts = self.step(mb, mb * context_tokens, mb * context_tokens)
+        return parts, self.round_s(m * mb, m * mb * context_tokens, m * mb * context_tokens, batch), m
 
     def round_s(self, tokens: float, kv_tokens: float, attn_pairs: float, sequences: int, *,
                 prefill_pairs: float | None = None) -> float:

@@ -15,6 +15,7 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.spec.models import SweepSpec, TokenDistribution
 
 DEFAULT_INT4_GROUP_SIZE = 128
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the simulator's and vLLM's default step budget
 
 
 def mean_tokens(value: int | TokenDistribution) -> int:
@@ -64,6 +65,7 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         max_model_len=spec.model.max_model_len or cfg.max_position_embeddings,
         gpu_memory_utilization=spec.engine.gpu_memory_utilization,
         max_num_seqs=spec.engine.max_num_seqs or 256,
+        max_num_batched_tokens=spec.engine.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
         assumptions=assumptions,
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,

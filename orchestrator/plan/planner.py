@@ -35,6 +35,7 @@ class PlanInputs:
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192  # token budget of one engine step (chunked prefill)
     assumptions: Assumptions = field(default_factory=Assumptions)
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
@@ -63,10 +64,18 @@ class DecodeEstimate:
     output_tokens_per_s_per_gpu: float
     fits_kv: bool
     touched_expert_fraction: float | None
+    # Prefill charged (decode_estimate): `itl_ms` is then the mean step over decode-only steps and
+    # steps carrying a prompt chunk of `prefill_chunk_tokens`; those take `chunk_step_ms` (the ITL tail).
+    decoding: int = 0  # sequences kept decoding (the batch, unless prefill cannot keep it full)
+    prefill_chunk_tokens: int = 0
+    chunk_step_fraction: float = 0.0
+    chunk_step_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch": self.batch, "context_tokens": self.context_tokens, "itl_ms": self.itl_ms,
+            "decoding": self.decoding, "prefill_chunk_tokens": self.prefill_chunk_tokens,
+            "chunk_step_fraction": self.chunk_step_fraction, "chunk_step_ms": self.chunk_step_ms,
             "microbatches": self.microbatches, "parts": self.parts.to_ms_dict(),
             "output_tokens_per_s_per_replica": self.output_tokens_per_s_per_replica,
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
@@ -151,16 +160,42 @@ def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float
 
 
 def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
-                    kv_tokens: int) -> DecodeEstimate:
-    parts, round_s, m = cost.decode_round_s(batch, context)
-    per_replica = layout.dp * batch / round_s
-    moe_tokens = math.ceil(batch / m) * (layout.dp if layout.ep else 1)
+                    kv_tokens: int, *, prompt_tokens: int = 0, output_tokens: int | None = None,
+                    step_budget_tokens: int = 8192) -> DecodeEstimate:
+    """Tokens/s and ITL of `batch` sequences decoding at `context` tokens each.
+
+    With `output_tokens` (per request) the prefill that keeps the batch full is charged as vLLM's
+    scheduler runs it: a new prompt goes in chunks of min(prompt, budget - batch) tokens, each riding
+    in one decode step. Per step, batch/output requests finish, so a fraction f = batch/output *
+    chunks-per-prompt of the steps carry a chunk; the mean step (TPOT) is f * t(batch + chunk) +
+    (1 - f) * t(batch), and the chunk steps are the ITL tail. When f would exceed 1 the batch cannot be
+    kept full: only output/chunks-per-prompt sequences decode.
+    """
+    parts, decode_s, m = cost.decode_round_s(batch, context)
+    decoding, mean_s, chunk_s, frac, chunk = batch, decode_s, 0.0, 0.0, 0
+    if output_tokens and prompt_tokens:
+        chunk = max(1, min(prompt_tokens, step_budget_tokens - batch))
+        chunks_per_prompt = math.ceil(prompt_tokens / chunk)
+        decoding = max(1, min(batch, output_tokens // chunks_per_prompt))
+        if decoding != batch:
+            parts, decode_s, m = cost.decode_round_s(decoding, context)
+        frac = decoding / output_tokens * chunks_per_prompt
+        prefix = (chunks_per_prompt - 1) * chunk / 2  # mean KV prefix a chunk attends to
+        chunk_pairs = chunk * (prefix + (chunk + 1) / 2)
+        kv = decoding * context
+        chunk_s = cost.round_s(decoding + chunk, kv + prefix, kv + chunk_pairs, decoding + 1,
+                               prefill_pairs=chunk_pairs)
+        mean_s = frac * chunk_s + (1 - frac) * decode_s
+    per_replica = layout.dp * decoding / mean_s
+    moe_tokens = math.ceil(decoding / m) * (layout.dp if layout.ep else 1)
     return DecodeEstimate(
-        batch=batch, context_tokens=context, parts=parts, itl_ms=round_s * 1e3, microbatches=m,
+        batch=batch, context_tokens=context, parts=parts, itl_ms=mean_s * 1e3, microbatches=m,
         output_tokens_per_s_per_replica=per_replica,
         output_tokens_per_s_per_gpu=per_replica / layout.gpus_per_replica,
         fits_kv=batch * context <= kv_tokens,
         touched_expert_fraction=cost.touched_fraction(moe_tokens) if cost.cfg.is_moe else None,
+        decoding=decoding, prefill_chunk_tokens=chunk, chunk_step_fraction=frac,
+        chunk_step_ms=chunk_s * 1e3,
     )
 
 
@@ -175,7 +210,9 @@ def _search_batches(max_batch: int) -> list[int]:
 
 def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] = (1, 16, 64, 256),
                 context_tokens: int = 2048, prompt_tokens: int = 1024,
-                itl_bound_ms: float | None = None) -> PlanRow:
+                itl_bound_ms: float | None = None, output_tokens: int | None = None) -> PlanRow:
+    """Score one layout. With `output_tokens` (per request) decode estimates charge the prefill of
+    the prompts that keep the batch full (`decode_estimate`); without it they are decode alone."""
     reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
                                    group_size=inputs.quant_group_size)
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
@@ -197,18 +234,23 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
         warn.append(f"at {context_tokens} context tokens the KV cache holds only {max_batch} "
                     "sequences per engine")
     imb = cost.expert_imbalance if layout.ep else None
-    decode = tuple(decode_estimate(cost, layout, b, context_tokens, kv_tokens) for b in batches)
+    def estimate(b: int) -> DecodeEstimate:
+        return decode_estimate(cost, layout, b, context_tokens, kv_tokens, prompt_tokens=prompt_tokens,
+                               output_tokens=output_tokens,
+                               step_budget_tokens=inputs.max_num_batched_tokens)
+
+    decode = tuple(estimate(b) for b in batches)
     prefill = cost.prefill(prompt_tokens)
     best = None
     if max_batch >= 1 and not reject:
         for b in _search_batches(max_batch):
-            est = decode_estimate(cost, layout, b, context_tokens, kv_tokens)
+            est = estimate(b)
             if itl_bound_ms is not None and est.itl_ms > itl_bound_ms:
                 break
             if best is None or est.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:
                 best = est
         if best is None and itl_bound_ms is not None:
-            one = decode_estimate(cost, layout, 1, context_tokens, kv_tokens)
+            one = estimate(1)
             warn.append(f"predicted ITL at batch 1 ({one.itl_ms:.1f} ms) exceeds the SLO bound "
                         f"{itl_bound_ms:g} ms")
     m = max(1, min(layout.pp, max_batch or 1))
