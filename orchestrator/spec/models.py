@@ -11,6 +11,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -99,13 +100,14 @@ class HardwareSpec(_Spec):
         "spec file, or a catalog profile name; its constants apply on top of the GPU preset.",
     )
 
-    @model_validator(mode="after")
-    def _known_overrides(self) -> HardwareSpec:
+    @field_validator("overrides")
+    @classmethod
+    def _known_overrides(cls, value: dict[str, Any]) -> dict[str, Any]:
         try:
-            flatten_constants(dict(self.overrides), "overrides")
+            flatten_constants(dict(value), "overrides")
         except SpecError as exc:
             raise ValueError(str(exc).removeprefix("overrides.").removeprefix("overrides: ")) from None
-        return self
+        return value
 
 
 class EngineSpec(_Spec):
