@@ -91,7 +91,7 @@ class HardwareSpec(_Spec):
     gpus_per_node: int | None = Field(None, gt=0, description="Override of the preset's GPUs per node.")
     overrides: dict[str, float | dict[str, float]] = Field(
         default_factory=dict,
-        description="GPU preset constants to override (orch catalog --keys lists them), e.g. "
+        description="GPU preset constants to override (docs/calibration.md lists them), e.g. "
         "{hbm_efficiency: 0.6, step_overhead_s: 2e-3, intra_node: {bandwidth_bytes_per_s: 25e9, "
         "allreduce_latency_s: 8e-6}}. Applied after the calibration profile.",
     )

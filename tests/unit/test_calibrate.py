@@ -145,3 +145,31 @@ def test_bad_calibration_file_is_one_line_exit_2(tmp_path: Path, content: str | 
     out = _orch("plan", str(tmp_path / "spec.yaml"), "--layouts", "spec")
     assert out.returncode == 2 and needle in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
+    from orchestrator.catalog.profiles import load_profile, profile_names
+
+    assert {"vllm-h100-sxm", "vllm-h200", "vllm-a100-sxm-80gb"} <= set(profile_names())
+    assert load_profile("vllm-h200").constants == {"hbm_efficiency": 0.5}
+    (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: vllm-h100-sxm\n"
+                                                   "  overrides: {step_overhead_s: 1.0e-3}\n"))
+    gpu = plan_inputs(load_spec(tmp_path / "spec.yaml")).gpu
+    # The profile applies on top of the preset, the spec's overrides on top of the profile.
+    assert gpu.hbm_efficiency == 0.6 and gpu.step_overhead_s == 1e-3 and gpu.profile == "vllm-h100-sxm"
+
+
+def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, Path, str]) -> None:
+    from orchestrator.calibrate.fit import fit
+    from orchestrator.errors import SpecError
+
+    tmp = measured[0]
+    spec = load_spec(tmp / "spec.yaml")
+    h200 = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpu": "h200"})})
+    llama = spec.model_copy(update={"model": spec.model.model_copy(update={"name": "llama-3.1-70b"})})
+    one = {"tpot_mean_ms": 20.0}
+    a = MeasuredPoint("a", spec, parse_layout("tp8"), 2.0, 10, one)
+    with pytest.raises(SpecError, match="different GPUs"):
+        fit([a, replace(a, spec=h200)])
+    with pytest.raises(SpecError, match="--allow-mixed"):
+        fit([a, replace(a, spec=llama)])
