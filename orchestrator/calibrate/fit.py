@@ -56,7 +56,7 @@ class MeasuredPoint:
 
     @property
     def name(self) -> str:
-        return f"{self.run_id[:8]} {self.layout} rate={self.rate:g}/s"
+        return f"{self.run_id[-6:]} {self.layout} rate={self.rate:g}/s"
 
 
 @dataclass(frozen=True)
