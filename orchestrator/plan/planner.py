@@ -165,26 +165,30 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
     """Tokens/s and ITL of `batch` sequences decoding at `context` tokens each.
 
     With `output_tokens` (per request) the prefill that keeps the batch full is charged as vLLM's
-    scheduler runs it: a new prompt goes in chunks of min(prompt, budget - batch) tokens, each riding
-    in one decode step. Per step, batch/output requests finish, so a fraction f = batch/output *
-    chunks-per-prompt of the steps carry a chunk; the mean step (TPOT) is f * t(batch + chunk) +
-    (1 - f) * t(batch), and the chunk steps are the ITL tail. When f would exceed 1 the batch cannot be
-    kept full: only output/chunks-per-prompt sequences decode.
+    scheduler runs it. Each step, batch/output requests finish, so P = batch * prompt/output prefill
+    tokens per step are needed. New prompts go in chunks of up to c = min(prompt, budget - batch)
+    tokens riding in decode steps: if P <= c, a fraction f = P/c of the steps carry a chunk and the
+    mean step (TPOT) is f t(batch + c) + (1 - f) t(batch), the chunk steps being the ITL tail;
+    otherwise every step carries P tokens. A batch with batch (1 + prompt/output) > budget cannot be
+    kept full: only budget / (1 + prompt/output) sequences decode.
     """
-    parts, decode_s, m = cost.decode_round_s(batch, context)
-    decoding, mean_s, chunk_s, frac, chunk = batch, decode_s, 0.0, 0.0, 0
-    if output_tokens and prompt_tokens:
-        chunk = max(1, min(prompt_tokens, step_budget_tokens - batch))
-        chunks_per_prompt = math.ceil(prompt_tokens / chunk)
-        decoding = max(1, min(batch, output_tokens // chunks_per_prompt))
-        if decoding != batch:
-            parts, decode_s, m = cost.decode_round_s(decoding, context)
-        frac = decoding / output_tokens * chunks_per_prompt
-        prefix = (chunks_per_prompt - 1) * chunk / 2  # mean KV prefix a chunk attends to
-        chunk_pairs = chunk * (prefix + (chunk + 1) / 2)
-        kv = decoding * context
-        chunk_s = cost.round_s(decoding + chunk, kv + prefix, kv + chunk_pairs, decoding + 1,
-                               prefill_pairs=chunk_pairs)
+    decoding = batch
+    ratio = prompt_tokens / output_tokens if output_tokens and prompt_tokens else 0.0
+    if ratio:
+        decoding = max(1, min(batch, math.floor(step_budget_tokens / (1 + ratio))))
+    parts, decode_s, m = cost.decode_round_s(decoding, context)
+    mean_s, chunk_s, frac, chunk = decode_s, 0.0, 0.0, 0.0
+    if ratio:
+        needed = decoding * ratio
+        chunk = float(max(1, min(prompt_tokens, step_budget_tokens - decoding)))
+        frac = min(1.0, needed / chunk)
+        chunk = max(chunk, needed)  # several prompts per step when one chunk is not enough
+        # Averaged over a prompt, a prefill token attends to (prompt + 1) / 2 tokens; a chunk that is
+        # not a prompt's first reads the KV of the chunks before it (on average half the rest).
+        pairs = chunk * (prompt_tokens + 1) / 2
+        kv = decoding * context + max(0.0, prompt_tokens - chunk) / 2
+        chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
+                               prefill_pairs=pairs)
         mean_s = frac * chunk_s + (1 - frac) * decode_s
     per_replica = layout.dp * decoding / mean_s
     moe_tokens = math.ceil(decoding / m) * (layout.dp if layout.ep else 1)
@@ -194,7 +198,7 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         output_tokens_per_s_per_gpu=per_replica / layout.gpus_per_replica,
         fits_kv=batch * context <= kv_tokens,
         touched_expert_fraction=cost.touched_fraction(moe_tokens) if cost.cfg.is_moe else None,
-        decoding=decoding, prefill_chunk_tokens=chunk, chunk_step_fraction=frac,
+        decoding=decoding, prefill_chunk_tokens=round(chunk), chunk_step_fraction=frac,
         chunk_step_ms=chunk_s * 1e3,
     )
 

@@ -79,8 +79,15 @@ def test_prefill_charge_by_hand() -> None:
     alone = decode_estimate(cost, layout, 64, 4250, kv)
     assert alone.output_tokens_per_s_per_gpu > 2.4 * est.output_tokens_per_s_per_gpu
     assert math.isclose(alone.itl_ms, decode_s * 1e3)
-    # A budget smaller than the prompt splits it: 2 chunks of 2,048 - 64 ... here 3 chunks.
+    # A budget smaller than the prompt splits it into chunks of 2,048 - 64 = 1,984 tokens; the 512
+    # prefill tokens a step needs (64 x 4000/500) then ride in 512/1,984 = 25.8% of the steps.
     small = decode_estimate(cost, layout, 64, 4250, kv, prompt_tokens=4000, output_tokens=500,
                             step_budget_tokens=2048)
-    assert small.prefill_chunk_tokens == 2048 - 64
-    assert small.chunk_step_fraction == pytest.approx(64 / 500 * 3)
+    assert small.prefill_chunk_tokens == 1984
+    assert small.chunk_step_fraction == pytest.approx(512 / 1984)
+    # Short answers need more prefill per step than one chunk: every step carries 64 x 32/4 = 512
+    # tokens (several prompts); a batch that would need more than the budget cannot be kept full.
+    short = decode_estimate(cost, layout, 64, 40, kv, prompt_tokens=32, output_tokens=4)
+    assert short.chunk_step_fraction == 1.0 and short.prefill_chunk_tokens == 512
+    capped = decode_estimate(cost, layout, 256, 4250, kv, prompt_tokens=4000, output_tokens=100)
+    assert capped.decoding == 8192 // 41
