@@ -27,6 +27,7 @@ def main() -> None:
     p.add_argument("--store", required=True)
     p.add_argument("--train-layouts", required=True, help="comma-separated, e.g. tp2,pp2")
     p.add_argument("--train-rates", required=True, help="comma-separated requests/s, e.g. 1,4")
+    p.add_argument("--metrics", default=None, help="fit only these, e.g. tpot_mean_ms,output_tokens_per_s")
     args = p.parse_args()
     layouts = set(args.train_layouts.split(","))
     rates = {float(r) for r in args.train_rates.split(",")}
@@ -37,7 +38,7 @@ def main() -> None:
     held = [pt for pt in points if pt not in train]
     print(f"{len(train)} training points, {len(held)} held out")
     t0 = time.perf_counter()
-    cal = fit(train, progress=print)
+    cal = fit(train, progress=print, metrics=args.metrics.split(",") if args.metrics else None)
     print(f"fit in {time.perf_counter() - t0:.0f} s: "
           + ", ".join(f"{k} {cal.start[k]:.4g} -> {v:.4g}" for k, v in cal.fitted.items()))
     print(f"training median |error|: before {cal.median_abs_error('before'):.1%}, "

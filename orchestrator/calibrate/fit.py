@@ -85,10 +85,12 @@ class Calibration:
     points: tuple[PointError, ...]
     iterations: int
     evaluations: int
+    metrics: tuple[str, ...] = tuple(name for name, _ in METRICS)  # the ones fitted
 
     def median_abs_error(self, which: str, metrics: Sequence[str] | None = None) -> float | None:
-        errs = [abs(e) for p in self.points for m, _ in METRICS if metrics is None or m in metrics
-                if (e := p.error(m, which)) is not None]
+        """Median |relative error| over the points and the fitted metrics (or `metrics`)."""
+        use = self.metrics if metrics is None else tuple(metrics)
+        errs = [abs(e) for p in self.points for m in use if (e := p.error(m, which)) is not None]
         return float(np.median(errs)) if errs else None
 
 
@@ -148,10 +150,11 @@ def with_constants(gpu: GPUSpec, constants: dict[str, float]) -> GPUSpec:
     return out
 
 
-def _residuals(points: Sequence[MeasuredPoint], preds: Sequence[dict[str, float]]) -> np.ndarray[Any, Any]:
+def _residuals(points: Sequence[MeasuredPoint], preds: Sequence[dict[str, float]],
+               metrics: Sequence[str]) -> np.ndarray[Any, Any]:
     out = []
     for p, pred in zip(points, preds, strict=True):
-        for name, _ in METRICS:
+        for name in metrics:
             if name in p.measured:
                 value = pred.get(name)
                 # A metric the prediction lacks (no request finished) counts as far off, not as perfect.
@@ -161,8 +164,14 @@ def _residuals(points: Sequence[MeasuredPoint], preds: Sequence[dict[str, float]
 
 def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = None,
         allow_mixed: bool = False, max_requests: int | None = None, max_iterations: int = 12,
-        progress: Callable[[str], None] | None = None) -> Calibration:
-    """Fit `constants` (default: DEFAULT_CONSTANTS, + MOE_CONSTANTS for MoE models) to the points."""
+        metrics: Sequence[str] | None = None, progress: Callable[[str], None] | None = None) -> Calibration:
+    """Fit `constants` (default: DEFAULT_CONSTANTS, + MOE_CONSTANTS for MoE models) to the points'
+    `metrics` (default: every one in METRICS)."""
+    known = [name for name, _ in METRICS]
+    use = list(metrics or known)
+    for name in use:
+        if name not in known:
+            raise SpecError(f"calibrate: unknown metric {name!r}; known: {', '.join(known)}")
     if len(points) < 2:
         raise SpecError(f"calibrate: {len(points)} measured open-loop point(s); need at least 2 (two load "
                         "points or two layouts) to fit anything")
@@ -174,7 +183,7 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
     for n in names:
         if n not in FITTABLE:
             raise SpecError(f"calibrate: cannot fit {n!r}; fittable: {', '.join(FITTABLE)}")
-    observations = sum(len(p.measured) for p in points)
+    observations = sum(1 for p in points for name in use if name in p.measured)
     if observations < len(names) + 1:
         raise SpecError(f"calibrate: {observations} measured values for {len(names)} constants; measure more "
                         "load points or layouts")
@@ -195,7 +204,7 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
 
     theta = np.clip(np.log([max(start[n], _BOUNDS[n][0]) for n in names]), lo, hi)
     before = predict_all(theta)
-    r = _residuals(points, before)
+    r = _residuals(points, before, use)
     cost = float(r @ r)
     damping, h, iterations = 1e-2, 0.1, 0
     for iterations in range(1, max_iterations + 1):
@@ -204,14 +213,14 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
             step = np.zeros(len(names))
             # Step inward at an upper bound, so the difference stays inside the box.
             step[j] = -h if theta[j] + h > hi[j] else h
-            jac[:, j] = (_residuals(points, predict_all(theta + step)) - r) / step[j]
+            jac[:, j] = (_residuals(points, predict_all(theta + step), use) - r) / step[j]
         improved = False
         for _ in range(6):
             a = jac.T @ jac
             a += damping * np.diag(np.diag(a) + 1e-9)
             delta = np.linalg.solve(a, -jac.T @ r)
             trial = np.clip(theta + delta, lo, hi)
-            r_trial = _residuals(points, predict_all(trial))
+            r_trial = _residuals(points, predict_all(trial), use)
             c_trial = float(r_trial @ r_trial)
             if c_trial < cost:
                 theta, r, improved = trial, r_trial, cost - c_trial > 1e-6 * max(cost, 1e-12)
@@ -227,7 +236,7 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
     after = [predict_point(p, fitted, max_requests) for p in points]
     errors = tuple(PointError(p.name, p.measured, b, a)
                    for p, b, a in zip(points, before, after, strict=True))
-    return Calibration(gpu_name, engine, model, start, fitted, errors, iterations, evaluations)
+    return Calibration(gpu_name, engine, model, start, fitted, errors, iterations, evaluations, tuple(use))
 
 
 def _fmt(c: dict[str, float]) -> str:
@@ -242,6 +251,7 @@ def profile_extra(cal: Calibration, run_ids: Sequence[str]) -> dict[str, Any]:
     return {
         "model": cal.model,
         "fitted_from": list(run_ids),
+        "fitted_metrics": list(cal.metrics),
         "started_from": rounded(cal.start),
         "fit": {
             "median_abs_error_before": cal.median_abs_error("before"),

@@ -39,7 +39,8 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
     console.print(table)
     for name in cal.fitted:
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}", highlight=False)
-    console.print(f"median |error| {_pct(cal.median_abs_error('before'))[1:]} before, "
+    console.print(f"median |error| over {', '.join(cal.metrics)}: "
+                  f"{_pct(cal.median_abs_error('before'))[1:]} before, "
                   f"{_pct(cal.median_abs_error('after'))[1:]} after ({cal.iterations} iterations, "
                   f"{cal.evaluations} simulations of every point)", highlight=False)
     if out:
@@ -56,6 +57,9 @@ def calibrate_command(
         "(default: hbm/compute efficiency and step overhead, + MoE efficiency for MoE models).")] = None,
     allow_mixed: Annotated[bool, typer.Option(
         "--allow-mixed", help="Fit one profile to runs of different models or engines.")] = False,
+    metrics: Annotated[str | None, typer.Option(
+        "--metrics", help="Fit only these measured metrics, e.g. tpot_mean_ms,output_tokens_per_s "
+        "(default: ttft_mean_ms, tpot_mean_ms, output_tokens_per_s).")] = None,
     max_requests: Annotated[int | None, typer.Option(
         "--max-requests", help="Simulate at most this many requests per point (faster, rougher).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -73,7 +77,8 @@ def calibrate_command(
         store.close()
     console = Console(width=200, stderr=as_json)
     with console.status("fitting (each step simulates every measured point)"):
-        cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests)
+        cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
+                  metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)
     if out:
         write_profile(out, gpu=cal.gpu, engine=cal.engine, constants=cal.fitted,
                       source=f"orch calibrate {' '.join(runs)}", extra=profile_extra(cal, runs))
