@@ -8,7 +8,8 @@ constant that is 2x too high and one that is 2x too low weigh the same. The simu
 deterministic for a given spec, so the residuals are smooth enough for finite differences.
 
 Fitted by default: hbm_efficiency, compute_efficiency, step_overhead_s, and moe_compute_efficiency for
-MoE models. A constant the points cannot tell apart from another simply stays near its start.
+MoE models. A weak pull toward the starting guesses (PRIOR_WEIGHT) keeps a constant the points
+cannot see near its start.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ FITTABLE = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "s
 # Bounds of each constant during the fit (the efficiencies are fractions of the datasheet).
 _BOUNDS = {"hbm_efficiency": (0.05, 1.0), "compute_efficiency": (0.02, 1.0),
            "moe_compute_efficiency": (0.01, 1.0), "step_overhead_s": (1e-5, 0.5)}
+# Weight of the pull toward the starting constants, per unit of log: a factor of 2 away costs
+# (0.01 ln 2)^2 = 5e-5, what a 0.7% error on one metric costs.
+PRIOR_WEIGHT = 0.01
+UNSEEN_SENSITIVITY = 0.01
 _RATE_LABEL = re.compile(r"^rate=([0-9.eE+-]+)/s$")
 
 
@@ -86,6 +91,7 @@ class Calibration:
     iterations: int
     evaluations: int
     metrics: tuple[str, ...] = tuple(name for name, _ in METRICS)  # the ones fitted
+    unconstrained: tuple[str, ...] = ()  # constants the points do not move: kept at their start
 
     def median_abs_error(self, which: str, metrics: Sequence[str] | None = None) -> float | None:
         """Median |relative error| over the points and the fitted metrics (or `metrics`)."""
@@ -203,24 +209,40 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
         return [predict_point(p, c, max_requests) for p in points]
 
     theta = np.clip(np.log([max(start[n], _BOUNDS[n][0]) for n in names]), lo, hi)
+    theta0 = theta.copy()
+
+    def residuals(th: np.ndarray[Any, Any], preds: Sequence[dict[str, float]]) -> np.ndarray[Any, Any]:
+        # A weak pull toward the starting guesses keeps a constant the points cannot see (an
+        # efficiency of a 2 MB model) where it was instead of drifting to a bound.
+        return np.concatenate([_residuals(points, preds, use), PRIOR_WEIGHT * (th - theta0)])
+
     before = predict_all(theta)
-    r = _residuals(points, before, use)
+    r = residuals(theta, before)
     cost = float(r @ r)
     damping, h, iterations = 1e-2, 0.1, 0
+    n_data = len(r) - len(names)
+    active = np.ones(len(names), dtype=bool)
     for iterations in range(1, max_iterations + 1):
-        jac = np.empty((len(r), len(names)))
-        for j in range(len(names)):
+        jac = np.zeros((len(r), len(names)))
+        for j in np.flatnonzero(active):
             step = np.zeros(len(names))
             # Step inward at an upper bound, so the difference stays inside the box.
             step[j] = -h if theta[j] + h > hi[j] else h
-            jac[:, j] = (_residuals(points, predict_all(theta + step), use) - r) / step[j]
+            jac[:, j] = (residuals(theta + step, predict_all(theta + step)) - r) / step[j]
+        if iterations == 1:
+            # A constant whose factor-e change moves the predictions by under ~1% is not fitted.
+            active &= np.linalg.norm(jac[:n_data], axis=0) >= UNSEEN_SENSITIVITY
+            if not active.any():
+                break
+        cols = np.flatnonzero(active)
         improved = False
         for _ in range(6):
-            a = jac.T @ jac
+            a = jac[:, cols].T @ jac[:, cols]
             a += damping * np.diag(np.diag(a) + 1e-9)
-            delta = np.linalg.solve(a, -jac.T @ r)
+            delta = np.zeros(len(names))
+            delta[cols] = np.linalg.solve(a, -jac[:, cols].T @ r)
             trial = np.clip(theta + delta, lo, hi)
-            r_trial = _residuals(points, predict_all(trial), use)
+            r_trial = residuals(trial, predict_all(trial))
             c_trial = float(r_trial @ r_trial)
             if c_trial < cost:
                 theta, r, improved = trial, r_trial, cost - c_trial > 1e-6 * max(cost, 1e-12)
@@ -236,7 +258,9 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
     after = [predict_point(p, fitted, max_requests) for p in points]
     errors = tuple(PointError(p.name, p.measured, b, a)
                    for p, b, a in zip(points, before, after, strict=True))
-    return Calibration(gpu_name, engine, model, start, fitted, errors, iterations, evaluations, tuple(use))
+    unseen = tuple(n for n, a in zip(names, active, strict=True) if not a)
+    return Calibration(gpu_name, engine, model, start, fitted, errors, iterations, evaluations, tuple(use),
+                       unseen)
 
 
 def _fmt(c: dict[str, float]) -> str:
@@ -252,6 +276,7 @@ def profile_extra(cal: Calibration, run_ids: Sequence[str]) -> dict[str, Any]:
         "model": cal.model,
         "fitted_from": list(run_ids),
         "fitted_metrics": list(cal.metrics),
+        "unconstrained": list(cal.unconstrained),
         "started_from": rounded(cal.start),
         "fit": {
             "median_abs_error_before": cal.median_abs_error("before"),

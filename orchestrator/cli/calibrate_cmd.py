@@ -38,7 +38,8 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
         table.add_row(*cells)
     console.print(table)
     for name in cal.fitted:
-        console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}", highlight=False)
+        kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
+        console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
     console.print(f"median |error| over {', '.join(cal.metrics)}: "
                   f"{_pct(cal.median_abs_error('before'))[1:]} before, "
                   f"{_pct(cal.median_abs_error('after'))[1:]} after ({cal.iterations} iterations, "
