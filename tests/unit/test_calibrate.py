@@ -154,9 +154,15 @@ def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
     assert load_profile("vllm-h200").constants == {"hbm_efficiency": 0.5}
     (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: vllm-h100-sxm\n"
                                                    "  overrides: {step_overhead_s: 1.0e-3}\n"))
-    gpu = plan_inputs(load_spec(tmp_path / "spec.yaml")).gpu
+    spec = load_spec(tmp_path / "spec.yaml")
+    gpu = plan_inputs(spec).gpu
     # The profile applies on top of the preset, the spec's overrides on top of the profile.
     assert gpu.hbm_efficiency == 0.6 and gpu.step_overhead_s == 1e-3 and gpu.profile == "vllm-h100-sxm"
+    # A simulated server deployed from the spec models the same hardware.
+    from orchestrator.engines.sim import sim_args_from_spec
+
+    args = sim_args_from_spec(spec)
+    assert "hbm_efficiency=0.6" in args and "step_overhead_s=0.001" in args
 
 
 def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, Path, str]) -> None:
