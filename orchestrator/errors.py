@@ -35,3 +35,9 @@ class ConsistencyExceeded(OrchError):
     """`orch consistency --max-divergence`: more outputs differ between the layouts than allowed."""
 
     exit_code = 5
+
+
+class NoRequestCompleted(OrchError):
+    """`orch simulate`: not one request completed in the measurement window (nothing to judge)."""
+
+    exit_code = 6

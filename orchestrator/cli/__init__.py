@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from orchestrator.errors import OrchError
+from orchestrator.pipeline.provenance import orch_version
 
 app = typer.Typer(
     name="orch",
@@ -19,9 +22,32 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 
+RUN_HELP = "Run id, a unique prefix of one (6+ characters), or latest (orch runs lists them)."
+
+# Off a terminal (a pipe, a CI log) tables are printed this wide, so layout and metric names are
+# never cut; a terminal gets its own width (rich's default), as does an explicit COLUMNS.
+PIPE_WIDTH = 240
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A console for tables: the terminal's width on a TTY, PIPE_WIDTH otherwise."""
+    out = Console(stderr=stderr)
+    if out.is_terminal or "COLUMNS" in os.environ:
+        return out
+    return Console(stderr=stderr, width=PIPE_WIDTH)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"orch {orch_version()}")
+        raise typer.Exit()
+
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print orch's version and exit.")] = False,
+) -> None:
     """orch: predict, deploy and measure LLM serving layouts."""
 
 

@@ -6,11 +6,10 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from orchestrator.catalog.loader import gpu_names, load_gpu, load_model, model_names
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console
 from orchestrator.plan.params import count_params
 
 
@@ -64,10 +63,10 @@ def catalog(
     if as_json:
         typer.echo(json.dumps({"models": models, "gpus": gpus}, indent=2))
         return
-    console = Console()
+    console = make_console()
     mt = Table(title="Models (parameters counted from each config.json)")
     for col in ("model", "layers", "hidden", "heads/kv", "experts (top-k)", "total", "active"):
-        mt.add_column(col, justify="left" if col == "model" else "right")
+        mt.add_column(col, justify="left" if col == "model" else "right", no_wrap=col == "model")
     for r in models:
         experts = f"{r['routed_experts']} ({r['experts_per_token']})" if r["routed_experts"] else "-"
         mt.add_row(
@@ -77,7 +76,7 @@ def catalog(
     console.print(mt)
     gt = Table(title="GPUs")
     for col in ("gpu", "memory", "HBM", "bf16 dense", "fp8 dense", "per node", "intra-node", "inter-node"):
-        gt.add_column(col, justify="left" if col == "gpu" else "right")
+        gt.add_column(col, justify="left" if col == "gpu" else "right", no_wrap=col == "gpu")
     for r in gpus:
         gt.add_row(
             r["name"], f"{r['memory_bytes'] / 1e9:.0f} GB", f"{r['hbm_bytes_per_s'] / 1e12:.2f} TB/s",

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from orchestrator.cli import app, err_console
 from orchestrator.compile import compile_layout, to_json, to_shell
+from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
+from orchestrator.plan.run import make_plan
 from orchestrator.spec import load_spec
 
 
@@ -49,12 +52,24 @@ def compile_cmd(
     ] = None,
     executor: Annotated[Executor | None, typer.Option(help="vLLM multi-node executor")] = None,
     a2a_backend: Annotated[str | None, typer.Option(help="MoE all-to-all backend (vLLM names)")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Emit the commands even for a layout the planner rejects.")
+    ] = False,
 ) -> None:
     """Print what to run on each node for one layout: shell commands or the launch plan as JSON."""
     spec = load_spec(spec_path)
+    chosen = parse_layout(layout)
+    (row,) = make_plan(spec, layouts=[chosen], batches=(1,)).rows
+    if row.rejected_because:
+        why = "; ".join(row.rejected_because)
+        if not force:
+            raise SpecError(f"{spec_path}: layout {chosen}: the planner rejects it: {why} "
+                            "(orch plan shows every layout; --force emits the commands anyway)")
+        err_console.print(f"[yellow]warning:[/] layout {chosen} is rejected by the planner, emitted because "
+                          f"of --force: {escape(why)}", highlight=False, soft_wrap=True)
     addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
     compiled = compile_layout(
-        spec, parse_layout(layout), engine.value if engine else None, addrs,
+        spec, chosen, engine.value if engine else None, addrs,
         num_redundant_experts=redundant_experts, executor=executor.value if executor else None,
         a2a_backend=a2a_backend,
     )

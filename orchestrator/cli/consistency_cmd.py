@@ -6,10 +6,9 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console
 from orchestrator.consistency.run import (
     ConsistencyOptions,
     new_run_id,
@@ -17,9 +16,11 @@ from orchestrator.consistency.run import (
     run_layouts,
     store_result,
 )
+from orchestrator.deploy.targets import check_runs_here
 from orchestrator.errors import ConsistencyExceeded, SpecError
 from orchestrator.layout import parse_layouts
 from orchestrator.loadgen.metrics import finite
+from orchestrator.promote import resolve_run
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import DEFAULT_STORE, Store
 
@@ -87,7 +88,8 @@ def consistency_command(
     ] = None,
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     run: Annotated[
-        str | None, typer.Option("--run", help="Attach to this stored run (e.g. a sweep).")
+        str | None,
+        typer.Option("--run", help="Attach to this stored run (e.g. a sweep; id, prefix or latest)."),
     ] = None,
     workdir: Annotated[str | None, typer.Option("--workdir", help="Logs directory.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -98,9 +100,9 @@ def consistency_command(
     if max_divergence is not None and not 0 <= max_divergence <= 1:
         raise SpecError(f"--max-divergence {max_divergence:g}: a fraction of prompts, 0 to 1")
     store = Store(store_path)
-    run_id = store.run(run).run_id if run else new_run_id()
+    run_id = resolve_run(store, run) if run else new_run_id()
     opts = ConsistencyOptions(n=n, max_tokens=max_tokens, top_k=top_k, prompts=prompts, workdir=workdir)
-    console = Console(stderr=True, width=160)
+    console = make_console(stderr=True)
     spec = None
     with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:  # fmt: skip
@@ -109,6 +111,7 @@ def consistency_command(
             if not layouts:
                 raise SpecError("--layouts: give the two layouts to compare, e.g. --layouts tp1,tp2")
             spec = load_spec(spec_path)
+            check_runs_here(spec, spec_path)
             result = run_layouts(spec, parse_layouts(layouts), opts, obs, run_id)
         else:
             assert base_urls is not None

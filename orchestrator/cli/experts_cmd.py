@@ -7,11 +7,10 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from orchestrator.catalog.loader import load_model
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console
 from orchestrator.cli.plan_cmd import _ints
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
@@ -120,7 +119,7 @@ def experts_command(
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
-    console = Console(width=160)
+    console = make_console()
     console.print(
         f"[bold]{cfg.name}[/] {lay}: {num_experts} experts (top-{k}) over {ranks} EP ranks, "
         f"popularity {source}; {redundant} redundant slots -> {placed.slots_per_rank} slots per rank",

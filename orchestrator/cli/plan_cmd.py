@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layouts
 from orchestrator.plan.planner import PlanRow
@@ -61,11 +61,12 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
         + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), highlight=False)
     table = Table(title="plan: predicted by the cost model (not measured)", title_justify="left")
     for col in ("layout", "GPUs", "fits", "weights GB/GPU", "KV tok/replica", "KV tok total", "max batch"):
-        table.add_column(col, justify="right" if col != "layout" else "left")
+        table.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",
+                         overflow="fold")
     for b in result.batches:
-        table.add_column(f"b={b}: ITL ms / tok/s/GPU", justify="right")
-    table.add_column("prefill ms", justify="right")
-    table.add_column("best within SLO", justify="right")
+        table.add_column(f"b={b}: ITL ms / tok/s/GPU", justify="right", overflow="fold")
+    table.add_column("prefill ms", justify="right", overflow="fold")
+    table.add_column("best within SLO", justify="right", overflow="fold")
     for row in result.rows:
         table.add_row(*_row_cells(row, candidates))
     console.print(table)
@@ -74,7 +75,8 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
                   title_justify="left")
     for col in ("layout", "batch", "weights", "KV", "compute", "TP comm", "EP comm", "PP comm", "step",
                 "bound", "experts touched"):
-        parts.add_column(col, justify="right" if col != "layout" else "left")
+        parts.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",
+                       overflow="fold")
     for row in result.rows:
         if not row.fits:
             continue
@@ -128,4 +130,4 @@ def plan_command(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    print_plan(result, {str(lay) for lay in spec.layouts}, Console(width=220))
+    print_plan(result, {str(lay) for lay in spec.layouts}, make_console())

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from orchestrator.cli import app, err_console
+from orchestrator.cli import RUN_HELP, app, err_console
 from orchestrator.promote import FORMATS, PromoteOptions, pin_block, promote, resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 
@@ -28,7 +28,7 @@ def _formats(values: list[str] | None) -> tuple[str, ...]:
 
 @app.command("promote")
 def promote_command(
-    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, a unique prefix, or 'latest'.")],
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     out: Annotated[
         Path | None, typer.Option("--out", "--to", help="Directory to write; default promoted/RUN_ID.")

@@ -7,10 +7,10 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli import app
+from orchestrator.cli import RUN_HELP, app, make_console
+from orchestrator.promote import resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 from orchestrator.store.export import export_run
 
@@ -46,7 +46,7 @@ def runs_command(
         return
     table = Table(title=f"runs in {store.path}", title_justify="left")
     for col in ("run", "created (UTC)", "status", "engine", "model", "spec", "winner", "eval metadata"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "run", overflow="fold")
     for r in runs:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
         meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
@@ -60,19 +60,26 @@ def runs_command(
             (r.selection or {}).get("winner") or "-",
             meta,
         )
-    Console(width=200).print(table)
+    make_console().print(table)
 
 
 @app.command("export")
 def export_command(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
-    fmt: Annotated[str, typer.Option("--format", help="json | csv | parquet")] = "json",
-    out: Annotated[str | None, typer.Option("--out", help="File to write; default stdout.")] = None,
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
+    fmt: Annotated[
+        str, typer.Option("--format", help="json | jsonl | csv | parquet | vllm (vllm bench JSON per point)")
+    ] = "json",
+    out: Annotated[
+        str | None, typer.Option("--out", help="File to write (a directory for vllm); default stdout.")
+    ] = None,
     per_request: Annotated[bool, typer.Option("--requests", help="One row per request.")] = False,
+    table: Annotated[
+        str, typer.Option("--table", help="points | requests | engine (one row per /metrics scrape)")
+    ] = "points",
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
 ) -> None:
-    """Export a run: one row per (layout, load point) with flattened metrics, or per request."""
+    """Export a run: one row per (layout, load point) with flattened metrics, per request or per engine
+    metrics scrape; or the vLLM benchmark JSON of every load point."""
     store = Store(store_path)
-    run = store.run(run_id)
-    result = export_run(store, run.run_id, fmt, out, per_request=per_request)
+    result = export_run(store, resolve_run(store, run_id), fmt, out, per_request=per_request, table=table)
     typer.echo(result if out is None else f"wrote {result}")

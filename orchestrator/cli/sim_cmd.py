@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console
 from orchestrator.cli.bench_cmd import _table
 from orchestrator.cli.plan_cmd import _ints
-from orchestrator.errors import SpecError
-from orchestrator.layout import parse_layouts
+from orchestrator.errors import NoRequestCompleted, SpecError
+from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import SimPoint, simulate_point
@@ -52,30 +53,48 @@ def simulate_command(
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
     inputs = plan_inputs(spec)
-    console = Console(width=200, stderr=as_json)
+    console = make_console(stderr=as_json)
     results: list[SimPoint] = []
+    rejected: list[tuple[Layout, str]] = []
     for layout in chosen:
         points = []
-        for rate in rate_list:
-            with console.status(f"simulating {layout} at {rate:g} req/s"):
-                sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
-            points.append(sp)
-            results.append(sp)
+        try:
+            for rate in rate_list:
+                with console.status(f"simulating {layout} at {rate:g} req/s"):
+                    sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
+                points.append(sp)
+        except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
+            rejected.append((layout, str(exc)))
+            if not as_json:
+                console.print(f"[bold]{layout}[/] ({layout.gpus} GPUs): [red]rejected:[/] {escape(str(exc))}",
+                              highlight=False)
+            continue
+        results += points
         if not as_json:
-            table = _table([p.result for p in points])
-            table.title = (f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, "
-                           "not measured")
-            console.print(table)
-            for p in points:
-                s = p.summary
-                console.print(f"  rate {p.result.point.rate:g}/s: {s.steps} engine steps, "
-                              f"{s.preemptions} preemptions, {s.rejected} rejected, "
-                              f"{s.virtual_s:.1f} virtual s", highlight=False)
+            _print_layout(console, layout, points)
     if as_json:
         typer.echo(json.dumps(finite({"prediction": "simulated (virtual time)", "points": [
             {"layout": str(p.layout), "gpus": p.layout.gpus, **p.result.to_dict(),
              "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected}
-            for p in results]}), indent=2))
+            for p in results], "rejected_layouts": [
+            {"layout": str(lay), "gpus": lay.gpus, "reason": why} for lay, why in rejected]}), indent=2))
+    if not any(p.result.metrics.n_completed for p in results):
+        where = f"{len(results)} load point(s)"
+        where += f", {len(rejected)} layout(s) rejected" if rejected else ""
+        raise NoRequestCompleted(
+            f"{spec_path}: no simulated request completed in the measurement window ({where}); "
+            "check workload.warmup_s against the run's length, or the rejections above")
+
+
+def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> None:
+    table = _table([p.result for p in points])
+    table.title = f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured"
+    console.print(table)
+    for p in points:
+        s = p.summary
+        console.print(f"  rate {p.result.point.rate:g}/s: {s.steps} engine steps, "
+                      f"{s.preemptions} preemptions, {s.rejected} rejected, "
+                      f"{s.virtual_s:.1f} virtual s", highlight=False)
 
 
 @sim_app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

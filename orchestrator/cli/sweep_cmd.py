@@ -11,16 +11,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.cli import app, err_console
+from orchestrator.cli import RUN_HELP, app, err_console, make_console
 from orchestrator.cli.consistency_cmd import consistency_lines
 from orchestrator.cli.sim_cmd import _rates
+from orchestrator.deploy.targets import check_runs_here
 from orchestrator.errors import NoLayoutMeetsSLO, SpecError
-from orchestrator.layout import parse_layouts
+from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
+from orchestrator.promote import resolve_run
 from orchestrator.report.compare import compare_runs
+from orchestrator.report.data import load_report
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.spec.load import load_spec
@@ -98,6 +101,20 @@ def _predicted(m: dict[str, Any]) -> str:
     )
 
 
+def _engine(m: dict[str, Any]) -> str:
+    """The engines' own view of the point (scraped /metrics): peak KV use, mean running/waiting
+    requests, preemptions during the point."""
+    e = m.get("engine") or {}
+    if not e.get("samples"):
+        return "-"
+    kv = e.get("kv_usage_peak")
+    pre = e.get("preemptions")
+    return (
+        f"{'-' if kv is None else f'{kv:.0%}'}, {_num(e.get('running_mean'), 1)}/"
+        f"{_num(e.get('waiting_mean'), 1)}, {'-' if pre is None else f'{pre:.0f}'}"
+    )
+
+
 def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
     table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
     for col in (
@@ -111,13 +128,19 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         "out tok/s/GPU",
         "goodput req/s",
         "predicted TTFT p99 / TPOT p50 (err)",
+        "engine KV peak, run/wait mean, preempt",
         "SLO",
     ):
-        table.add_column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right")
+        table.add_column(
+            col,
+            justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
+            no_wrap=col == "layout",
+            overflow="fold",
+        )
     for o in result.outcomes:
         if not o.points:
             table.add_row(
-                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
+                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
             )
         for p in store.points(result.run_id, o.layout):
             m = p.metrics
@@ -133,6 +156,7 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
                 _num(per_gpu.get("output_throughput"), 1),
                 _num(m.get("goodput")),
                 _predicted(m),
+                _engine(m),
                 "pass" if p.passed else f"fail: {p.verdict}",
             )
     console.print(table)
@@ -186,6 +210,26 @@ def _json_out(result: SweepResult, store: Store) -> str:
     )
 
 
+def _as_swept(
+    spec: SweepSpec,
+    layouts: tuple[Layout, ...] | None,
+    rates: tuple[float, ...] | None,
+    num_requests: int | None,
+) -> SweepSpec:
+    """The spec with the command line's --layouts, --rates and --num-requests folded in."""
+    update: dict[str, Any] = {}
+    if layouts:
+        update["layouts"] = list(layouts)
+    workload: dict[str, Any] = {}
+    if rates:
+        workload["rates_per_s"] = list(rates)
+    if num_requests is not None:  # a request count replaces the duration, as the option always did
+        workload.update(num_requests=num_requests, duration_s=None)
+    if workload:
+        update["workload"] = spec.workload.model_copy(update=workload)
+    return spec.model_copy(update=update) if update else spec
+
+
 @app.command("sweep")
 def sweep_command(
     spec_path: Annotated[str | None, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")] = None,
@@ -198,7 +242,9 @@ def sweep_command(
         int | None, typer.Option("--num-requests", help="Requests per load point.")
     ] = None,
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
-    resume: Annotated[str | None, typer.Option("--resume", help="Finish an interrupted run.")] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Finish an interrupted run (id, prefix or latest).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Also deploy layouts the planner rejects.")] = False,
     workdir: Annotated[
         str | None, typer.Option("--workdir", help="Logs directory; default a temp dir.")
@@ -208,7 +254,7 @@ def sweep_command(
     """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
     store = Store(store_path)
     if resume is not None:
-        run = store.run(resume)
+        run = store.run(resolve_run(store, resume))
         spec = SweepSpec.model_validate(store.spec_json(run.run_id))
         run_id: str | None = run.run_id
         shown_path = run.spec_path
@@ -221,14 +267,21 @@ def sweep_command(
         if engine not in ("sim", "vllm", "sglang"):
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
+    chosen = tuple(parse_layouts(layouts)) if layouts else None
+    rate_list = tuple(r) if (r := _rates(rates)) else None
+    if num_requests is not None and num_requests < 1:
+        raise SpecError("--num-requests must be >= 1")
+    if run_id is None:
+        # A new run stores the spec as swept (with these overrides), so --resume repeats the same
+        # layouts and load points without the flags being given again.
+        spec = _as_swept(spec, chosen, rate_list, num_requests)
+        chosen = rate_list = None
+        num_requests = None
+    check_runs_here(spec, shown_path or "the stored spec")
     options = SweepOptions(
-        layouts=tuple(parse_layouts(layouts)) if layouts else None,
-        rates=tuple(r) if (r := _rates(rates)) else None,
-        num_requests=num_requests,
-        force=force,
-        workdir=workdir,
+        layouts=chosen, rates=rate_list, num_requests=num_requests, force=force, workdir=workdir
     )
-    console = Console(stderr=True, width=160)
+    console = make_console(stderr=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -256,23 +309,23 @@ def sweep_command(
     if as_json:
         typer.echo(_json_out(result, store))
     else:
-        print_result(result, store, Console(width=200), scale_note=note)
+        print_result(result, store, make_console(), scale_note=note)
     if result.selection.winner is None:
         raise NoLayoutMeetsSLO(f"no layout meets the SLO in run {result.run_id}; see the reasons above")
 
 
 @app.command("report")
 def report_command(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (orch runs).")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     html_out: Annotated[
-        str | None, typer.Option("--html", help="Also write an HTML report with a plot.")
+        str | None, typer.Option("--html", help="Also write an interactive HTML report (one offline file).")
     ] = None,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
     store = Store(store_path)
-    run = store.run(run_id)
+    run = store.run(resolve_run(store, run_id))
     stored = store.consistency(run.run_id)
     checks = [{**c.result, "passed": c.passed, "max_divergence": c.max_divergence} for c in stored]
     if checks and not store.layouts(run.run_id):  # an `orch consistency` run: no sweep to show
@@ -285,23 +338,21 @@ def report_command(
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if html_out is not None:
-        points = {o.layout: store.points(run.run_id, o.layout) for o in outcomes}
-        status = {o.layout: (o.status, o.reason) for o in outcomes}
-        page = render_html(store.run_info(run.run_id), result.selection, points, status)
+        page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
         err_console.print(f"wrote {html_out}")
     if as_json:
         typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
-        print_result(result, store, Console(width=200))
+        print_result(result, store, make_console())
         for c in checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
 
 
 @app.command("compare")
 def compare_command(
-    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The baseline run.")],
-    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run to judge.")],
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The baseline run (id, prefix or latest).")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run to judge (id, prefix or latest).")],
     threshold: Annotated[
         str, typer.Option("--threshold", help="Relative change that counts, e.g. 5%.")
     ] = "5%",
@@ -317,7 +368,7 @@ def compare_command(
     if limit < 0:
         raise SpecError("--threshold must not be negative")
     store = Store(store_path)
-    a, b = store.run(run_a).run_id, store.run(run_b).run_id
+    a, b = resolve_run(store, run_a), resolve_run(store, run_b)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]
     if as_json:
@@ -338,7 +389,7 @@ def compare_command(
     else:
         table = Table(title=f"orch compare {a} -> {b} (threshold {limit:.0%})", title_justify="left")
         for col in ("layout", "load point", "metric", "before", "after", "change", "verdict"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col == "layout", overflow="fold")
         for c in changes:
             rel = "-" if c.relative is None else f"{c.relative:+.1%}"
             table.add_row(
@@ -350,7 +401,7 @@ def compare_command(
                 rel,
                 ("[red]regression[/]" if c.regression else "ok") + (f": {c.note}" if c.note else ""),
             )
-        Console(width=200).print(table)
+        make_console().print(table)
         typer.echo(f"{len(regressions)} regression(s)" if regressions else "no regression")
     if regressions:
         raise typer.Exit(1)

@@ -2,6 +2,9 @@
 
 A simulated replica is a single process whatever its size (multi-node replicas included): the
 hardware exists only in the cost model, so the LaunchPlan has one leader per replica and no GPU ids.
+On a multi-node placement that process stands in for the whole replica, so it is reached on the
+loopback of the machine that starts it (the Ray target puts in its actor's address instead): the
+node names of a multi-node spec are machines the simulator never needs (placeholders, on the local target).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from orchestrator.plan.from_spec import effective_constants
 from orchestrator.spec.models import SweepSpec
 
 PYTHON = "python"  # the local target runs it with the interpreter orch runs in
+LOOPBACK = "127.0.0.1"
 
 
 def sim_args_from_spec(spec: SweepSpec) -> tuple[str, ...]:
@@ -54,7 +58,7 @@ class SimEngine:
         replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
         replicas = []
         for r in range(layout.replicas):
-            host = placement.nodes[0]
+            host = placement.nodes[0] if len(placement.nodes) == 1 else LOOPBACK
             port = placement.base_port + PORT_STRIDE * r
             argv = [PYTHON, "-m", "orchestrator.sim.server", *options.sim_args, "--layout", str(replica),
                     "--served-model-name", options.served_model_name or options.model,

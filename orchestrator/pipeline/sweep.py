@@ -20,6 +20,12 @@ from orchestrator.errors import DeployError, OrchError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.loadgen.engine_metrics import (
+    DEFAULT_INTERVAL_S,
+    series_to_dict,
+    summarize_series,
+    with_engine_metrics,
+)
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
@@ -64,6 +70,7 @@ class SweepOptions:
     force: bool = False
     workdir: str | None = None
     ready_timeout_s: float | None = None
+    engine_metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics scrapes, in measured (simulated) time
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ class Sweep:
         self.scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
         base = self.opts.workdir or getattr(spec.target, "workdir", None) or tempfile.mkdtemp(prefix="orch-")
         self.workdir = Path(base) / self.run_id
+        self.engine_series: dict[str, Any] = {}  # the last load point's scraped /metrics
 
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> SweepResult:
@@ -220,6 +228,8 @@ class Sweep:
                 metrics["predicted"] = finite(
                     predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
                 )
+                metrics["engine"] = finite(summarize_series(self.engine_series))
+                self.store.add_engine_metrics(self.run_id, name, point.label, self.engine_series)
                 self.store.add_point(
                     self.run_id, name, point.label, rate, result.passed, result.verdict, metrics,
                     result.records,
@@ -247,7 +257,10 @@ class Sweep:
         self.obs.point_start(str(layout), label, n)
         urls = [c.base_url for c in clients]
         before = read_counters(urls) if self.spec.engine.name == "sim" else None
-        raw = asyncio.run(run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), self.obs))
+        work = run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), self.obs)
+        interval_wall_s = self.opts.engine_metrics_interval_s * s
+        raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
+        self.engine_series = series_to_dict(poller.samples, interval_wall_s, s)
         records = unscale(raw.records, s)
         measure = replace(
             wall,

@@ -233,10 +233,16 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     elif kv_tokens < inputs.max_model_len:
         reject.append(f"KV cache holds {kv_tokens} tokens per engine, less than max_model_len "
                       f"{inputs.max_model_len}: one full-length request would not fit")
-    max_batch = min(inputs.max_num_seqs, kv_tokens // max(context_tokens, 1))
+    kv_seqs = kv_tokens // max(context_tokens, 1)
+    max_batch = min(inputs.max_num_seqs, kv_seqs)
     if 0 < max_batch < max(batches) and not reject:
-        warn.append(f"at {context_tokens} context tokens the KV cache holds only {max_batch} "
-                    "sequences per engine")
+        # Say which limit binds: a small KV cache is a memory problem, max_num_seqs an engine setting.
+        if kv_seqs <= inputs.max_num_seqs:
+            warn.append(f"at {context_tokens} context tokens the KV cache holds only {kv_seqs} "
+                        f"sequences per engine (max_num_seqs {inputs.max_num_seqs})")
+        else:
+            warn.append(f"max_num_seqs {inputs.max_num_seqs} caps the batch at {max_batch} sequences "
+                        f"per engine (the KV cache would hold {kv_seqs} at {context_tokens} context tokens)")
     imb = cost.expert_imbalance if layout.ep else None
     def estimate(b: int) -> DecodeEstimate:
         return decode_estimate(cost, layout, b, context_tokens, kv_tokens, prompt_tokens=prompt_tokens,

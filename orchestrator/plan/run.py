@@ -80,6 +80,13 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
         chosen = layouts or list(spec.layouts)
     bound = itl_bound_ms(spec)
     output = mean_tokens(spec.workload.output_tokens) if charge_prefill else None
-    rows = [plan_layout(inputs, lay, batches=batches, context_tokens=context, prompt_tokens=prompt,
-                        itl_bound_ms=bound, output_tokens=output) for lay in chosen]
+    rows = []
+    for lay in chosen:
+        try:
+            rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=context,
+                                    prompt_tokens=prompt, itl_bound_ms=bound, output_tokens=output))
+        except SpecError as exc:
+            # A spec setting that this one layout cannot honour (e.g. more redundant expert slots
+            # than its EP ranks can hold) rejects the layout, not the whole plan.
+            rows.append(PlanRow(lay, lay.gpus, (str(exc),), ()))
     return PlanResult(inputs, batches, context, prompt, bound, output, all_layouts, tuple(rank_rows(rows)))

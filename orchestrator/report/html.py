@@ -1,118 +1,140 @@
-"""A self-contained HTML report of a stored run: verdicts, measured beside predicted, and a
-latency-versus-throughput plot drawn as inline SVG (no plotting library needed)."""
+"""The interactive HTML report of a stored run (`orch report RUN --html FILE`): one self-contained file.
+
+Plotly draws the figures (report/figures.py): its plotly.js is embedded once, inline, so the page opens
+offline and from an e-mail attachment; every figure zooms, pans and shows values on hover, and a
+legend click hides a series. Why Plotly rather than Vega-Lite/Altair: one Python package with no
+JavaScript build step or renderer to install, log axes, shared-axis subplots and shaded regions built
+in, and the same figures work in notebooks on the DataFrames of orchestrator.store.frames.
+"""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.selection import Selection
-from orchestrator.store.db import PointRow
+from plotly.offline import get_plotlyjs  # type: ignore[import-untyped, unused-ignore]
 
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-W, H, PAD = 640, 360, 50
+from orchestrator.report import figures
+from orchestrator.report.data import PointView, ReportData
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222}
+td,th{padding:2px 8px;border-bottom:1px solid #ddd;font-size:13px}th{text-align:left}
+.banner{background:#fff3cd;border:1px solid #e0c36a;padding:.6em 1em;margin:1em 0;font-weight:600}
+.pass{color:#2ca02c}.fail{color:#d62728}.unjudged{color:#555}.winner{font-weight:700}
+.figure{margin:1.5em 0;border:1px solid #eee}"""
 
 
 def _num(v: Any, nd: int = 1) -> str:
     return "-" if not isinstance(v, int | float) else f"{v:,.{nd}f}"
 
 
-def _plot(points: dict[str, list[PointRow]]) -> str:
-    series: list[tuple[str, list[tuple[float, float]]]] = []
-    for layout, rows in points.items():
-        xy: list[tuple[float, float]] = []
-        for r in rows:
-            x = (r.metrics.get("per_gpu") or {}).get("output_throughput")
-            y = (r.metrics.get("ttft_ms") or {}).get("p99")
-            if isinstance(x, int | float) and isinstance(y, int | float):
-                xy.append((float(x), float(y)))
-        if xy:
-            series.append((layout, sorted(xy)))
-    if not series:
-        return "<p>no measured points to plot</p>"
-    xmax = max(x for _, s in series for x, _ in s) * 1.1 or 1.0
-    ymax = max(y for _, s in series for _, y in s) * 1.1 or 1.0
+def _err(measured: float | None, predicted: Any) -> str:
+    e = figures.relative_error(measured, predicted if isinstance(predicted, int | float) else None)
+    return "" if e is None else f" ({e:+.0%})"
 
-    def sx(x: float) -> float:
-        return PAD + x / xmax * (W - 2 * PAD)
 
-    def sy(y: float) -> float:
-        return H - PAD - y / ymax * (H - 2 * PAD)
-
-    parts = [
-        f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
-        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="black"/>',
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="black"/>',
-        f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">output tokens/s per GPU</text>',
-        f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" '
-        'text-anchor="middle">TTFT p99 (ms)</text>',
-        f'<text x="{PAD}" y="{H - PAD + 14}">0</text>',
-        f'<text x="{W - PAD}" y="{H - PAD + 14}" text-anchor="end">{xmax:,.0f}</text>',
-        f'<text x="{PAD - 4}" y="{PAD}" text-anchor="end">{ymax:,.0f}</text>',
+def _point_row(p: PointView, status: str) -> str:
+    esc = html.escape
+    pred = p.metrics.get("predicted") or {}
+    eng = p.metrics.get("engine") or {}
+    kv = eng.get("kv_usage_peak")
+    cells = [
+        esc(p.layout), esc(status), esc(p.label),
+        _num(p.stat("ttft_ms", "p99")), _num(pred.get("ttft_p99_ms")) + _err(p.stat("ttft_ms", "p99"),
+                                                                              pred.get("ttft_p99_ms")),
+        _num(p.stat("itl_chunk_ms", "p99")), _num(p.stat("tpot_ms", "p50"), 2),
+        _num(pred.get("tpot_p50_ms"), 2) + _err(p.stat("tpot_ms", "p50"), pred.get("tpot_p50_ms")),
+        _num(p.tokens_per_s_per_gpu), _num(p.metrics.get("goodput"), 2),
+        "-" if kv is None else f"{kv:.0%}",
+        f"{_num(eng.get('running_mean'))} / {_num(eng.get('waiting_mean'))}",
+        _num(eng.get("preemptions"), 0),
     ]
-    for i, (layout, xy) in enumerate(series):
-        colour = _COLOURS[i % len(_COLOURS)]
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in xy)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>' for x, y in xy]
-        parts.append(
-            f'<text x="{W - PAD + 4}" y="{PAD + 14 * i}" fill="{colour}">{html.escape(layout)}</text>'
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
+    verdict = {"pass": "pass", "fail": f"fail: {p.verdict}", "unjudged": f"not judged {p.verdict}"}[p.judged]
+    return (
+        "<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+        + f'<td class="{p.judged}">{esc(verdict)}</td></tr>'
+    )
 
 
-def render_html(
-    run: dict[str, Any],
-    selection: Selection,
-    points: dict[str, list[PointRow]],
-    layouts: Mapping[str, tuple[str, str | None]],
-) -> str:
+_HEAD = (
+    "layout", "status", "load point", "TTFT p99 ms", "predicted (err)", "ITL p99 ms", "TPOT p50 ms",
+    "predicted (err)", "out tok/s/GPU", "goodput req/s", "KV peak", "running / waiting (mean)",
+    "preemptions", "SLO verdict",
+)
+
+
+def _table(data: ReportData) -> str:
     esc = html.escape
     rows = []
-    for layout, pts in points.items():
-        status, reason = layouts.get(layout, ("?", None))
+    for o in data.outcomes:
+        pts = [p for p in data.points if p.layout == o.layout]
         if not pts:
-            rows.append(
-                f"<tr><td>{esc(layout)}</td><td>{esc(status)}</td><td colspan=8>{esc(reason or '')}</td></tr>"
-            )
-        for p in pts:
-            m, pred = p.metrics, p.metrics.get("predicted") or {}
-            verdict = "pass" if p.passed else f"fail: {p.verdict}"
-            rows.append(
-                "<tr>"
-                + "".join(
-                    f"<td>{esc(str(c))}</td>"
-                    for c in (
-                        layout,
-                        status,
-                        p.label,
-                        _num((m.get("ttft_ms") or {}).get("p99")),
-                        _num(pred.get("ttft_p99_ms")),
-                        _num((m.get("tpot_ms") or {}).get("p50"), 2),
-                        _num(pred.get("tpot_p50_ms"), 2),
-                        _num((m.get("per_gpu") or {}).get("output_throughput")),
-                        _num(pred.get("output_tokens_per_s_per_gpu")),
-                        verdict,
-                    )
-                )
-                + "</tr>"
-            )
-    verdicts = "".join(f"<li><b>{esc(v.layout)}</b>: {esc(v.reason)}</li>" for v in selection.verdicts)
-    meta = "".join(f"<li>{esc(str(k))}: {esc(str(v))}</li>" for k, v in (run.get("metadata") or {}).items())
+            rows.append(f"<tr><td>{esc(o.layout)}</td><td>{esc(o.status)}</td>"
+                        f"<td colspan={len(_HEAD) - 2}>{esc(o.reason or '')}</td></tr>")
+        rows += [_point_row(p, o.status) for p in pts]
+    head = "".join(f"<th>{h}</th>" for h in _HEAD)
+    return f'<table id="points"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def _verdicts(data: ReportData) -> str:
+    esc, sel = html.escape, data.selection
+    items = []
+    for v in sel.verdicts:
+        mark = "winner" if v.layout == sel.winner else ("tie" if v.layout in sel.tie_with else "loses")
+        items.append(f'<li class="{"winner" if mark == "winner" else ""}"><b>{esc(v.layout)}</b> '
+                     f"({v.gpus} GPUs): {mark}: {esc(v.reason)}</li>")
+    return f'<ul id="verdicts">{"".join(items)}</ul>'
+
+
+def _banner(data: ReportData) -> str:
+    if not data.simulated:
+        return ""
+    spec = data.run.get("spec") or {}
+    scale = (spec.get("engine") or {}).get("time_scale")
+    return (
+        '<div class="banner" id="simulated">Simulated engine: these numbers come from orch\'s simulator '
+        "(a continuous-batching model driven by the cost model), not from GPUs"
+        + (f"; served at time scale {scale:g}, reported in simulated time" if scale not in (None, 1) else "")
+        + ".</div>"
+    )
+
+
+def _figure(fig: Any, div_id: str) -> str:
+    body: str = fig.to_html(
+        full_html=False, include_plotlyjs=False, div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
+    )
+    return f'<div class="figure">{body}</div>'
+
+
+def render_html(data: ReportData) -> str:
+    esc, run, sel = html.escape, data.run, data.selection
+    figs = [
+        ("Pareto frontier", figures.pareto(data), "fig-pareto"),
+        ("Latency against load", figures.latency(data), "fig-latency"),
+        ("Measured beside predicted", figures.predicted(data), "fig-predicted"),
+        ("Latency distributions", figures.cdfs(data), "fig-cdf"),
+        ("Engine metrics", figures.engine(data), "fig-engine"),
+    ]
+    sections = []
+    for title, fig, div_id in figs:
+        body = (_figure(fig, div_id) if fig is not None
+                else "<p>no engine metrics were stored for this run (runs from before they were scraped, "
+                     "or an engine without /metrics)</p>")
+        sections.append(f"<h2>{esc(title)}</h2>{body}")
+    meta = "".join(f"<tr><td>{esc(str(k))}</td><td>{esc(str(v))}</td></tr>"
+                   for k, v in (run.get("metadata") or {}).items()) or "<tr><td>none recorded</td></tr>"
+    slo = ", ".join(f"{k} {v:g}" for k, v in data.slo_ms.items()) or "none"
+    winner = esc(sel.winner) if sel.winner else "none: no layout meets the SLO"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>orch run {esc(run["run_id"])}</title>
-<style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}
-th{{text-align:left}}</style></head><body>
-<h1>orch run {esc(run["run_id"])}</h1>
+<style>{_CSS}</style><script type="text/javascript">{get_plotlyjs()}</script></head><body>
+<h1>orch run {esc(run["run_id"])}</h1>{_banner(data)}
 <p>engine {esc(str(run.get("engine")))} {esc(str(run.get("engine_version") or ""))},
-model {esc(str(run.get("model")))},
-spec hash {esc(str(run.get("spec_hash")))}, orch {esc(str(run.get("orch_version")))}</p>
-<h2>Winner: {esc(selection.winner or "none: no layout meets the SLO")}</h2><ul>{verdicts}</ul>
-<h2>Measured beside predicted</h2>
-<table><tr><th>layout</th><th>status</th><th>load point</th><th>TTFT p99 ms</th><th>predicted</th>
-<th>TPOT p50 ms</th><th>predicted</th><th>out tok/s/GPU</th><th>predicted</th><th>SLO</th></tr>
-{"".join(rows)}</table>
-<h2>Latency versus throughput</h2>{_plot(points)}
-<h2>Eval metadata</h2><ul>{meta}</ul></body></html>
+model {esc(str(run.get("model")))}, spec {esc(str(run.get("spec_path") or "-"))}
+(hash {esc(str(run.get("spec_hash")))}), orch {esc(str(run.get("orch_version")))}, status
+{esc(str(run.get("status")))}. SLO: {esc(slo)}; objective {esc(sel.objective)}.</p>
+<h2 id="winner">Winner: {winner}</h2>{_verdicts(data)}
+{"".join(sections)}
+<h2>Every load point</h2>{_table(data)}
+<h2>Eval metadata</h2><table id="metadata">{meta}</table></body></html>
 """

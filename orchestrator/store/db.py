@@ -2,8 +2,9 @@
 
 Tables: meta (schema version), runs (spec, hashes, versions, hardware seen, eval metadata, selection),
 layouts (plan, launch argv, status and reason), points (one load point's metrics and verdict),
-records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts).
-pandas reads it with `pd.read_sql("select ...", conn)`.
+records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts),
+engine_metrics (the engines' /metrics scraped during one load point; added later: CREATE IF NOT EXISTS
+gives older stores the table without a schema bump). DataFrames: orchestrator.store.frames.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ CREATE INDEX IF NOT EXISTS records_by_point ON records (run_id, layout, label);
 CREATE TABLE IF NOT EXISTS consistency (
     run_id TEXT NOT NULL, layout_a TEXT NOT NULL, layout_b TEXT NOT NULL, created_at REAL NOT NULL,
     passed INTEGER, max_divergence REAL, result_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS engine_metrics (
+    run_id TEXT NOT NULL, layout TEXT NOT NULL, label TEXT NOT NULL, series_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, layout, label)
 );
 """
 
@@ -253,6 +258,14 @@ class Store:
         )
         self.conn.commit()
 
+    def add_engine_metrics(self, run_id: str, layout: str, label: str, series: dict[str, Any]) -> None:
+        """One load point's scraped engine metrics (loadgen.engine_metrics.series_to_dict)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO engine_metrics VALUES (?,?,?,?)",
+            (run_id, layout, label, json.dumps(series, default=_json_default)),
+        )
+        self.conn.commit()
+
     def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
         self.conn.execute(
             "UPDATE runs SET finished_at=?, status=?, selection_json=? WHERE run_id=?",
@@ -340,6 +353,13 @@ class Store:
             ConsistencyRow(r[0], r[1], None if r[2] is None else bool(r[2]), r[3], json.loads(r[4]))
             for r in rows
         ]
+
+    def engine_metrics(self, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """(layout, load point label) -> the scraped series; empty for runs from before the table."""
+        rows = self.conn.execute(
+            "SELECT layout, label, series_json FROM engine_metrics WHERE run_id=? ORDER BY rowid", (run_id,)
+        ).fetchall()
+        return {(r[0], r[1]): json.loads(r[2]) for r in rows}
 
     def records(self, run_id: str) -> Iterator[tuple[str, str, RequestRecord]]:
         for layout, label, text in self.conn.execute(

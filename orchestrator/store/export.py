@@ -1,4 +1,6 @@
-"""Hand a stored run to pandas users: one row per load point (metrics flattened) or per request."""
+"""Hand a stored run to analysis tools: one row per load point (metrics flattened), per request or per
+engine-metrics scrape, as JSON, JSON lines, CSV or Parquet; or one `vllm bench serve`-format JSON file
+per load point (loadgen.vllm_format), recomputed from the stored requests."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 from orchestrator.errors import OrchError
 from orchestrator.store.db import Store
 
-FORMATS = ("json", "csv", "parquet")
+FORMATS = ("json", "jsonl", "csv", "parquet", "vllm")
+TABLES = ("points", "requests", "engine")
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -66,13 +69,65 @@ def request_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def export_run(store: Store, run_id: str, fmt: str, out: str | None, *, per_request: bool = False) -> str:
-    """Write the run in `fmt`; returns the text (json/csv to stdout) or the path written."""
+def engine_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+    out = []
+    for (layout, label), series in store.engine_metrics(run_id).items():
+        for s in series.get("samples") or []:
+            out.append({"run_id": run_id, "layout": layout, "load_point": label, **s})
+    return out
+
+
+def vllm_results(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
+    """{file name: vllm bench serve JSON} per load point, metrics recomputed from the stored records
+    with the run's warm-up window (so they match the stored metrics)."""
+    from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint
+    from orchestrator.loadgen.client import ClientConfig
+    from orchestrator.loadgen.vllm_format import vllm_result
+
+    info = store.run_info(run_id)
+    workload = (info.get("spec") or {}).get("workload") or {}
+    gpus = {row.layout: row.gpus for row in store.layouts(run_id)}
+    records: dict[tuple[str, str], list[Any]] = {}
+    for layout, label, rec in store.records(run_id):
+        records.setdefault((layout, label), []).append(rec)
+    out = {}
+    for p in store.points(run_id):
+        cfg = BenchConfig(
+            targets=(ClientConfig(f"stored://{run_id}/{p.layout}", info["model"]),),
+            arrival=workload.get("arrival", "poisson"),
+            burstiness=workload.get("burstiness", 1.0),
+            num_requests=len(records.get((p.layout, p.label), [])),
+            warmup_s=workload.get("warmup_s") or 0.0,
+            gpus=gpus.get(p.layout),
+        )
+        point = LoadPoint(rate=p.rate)
+        result = BenchRun(cfg).measure(point, records.get((p.layout, p.label), []))
+        name = f"{p.layout}_{p.label.replace('=', '').replace('/', 'per')}.json"
+        out[name] = vllm_result(result, cfg) | {"layout": p.layout, "run_id": run_id}
+    return out
+
+
+def export_run(
+    store: Store, run_id: str, fmt: str, out: str | None, *, per_request: bool = False, table: str = "points"
+) -> str:
+    """Write the run in `fmt`; returns the text (json/jsonl/csv to stdout) or the path written."""
     if fmt not in FORMATS:
         raise OrchError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    rows = request_rows(store, run_id) if per_request else point_rows(store, run_id)
+    table = "requests" if per_request else table
+    if table not in TABLES:
+        raise OrchError(f"--table {table!r}: expected one of {', '.join(TABLES)}")
+    if fmt == "vllm":
+        if out is None:
+            raise OrchError("--format vllm writes one JSON file per load point: give --out DIRECTORY")
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for name, result in vllm_results(store, run_id).items():
+            (Path(out) / name).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+        return out
+    rows = {"points": point_rows, "requests": request_rows, "engine": engine_rows}[table](store, run_id)
     if fmt == "json":
         text = json.dumps({"run": store.run_info(run_id), "rows": rows}, indent=2, default=str)
+    elif fmt == "jsonl":
+        text = "".join(json.dumps(r, default=str) + "\n" for r in rows)
     elif fmt == "csv":
         buf = io.StringIO()
         keys = sorted({k for r in rows for k in r})

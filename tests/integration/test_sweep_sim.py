@@ -49,6 +49,8 @@ def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> Non
         point = layouts[name]["points"][0]
         assert layouts[name]["status"] == "measured" and point["passed"] is True
         assert point["metrics"]["n_failed"] == 0 and point["metrics"]["total_output_tokens"] > 0
+        engine = point["metrics"]["engine"]  # the sim server's /metrics, scraped during the point
+        assert engine["samples"] >= 1 and engine["kv_usage_peak"] is not None
     winner = data["selection"]["winner"]
     assert winner in ("tp2", "tp1x2")
     assert all(v["reason"] for v in data["selection"]["verdicts"])
@@ -59,7 +61,9 @@ def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> Non
     page = tmp_path / "r.html"
     report = _orch("report", data["run_id"], "--store", db, "--html", str(page))
     assert report.returncode == 0 and f"winner: {winner}" in report.stdout
-    assert "<svg" in page.read_text() and "Measured beside predicted" in page.read_text()
+    text = page.read_text()
+    assert 'id="fig-pareto"' in text and 'id="fig-engine"' in text and "Measured beside predicted" in text
+    assert "engine KV peak" in report.stdout
     same = _orch("compare", data["run_id"], data["run_id"], "--store", db)
     assert same.returncode == 0 and "no regression" in same.stdout
     export = _orch("export", data["run_id"], "--store", db, "--format", "csv", "--requests")

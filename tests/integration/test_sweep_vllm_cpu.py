@@ -42,6 +42,8 @@ def test_real_cpu_sweep_measures_every_layout_and_stores_it(tmp_path: Path) -> N
             assert m["n_completed"] == 12 and m["n_failed"] == 0, (name, p["label"])
             assert m["total_output_tokens"] == 12 * 16  # ignore_eos: every request gives its 16 tokens
             assert m["ttft_ms"]["p99"] > 0 and p["passed"] in (True, False)
+            # vLLM's own /metrics, scraped during the point under the vllm: names
+            assert m["engine"]["samples"] >= 1 and m["engine"]["running_peak"] is not None, m["engine"]
     assert sum(1 for x in layouts.values() if x["status"] == "measured") >= 2
     sel = data["selection"]
     if out.returncode == 0:

@@ -54,3 +54,36 @@ def test_plan_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     unknown = _orch("plan", str(spec))
     assert unknown.returncode == 2 and "qwen-9000" in unknown.stderr
     assert len(unknown.stderr.strip().splitlines()) == 1
+
+
+DEEPSEEK = str(ROOT / "layouts" / "deepseek-v3.yaml")
+
+
+def test_plan_rejects_a_layout_its_spec_cannot_serve_and_plans_the_rest() -> None:
+    # 32 redundant expert slots cannot be spread over a single EP rank (epx32): that one layout is
+    # rejected with the reason; the enumeration goes on and --json prints every row.
+    out = _orch("plan", DEEPSEEK, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["layout"]: r for r in json.loads(out.stdout)["rows"]}
+    assert not rows["epx32"]["fits"]
+    assert "redundant experts need 288 slots per rank" in rows["epx32"]["rejected_because"][0]
+    assert any(r["fits"] for r in rows.values()) and {"dp32ep", "tp8x4"} <= set(rows)
+    table = _orch("plan", DEEPSEEK)
+    assert table.returncode == 0, table.stderr
+    assert "epx32: rejected: 32 redundant experts" in table.stdout
+
+
+def test_plan_warning_names_the_limit_that_binds_the_batch() -> None:
+    # deepseek-v3.yaml sets max_num_seqs 128; dp32ep's KV cache holds far more sequences than that.
+    out = _orch("plan", DEEPSEEK, "--layouts", "dp32ep", "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["rows"]
+    capped = [w for w in row["warnings"] if "sequences" in w]
+    assert len(capped) == 1 and capped[0].startswith("max_num_seqs 128 caps the batch at 128"), capped
+    assert row["max_batch"] == 128
+    # Where the KV cache is what binds, the warning says so (tp8 of Qwen-72B at a long context).
+    kv = _orch("plan", SPEC, "--layouts", "tp4x2", "--context", "30000", "--json")
+    assert kv.returncode == 0, kv.stderr
+    (row,) = json.loads(kv.stdout)["rows"]
+    held = [w for w in row["warnings"] if "sequences" in w]
+    assert len(held) == 1 and "the KV cache holds only" in held[0] and "(max_num_seqs 256)" in held[0], held

@@ -1,0 +1,254 @@
+"""The engines' own Prometheus metrics, scraped at a fixed interval while a load point runs.
+
+They explain a verdict: a layout whose TTFT p99 blows up with `waiting` climbing and KV usage at 100 %
+ran out of cache, one with preemptions recomputed sequences. vLLM and SGLang name the same gauges
+differently; each known name maps to one of our fields:
+
+  running      vllm:num_requests_running           sglang:num_running_reqs
+  waiting      vllm:num_requests_waiting           sglang:num_queue_reqs
+  kv_usage     vllm:kv_cache_usage_perc (0-1; older vllm:gpu_cache_usage_perc)   sglang:token_usage
+  preemptions  vllm:num_preemptions_total (counter)   sglang:num_retracted_requests_total (counter)
+  prefix_hit_rate  vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total (counters; older
+               vllm:gpu_prefix_cache_hit_rate)      sglang:cache_hit_rate
+
+Several series of one name (vLLM's data-parallel ranks carry an `engine` label) are summed, except
+the usage and hit-rate fractions, where the fullest rank counts (max).
+
+The scrape is a plain asyncio GET on the load generator's own event loop, not aiohttp and not a thread:
+parsing a page costs tens of microseconds between events, whereas a thread holding the GIL can delay
+the loop by a whole switch interval (5 ms) and shift the very timestamps being measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+DEFAULT_INTERVAL_S = 0.5
+SCRAPE_TIMEOUT_S = 2.0
+MAX_BODY_BYTES = 4 * 1024 * 1024
+FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate")
+
+_NAMES: dict[str, str] = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:num_preemptions": "preemptions",
+    "vllm:gpu_prefix_cache_hit_rate": "prefix_hit_rate",
+    "vllm:prefix_cache_hits_total": "_prefix_hits",
+    "vllm:prefix_cache_queries_total": "_prefix_queries",
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "waiting",
+    "sglang:token_usage": "kv_usage",
+    "sglang:num_retracted_requests_total": "preemptions",  # the counter; num_retracted_reqs is a gauge
+    "sglang:cache_hit_rate": "prefix_hit_rate",
+}
+_FRACTIONS = ("kv_usage", "prefix_hit_rate")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """One scrape of one endpoint; t_s from the start of the load point. None: the engine has no such
+    metric."""
+
+    t_s: float
+    endpoint: int
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None  # fraction of the KV cache in use, 0-1
+    preemptions: float | None = None  # counter since the engine started
+    prefix_hit_rate: float | None = None  # fraction, 0-1
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Our fields from a Prometheus text page (unknown names ignored)."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        brace = line.find("{")
+        if brace >= 0:  # label values may hold spaces: the value follows the closing brace
+            name, rest = line[:brace], line[line.rfind("}") + 1 :]
+        else:
+            name, _, rest = line.partition(" ")
+        field = _NAMES.get(name.strip())
+        if field is None:
+            continue
+        try:
+            value = float(rest.split()[0])
+        except (ValueError, IndexError):
+            continue
+        if math.isnan(value):
+            continue
+        if field in _FRACTIONS:
+            sums[field] = max(sums.get(field, value), value)
+        else:
+            sums[field] = sums.get(field, 0.0) + value
+    hits, queries = sums.pop("_prefix_hits", None), sums.pop("_prefix_queries", None)
+    if hits is not None and queries and "prefix_hit_rate" not in sums:
+        sums["prefix_hit_rate"] = hits / queries
+    return sums
+
+
+def metrics_url(openai_base_url: str) -> str:
+    base = openai_base_url.rstrip("/")
+    return (base[: -len("/v1")] if base.endswith("/v1") else base) + "/metrics"
+
+
+async def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
+    """GET url over plain HTTP/1.1 (Connection: close); the body as text. OSError on any failure.
+    The body ends by its Content-Length, its last chunk or the close, whichever the server uses, so a
+    server that keeps the connection open anyway does not stall the scrape."""
+    u = urlsplit(url)
+    if u.scheme != "http" or not u.hostname:
+        raise OSError(f"engine metrics: only http:// URLs are scraped, not {url!r}")
+    port = u.port or 80
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(u.hostname, port)
+            try:
+                host = u.hostname if port == 80 else f"{u.hostname}:{port}"
+                writer.write(
+                    f"GET {u.path or '/'} HTTP/1.1\r\nHost: {host}\r\nAccept: text/plain\r\n"
+                    "Connection: close\r\n\r\n".encode("latin-1")
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                body = await _read_body(reader, head.lower())
+            finally:
+                writer.close()
+    except TimeoutError:
+        raise OSError(f"{url}: no answer within {timeout_s:g} s") from None
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+        raise OSError(f"{url}: malformed HTTP answer ({type(exc).__name__})") from None
+    if not head.startswith(b"HTTP/1.") or head.split(b" ", 2)[1:2] != [b"200"]:
+        raise OSError(f"{url}: not an HTTP 200 answer")
+    return body.decode("utf-8", "replace")
+
+
+async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip() == b"content-length":
+            size = int(value.strip())
+            if size > MAX_BODY_BYTES:
+                raise ValueError("body too large")
+            return await reader.readexactly(size)
+    if b"transfer-encoding: chunked" in head:
+        out = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                return bytes(out)
+            if len(out) + size > MAX_BODY_BYTES:
+                raise ValueError("body too large")
+            out += await reader.readexactly(size)
+            await reader.readexactly(2)
+    return await reader.read(MAX_BODY_BYTES)
+
+
+class EnginePoller:
+    """Scrapes every endpoint each `interval_s` until stopped; scrapes that fail are skipped (the
+    engine may be busy or have none), so the series can have gaps but never made-up values."""
+
+    def __init__(self, openai_base_urls: Sequence[str], interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self.urls = [metrics_url(u) for u in openai_base_urls]
+        self.interval_s = interval_s
+        self.samples: list[EngineSample] = []
+        self.failed_scrapes = 0
+
+    async def _scrape(self, i: int, t0: float) -> None:
+        try:
+            text = await fetch_text(self.urls[i])
+        except (OSError, ValueError):
+            self.failed_scrapes += 1
+            return
+        fields = parse_prometheus(text)
+        if fields:
+            self.samples.append(EngineSample(t_s=time.monotonic() - t0, endpoint=i, **fields))
+
+    async def run(self) -> None:
+        t0 = time.monotonic()
+        tick = 0
+        while True:
+            await asyncio.gather(*(self._scrape(i, t0) for i in range(len(self.urls))))
+            tick += 1
+            # absolute schedule: a slow scrape does not stretch the interval
+            await asyncio.sleep(max(0.0, t0 + tick * self.interval_s - time.monotonic()))
+
+
+async def with_engine_metrics(
+    work: Awaitable[T], openai_base_urls: Sequence[str], interval_s: float = DEFAULT_INTERVAL_S
+) -> tuple[T, EnginePoller]:
+    """Await `work` while polling the endpoints' /metrics; returns its result and the poller."""
+    poller = EnginePoller(openai_base_urls, interval_s)
+    task = asyncio.ensure_future(poller.run())
+    try:
+        result = await work
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return result, poller
+
+
+def series_to_dict(
+    samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0
+) -> dict[str, Any]:
+    """The stored form: times divided by the simulator's time scale, like every other measured time."""
+    rows = []
+    for s in samples:
+        d = asdict(s)
+        d["t_s"] = s.t_s / time_scale
+        rows.append({k: v for k, v in d.items() if v is not None})
+    return {"interval_s": interval_s / time_scale, "samples": rows}
+
+
+def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
+    """Peak KV usage, mean running and waiting (summed over endpoints per scrape), preemptions during
+    the point; None where no endpoint reported the metric."""
+    samples: list[dict[str, Any]] = series.get("samples") or []
+    by_tick: dict[int, list[dict[str, Any]]] = {}
+    step = series.get("interval_s") or 1.0
+    for s in samples:
+        by_tick.setdefault(round(s["t_s"] / step), []).append(s)
+
+    def total(name: str) -> list[float]:
+        out = []
+        for group in by_tick.values():
+            vals = [s[name] for s in group if s.get(name) is not None]
+            if vals:
+                out.append(sum(vals))
+        return out
+
+    def peak(name: str) -> float | None:
+        vals = [s[name] for s in samples if s.get(name) is not None]
+        return max(vals) if vals else None
+
+    preempted: float | None = None
+    for ep in {s["endpoint"] for s in samples}:
+        counts = [s["preemptions"] for s in samples if s["endpoint"] == ep and "preemptions" in s]
+        if counts:
+            preempted = (preempted or 0.0) + max(counts) - min(counts)
+    running, waiting = total("running"), total("waiting")
+    return {
+        "samples": len(samples),
+        "kv_usage_peak": peak("kv_usage"),
+        "running_mean": sum(running) / len(running) if running else None,
+        "running_peak": max(running) if running else None,
+        "waiting_mean": sum(waiting) / len(waiting) if waiting else None,
+        "waiting_peak": max(waiting) if waiting else None,
+        "preemptions": preempted,
+        "prefix_hit_rate_peak": peak("prefix_hit_rate"),
+    }

@@ -1,0 +1,118 @@
+"""What a report shows, read once from the store: every load point with its verdict class, the SLO
+bounds, per-point latency samples for the CDFs (thinned to quantiles) and the engine metric series."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from orchestrator.selection import LayoutOutcome, Selection
+from orchestrator.store.db import Store
+
+Judged = Literal["pass", "fail", "unjudged"]
+CDF_POINTS = 200  # quantiles kept per CDF: enough for the eye, small enough for one file
+
+
+@dataclass(frozen=True)
+class PointView:
+    layout: str
+    gpus: int
+    label: str
+    rate: float | None
+    judged: Judged
+    verdict: str
+    metrics: dict[str, Any]
+    engine_series: dict[str, Any] = field(default_factory=dict)
+    ttft_ms: tuple[float, ...] = ()  # thinned to CDF_POINTS quantiles
+    itl_ms: tuple[float, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.layout} {self.label}"
+
+    def stat(self, metric: str, stat: str) -> float | None:
+        v = (self.metrics.get(metric) or {}).get(stat)
+        return float(v) if isinstance(v, int | float) else None
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        v = (self.metrics.get("per_gpu") or {}).get("output_throughput")
+        return float(v) if isinstance(v, int | float) else None
+
+    @property
+    def tokens_per_s_per_user(self) -> float | None:
+        """Decode speed one user sees: 1000 / TPOT p50 (InferenceMAX's interactivity axis)."""
+        tpot = self.stat("tpot_ms", "p50")
+        return 1e3 / tpot if tpot else None
+
+
+@dataclass(frozen=True)
+class ReportData:
+    run: dict[str, Any]
+    selection: Selection
+    outcomes: tuple[LayoutOutcome, ...]
+    points: tuple[PointView, ...]
+    slo_ms: dict[str, float]  # {"ttft_p99_ms": 2000.0, ...}
+
+    @property
+    def simulated(self) -> bool:
+        return self.run.get("engine") == "sim"
+
+    @property
+    def layouts(self) -> list[str]:
+        return [o.layout for o in self.outcomes]
+
+
+def judged(passed: bool | None, verdict: str | None) -> Judged:
+    """Unjudged: no SLO, or the simulated clock slipped ("unreliable: ..."), so no verdict on the layout."""
+    if passed is None or (verdict or "").startswith("unreliable"):
+        return "unjudged"
+    return "pass" if passed else "fail"
+
+
+def quantiles(values: Sequence[float], n: int = CDF_POINTS) -> tuple[float, ...]:
+    """n evenly spaced order statistics (all values when there are fewer): a CDF drawn from them keeps
+    its shape, tails included (the first and last values are kept)."""
+    xs = sorted(values)
+    if len(xs) <= n:
+        return tuple(xs)
+    return tuple(xs[round(i * (len(xs) - 1) / (n - 1))] for i in range(n))
+
+
+def load_report(
+    store: Store, run_id: str, selection: Selection, outcomes: Sequence[LayoutOutcome]
+) -> ReportData:
+    run = store.run_info(run_id)
+    slo = {
+        k: float(v)
+        for k, v in ((run.get("spec") or {}).get("slo") or {}).items()
+        if k.endswith("_ms") and isinstance(v, int | float)
+    }
+    ttft: dict[tuple[str, str], list[float]] = {}
+    itl: dict[tuple[str, str], list[float]] = {}
+    for layout, label, rec in store.records(run_id):
+        if rec.ok and rec.ttft_s is not None:
+            ttft.setdefault((layout, label), []).append(rec.ttft_s * 1e3)
+        itl.setdefault((layout, label), []).extend(g * 1e3 for g in rec.itl_chunk_s)
+    series = store.engine_metrics(run_id)
+    gpus = {o.layout: o.gpus for o in outcomes}
+    views = []
+    for o in outcomes:
+        for p in store.points(run_id, o.layout):
+            key = (p.layout, p.label)
+            views.append(
+                PointView(
+                    layout=p.layout,
+                    gpus=gpus[p.layout],
+                    label=p.label,
+                    rate=p.rate,
+                    judged=judged(p.passed, p.verdict),
+                    verdict=p.verdict or "",
+                    metrics=p.metrics,
+                    engine_series=series.get(key, {}),
+                    ttft_ms=quantiles(ttft.get(key, [])),
+                    itl_ms=quantiles(itl.get(key, [])),
+                )
+            )
+    return ReportData(run, selection, tuple(outcomes), tuple(views), slo)
