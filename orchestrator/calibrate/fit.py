@@ -195,6 +195,38 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
                         "load points or layouts")
     gpu = base_inputs.gpu
     start = {n: float(getattr(gpu, n)) for n in names}
+    before: list[dict[str, float]] = []
+
+    def residuals(c: dict[str, float]) -> np.ndarray[Any, Any]:
+        preds = [predict_point(p, c, max_requests) for p in points]
+        if not before:
+            before.extend(preds)
+        return _residuals(points, preds, use)
+
+    result = fit_constants(residuals, start, max_iterations=max_iterations, progress=progress)
+    fitted, iterations, evaluations = result.fitted, result.iterations, result.evaluations
+    after = [predict_point(p, fitted, max_requests) for p in points]
+    errors = tuple(PointError(p.name, p.measured, b, a)
+                   for p, b, a in zip(points, before, after, strict=True))
+    return Calibration(gpu_name, engine, model, start, fitted, errors, iterations, evaluations, tuple(use),
+                       result.unconstrained)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    fitted: dict[str, float]
+    iterations: int
+    evaluations: int  # calls of the residual function
+    unconstrained: tuple[str, ...]  # kept at their start: the residuals do not move them
+    cost: float  # final sum of squared residuals (prior included)
+
+
+def fit_constants(residuals: Callable[[dict[str, float]], np.ndarray[Any, Any]], start: dict[str, float],
+                  *, max_iterations: int = 12,
+                  progress: Callable[[str], None] | None = None) -> FitResult:
+    """Levenberg-Marquardt over the logs of `start`'s constants, within _BOUNDS, minimising the sum of
+    squares of `residuals(constants)` (log errors) plus a weak pull toward `start`."""
+    names = list(start)
     lo = np.log([_BOUNDS[n][0] for n in names])
     hi = np.log([_BOUNDS[n][1] for n in names])
     evaluations = 0
@@ -202,22 +234,17 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
     def consts(theta: np.ndarray[Any, Any]) -> dict[str, float]:
         return {n: float(math.exp(t)) for n, t in zip(names, theta, strict=True)}
 
-    def predict_all(theta: np.ndarray[Any, Any]) -> list[dict[str, float]]:
-        nonlocal evaluations
-        evaluations += 1
-        c = consts(theta)
-        return [predict_point(p, c, max_requests) for p in points]
-
     theta = np.clip(np.log([max(start[n], _BOUNDS[n][0]) for n in names]), lo, hi)
     theta0 = theta.copy()
 
-    def residuals(th: np.ndarray[Any, Any], preds: Sequence[dict[str, float]]) -> np.ndarray[Any, Any]:
+    def full(th: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        nonlocal evaluations
+        evaluations += 1
         # A weak pull toward the starting guesses keeps a constant the points cannot see (an
         # efficiency of a 2 MB model) where it was instead of drifting to a bound.
-        return np.concatenate([_residuals(points, preds, use), PRIOR_WEIGHT * (th - theta0)])
+        return np.concatenate([residuals(consts(th)), PRIOR_WEIGHT * (th - theta0)])
 
-    before = predict_all(theta)
-    r = residuals(theta, before)
+    r = full(theta)
     cost = float(r @ r)
     damping, h, iterations = 1e-2, 0.1, 0
     n_data = len(r) - len(names)
@@ -228,7 +255,7 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
             step = np.zeros(len(names))
             # Step inward at an upper bound, so the difference stays inside the box.
             step[j] = -h if theta[j] + h > hi[j] else h
-            jac[:, j] = (residuals(theta + step, predict_all(theta + step)) - r) / step[j]
+            jac[:, j] = (full(theta + step) - r) / step[j]
         if iterations == 1:
             # A constant whose factor-e change moves the predictions by under ~1% is not fitted.
             active &= np.linalg.norm(jac[:n_data], axis=0) >= UNSEEN_SENSITIVITY
@@ -242,7 +269,7 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
             delta = np.zeros(len(names))
             delta[cols] = np.linalg.solve(a, -jac[:, cols].T @ r)
             trial = np.clip(theta + delta, lo, hi)
-            r_trial = residuals(trial, predict_all(trial))
+            r_trial = full(trial)
             c_trial = float(r_trial @ r_trial)
             if c_trial < cost:
                 theta, r, improved = trial, r_trial, cost - c_trial > 1e-6 * max(cost, 1e-12)
@@ -254,13 +281,8 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
             progress(f"iteration {iterations}: {_fmt(consts(theta))}, squared log error {cost:.4g}")
         if not improved or cost < 1e-8:
             break
-    fitted = consts(theta)
-    after = [predict_point(p, fitted, max_requests) for p in points]
-    errors = tuple(PointError(p.name, p.measured, b, a)
-                   for p, b, a in zip(points, before, after, strict=True))
     unseen = tuple(n for n, a in zip(names, active, strict=True) if not a)
-    return Calibration(gpu_name, engine, model, start, fitted, errors, iterations, evaluations, tuple(use),
-                       unseen)
+    return FitResult(consts(theta), iterations, evaluations, unseen, cost)
 
 
 def _fmt(c: dict[str, float]) -> str:
