@@ -48,7 +48,8 @@ def _errors(cases: list[Any], sources: dict[str, Any], profile: str | None) -> l
             got = {}
         for metric, measured in case.measured.items():
             value = got.get(metric)
-            out.append((metric, math.log(value / measured) if value and value > 0 else math.log(100.0)))
+            err = math.log(value / measured) if value and value > 0 else math.log(100.0)
+            out.append((metric, err))
     return out
 
 
@@ -66,7 +67,10 @@ def main() -> None:
     ap.add_argument("--gpu", action="append", help="only these GPUs (default: every GPU of the table)")
     ap.add_argument("--write", action="store_true",
                     help="write orchestrator/catalog/profiles/trtllm-GPU.yaml")
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--cap", type=float, default=0.0, help="robust: errors beyond this factor count as it")
     args = ap.parse_args()
+    cap = math.log(args.cap) if args.cap > 1 else 0.0
     sources, cases = fidelity.load_cases()
     gpus = args.gpu or sorted({c.gpu for c in cases})
     tmp = Path(tempfile.mkdtemp(prefix="orch-fit-"))
@@ -82,11 +86,14 @@ def main() -> None:
         def residuals(c: dict[str, float], group: list[Any] = group, gpu: str = gpu,
                       trial: Path = trial) -> np.ndarray[Any, Any]:
             write_profile(trial, gpu=gpu, engine="tensorrt-llm", constants=c, source="trial", extra={})
-            return np.asarray([e for _, e in _errors(group, sources, str(trial))])
+            # --cap F: an error beyond a factor F counts as F, so one case the model gets structurally
+            # wrong (a TTFT 10x off) does not drag every constant to a bound.
+            errs = [e for _, e in _errors(group, sources, str(trial))]
+            return np.asarray([max(-cap, min(cap, e)) for e in errs] if cap else errs)
 
         t0 = time.perf_counter()
         before = _errors(group, sources, None)
-        result = fit_constants(residuals, start, max_iterations=8,
+        result = fit_constants(residuals, start, max_iterations=args.iterations,
                                progress=lambda line, gpu=gpu: print(f"{gpu}: {line}", flush=True))
         write_profile(trial, gpu=gpu, engine="tensorrt-llm", constants=result.fitted, source="fit", extra={})
         after = _errors(group, sources, str(trial))
@@ -97,6 +104,7 @@ def main() -> None:
             "median_abs_error_after": {"ttft": _median_abs(after, True),
                                        "rest": _median_abs(after, False)},
             "in_sample": True, "unconstrained": list(result.unconstrained),
+            "iterations": result.iterations, "error_cap_factor": args.cap or None,
         }
         print(f"{gpu}: {len(group)} cases, {len(before)} numbers, {time.perf_counter() - t0:.0f} s; "
               + ", ".join(f"{k} {start[k]:.4g} -> {v:.4g}" for k, v in result.fitted.items()))
