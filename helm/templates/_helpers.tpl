@@ -63,24 +63,40 @@ containers:
       {{- toYaml .cmd.command | nindent 6 }}
     env:
       {{- if $v.hfToken.secretName }}
+      # Optional: public models need no token, and a missing Secret must not keep the pod from starting.
       - name: HF_TOKEN
         valueFrom:
           secretKeyRef:
             name: {{ $v.hfToken.secretName | quote }}
             key: {{ $v.hfToken.key | quote }}
+            optional: true
       {{- end }}
       {{- with .cmd.env }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
+      {{- with $v.extraEnv }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
     resources:
       limits:
-        nvidia.com/gpu: {{ int $v.gpusPerPod }}
+        {{- toYaml (mergeOverwrite (deepCopy $v.resources.extraLimits) (dict "nvidia.com/gpu" (int $v.gpusPerPod))) | nindent 8 }}
+      {{- with $v.resources.requests }}
+      requests:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    {{- with $v.securityContext }}
+    securityContext:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
     volumeMounts:
       - name: dshm
         mountPath: /dev/shm
       {{- if $v.modelCache.claimName }}
       - name: model-cache
         mountPath: {{ $v.modelCache.mountPath | quote }}
+      {{- end }}
+      {{- with $v.extraVolumeMounts }}
+      {{- toYaml . | nindent 6 }}
       {{- end }}
     {{- if .serve }}
     ports:
@@ -93,12 +109,14 @@ containers:
         path: {{ $v.healthPath | quote }}
         port: http
       periodSeconds: {{ int $v.probes.periodSeconds }}
+      timeoutSeconds: {{ int $v.probes.timeoutSeconds }}
       failureThreshold: {{ int $v.probes.startupFailureThreshold }}
     readinessProbe:
       httpGet:
         path: {{ $v.healthPath | quote }}
         port: http
       periodSeconds: {{ int $v.probes.periodSeconds }}
+      timeoutSeconds: {{ int $v.probes.timeoutSeconds }}
       failureThreshold: {{ int $v.probes.readinessFailureThreshold }}
     {{- end }}
 volumes:
@@ -112,6 +130,9 @@ volumes:
     persistentVolumeClaim:
       claimName: {{ $v.modelCache.claimName | quote }}
   {{- end }}
+  {{- with $v.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- with $selector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
@@ -122,5 +143,17 @@ tolerations:
 {{- end }}
 {{- with $v.serviceAccountName }}
 serviceAccountName: {{ . | quote }}
+{{- end }}
+{{- with $v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

@@ -58,6 +58,7 @@ import orchestrator.cli.catalog_cmd  # noqa: E402
 import orchestrator.cli.compile_cmd  # noqa: E402
 import orchestrator.cli.consistency_cmd  # noqa: E402
 import orchestrator.cli.experts_cmd  # noqa: E402
+import orchestrator.cli.gc_cmd  # noqa: E402
 import orchestrator.cli.plan_cmd  # noqa: E402
 import orchestrator.cli.promote_cmd  # noqa: E402
 import orchestrator.cli.runs_cmd  # noqa: E402

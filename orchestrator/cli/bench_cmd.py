@@ -1,5 +1,9 @@
 """`orch bench`: measure any OpenAI-compatible streaming endpoint at load points, or search for the
-highest request rate that meets an SLO. Metric definitions: orchestrator/loadgen/metrics.py."""
+highest request rate that meets an SLO. Metric definitions: orchestrator/loadgen/metrics.py.
+
+Exit codes a CI job can act on (README "Exit codes"): 0 every point passed; 6 (RequestsFailed) a
+point's failed fraction passed --max-error-rate or no request completed; 7 (SLONotMet) --slo given
+and a point missed it (--search: no rate met it); 2 bad flags; 130 interrupted."""
 
 from __future__ import annotations
 
@@ -15,10 +19,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.cli import app
-from orchestrator.errors import OrchError, SpecError
+from orchestrator.errors import OrchError, RequestsFailed, SLONotMet, SpecError
 
 if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
-    from orchestrator.loadgen.bench import PointResult, WorkloadFactory
+    from orchestrator.loadgen.bench import BenchRun, PointResult, WorkloadFactory
     from orchestrator.loadgen.metrics import Distribution
     from orchestrator.loadgen.records import RequestRecord
     from orchestrator.loadgen.workloads import Tokenizer
@@ -220,7 +224,9 @@ def bench(
     balance: Annotated[str, typer.Option(help="round_robin or least_outstanding over replicas.")]
     = "round_robin",
     ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
-    timeout_s: Annotated[float, typer.Option(help="Per-request timeout.")] = 600.0,
+    timeout_s: Annotated[float, typer.Option(help="Per-request timeout (connect to last byte).")] = 600.0,
+    max_response_bytes: Annotated[int, typer.Option(
+        help="Body bytes one response may carry; a longer one fails as too_large.")] = 64 * 1024 * 1024,
     gpus: Annotated[int | None, typer.Option(help="GPUs behind the endpoints, for per-GPU figures.")] = None,
     workers: Annotated[int, typer.Option(help="Open-loop sender processes (when one core is not enough).")]
     = 1,
@@ -255,9 +261,12 @@ def bench(
     for flag, val in (("--num-requests", num_requests), ("--duration-s", duration_s),
                       ("--max-concurrency", max_concurrency), ("--timeout-s", timeout_s),
                       ("--burstiness", burstiness), ("--search-start", search_start), ("--gpus", gpus),
-                      ("--search-tol", search_tol), ("--workers", workers)):
-        if val is not None and val <= 0:
+                      ("--search-tol", search_tol), ("--workers", workers),
+                      ("--max-response-bytes", max_response_bytes)):
+        if val is not None and not val > 0:  # (not > catches NaN too)
             raise SpecError(f"{flag}: {val} must be positive")
+    if not 0 <= max_error_rate <= 1:
+        raise SpecError(f"--max-error-rate: {max_error_rate} must be a fraction from 0 to 1, e.g. 0.01")
     if workers > 1 and concurrency is not None:
         raise SpecError("--workers is for open-loop points (--rate, --search, trace), not --concurrency")
     if search_max < search_start:
@@ -272,7 +281,8 @@ def bench(
     )
     if kind == "trace" and num_requests is None and duration_s is None:
         duration_s = math.inf  # the whole trace
-    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos) for u in urls)
+    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos, max_response_bytes=max_response_bytes)
+                    for u in urls)
     cfg = BenchConfig(targets, bal, arr, burstiness, num_requests, duration_s, max_concurrency, warmup_s,
                       cooldown_s, seed, slo_d, max_error_rate, gpus, workers)
     if kind == "trace":
@@ -326,3 +336,33 @@ def bench(
                           "--model and --endpoint", style="yellow")
     if interrupted:
         raise typer.Exit(130)
+    failure = _failure(run, max_error_rate)
+    if failure is not None:
+        raise failure
+
+
+def _failure(run: BenchRun, max_error_rate: float) -> OrchError | None:
+    """Why the run should exit non-zero (RequestsFailed before SLONotMet), or None."""
+    from orchestrator.loadgen.search import verdict
+
+    def too_many_failed(p: PointResult) -> str:
+        why = verdict(p.metrics, {}, max_error_rate)  # completion and error rate only
+        kinds = ", ".join(f"{k}={v}" for k, v in p.metrics.failures.items())
+        return f"{p.point.label}: {why}" + (f" ({kinds})" if kinds else "") if why else ""
+
+    if run.search_stopped_because is not None:  # failing points are how a search brackets
+        if run.best_rate is not None:
+            return None
+        reasons = [too_many_failed(p) for p in run.points]
+        if all(reasons):
+            return RequestsFailed(f"bench --search: no rate met the SLO; requests failed at every rate "
+                                  f"({reasons[0]})")
+        return SLONotMet(f"bench --search: no rate met the SLO ({run.search_stopped_because})")
+    failed = [why for p in run.points if (why := too_many_failed(p))]
+    if failed:
+        return RequestsFailed(f"bench: requests failed beyond --max-error-rate {max_error_rate:g}: "
+                              + "; ".join(failed))
+    missed = [f"{p.point.label}: {p.verdict}" for p in run.points if p.verdict]
+    if missed:
+        return SLONotMet("bench: " + "; ".join(missed))
+    return None

@@ -40,6 +40,9 @@ def simulate_command(
     spec_path: Annotated[str, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")],
     layouts: Annotated[str | None, typer.Option("--layouts", help="Default: the spec's layouts.")] = None,
     rates: Annotated[str | None, typer.Option("--rates", help="Requests/s; default: the spec's.")] = None,
+    concurrency: Annotated[str | None, typer.Option(
+        "--concurrency", help="Closed loop: N[,M...] requests in flight, the next sent as one ends "
+        "(instead of --rates).")] = None,
     num_requests: Annotated[int | None, typer.Option(
         "--num-requests", help="Requests per load point (instead of the spec's duration).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -47,7 +50,14 @@ def simulate_command(
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_spec(spec_path)
     chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
-    rate_list = _rates(rates) or list(spec.workload.rates_per_s)
+    if concurrency is not None and rates is not None:
+        raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
+    levels = _ints(concurrency, "--concurrency")
+    if levels is not None and min(levels) < 1:
+        raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
+    loads: list[tuple[float | None, int | None]] = (
+        [(None, c) for c in levels] if levels is not None
+        else [(r, None) for r in _rates(rates) or list(spec.workload.rates_per_s)])
     if num_requests is not None:
         _ints(str(num_requests), "--num-requests")
         if num_requests < 1:
@@ -59,9 +69,12 @@ def simulate_command(
     for layout in chosen:
         points = []
         try:
-            for rate in rate_list:
-                with console.status(f"simulating {layout} at {rate:g} req/s"):
-                    sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests)
+            for rate, conc in loads:
+                what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
+                with console.status(f"simulating {layout} at {what}"):
+                    sp = simulate_point(
+                        spec, inputs, layout, rate, num_requests=num_requests, concurrency=conc
+                    )
                 points.append(sp)
         except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
             rejected.append((layout, str(exc)))
@@ -92,7 +105,7 @@ def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> N
     console.print(table)
     for p in points:
         s = p.summary
-        console.print(f"  rate {p.result.point.rate:g}/s: {s.steps} engine steps, "
+        console.print(f"  {p.result.point.label}: {s.steps} engine steps, "
                       f"{s.preemptions} preemptions, {s.rejected} rejected, "
                       f"{s.virtual_s:.1f} virtual s", highlight=False)
 

@@ -24,7 +24,6 @@ from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcom
 from orchestrator.promote import resolve_run
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.data import load_report
-from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.models import SweepSpec
@@ -338,6 +337,9 @@ def report_command(
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if html_out is not None:
+        # Plotly is imported only here: `orch bench` also runs from engine venvs that have no plotly.
+        from orchestrator.report.html import render_html
+
         page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
         err_console.print(f"wrote {html_out}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from orchestrator.compile.k8s import K8sOptions, is_multi_node, plain_env
-from orchestrator.compile.k8s_argv import gpus_per_pod, health_path, nodes_per_replica, plan_commands
+from orchestrator.compile.k8s import K8sOptions, is_multi_node, plain_env, replica_probe, resources
+from orchestrator.compile.k8s_argv import gpus_per_pod, nodes_per_replica, plan_commands
 from orchestrator.engines.base import LaunchPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
@@ -28,6 +28,8 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
         )
     leader, worker = plan_commands(plan.replicas, opts.container_port)
     rep = plan.replicas[0]
+    probe = replica_probe(rep)
+    pod_resources = resources(gpus_per_pod(rep), opts)
     values: dict[str, Any] = {
         "name": opts.name,
         "image": opts.image,
@@ -40,7 +42,7 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
         "nodesPerReplica": nodes_per_replica(rep),
         "gpusPerPod": gpus_per_pod(rep),
         "containerPort": opts.container_port,
-        "healthPath": health_path(rep),
+        "healthPath": probe.path,
         "leader": {"command": list(leader.argv), "env": plain_env(leader, opts)},
         "worker": {
             "command": list(worker.argv) if worker else [],
@@ -55,10 +57,14 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
         "serviceAccountName": opts.service_account or "",
         "probes": {
             "periodSeconds": opts.probe_period_s,
+            "timeoutSeconds": probe.timeout_s,
             "startupFailureThreshold": math.ceil(opts.startup_budget_s / opts.probe_period_s),
             "readinessFailureThreshold": opts.readiness_failure_threshold,
         },
         "service": {"type": opts.service_type, "port": opts.service_port},
+        # The chart's extension values (extraEnv, affinity, ...) stay at their empty defaults: orch sets
+        # what it measured, a platform team adds its cluster's specifics on top.
+        "resources": {"requests": pod_resources.get("requests", {}), "extraLimits": {}},
     }
     # The chart picks the kind from nodesPerReplica; keep the two decisions from drifting apart.
     assert (values["nodesPerReplica"] > 1) == is_multi_node(plan)

@@ -19,8 +19,9 @@ from orchestrator.compile.k8s_argv import (
     health_path,
     nodes_per_replica,
     plan_commands,
+    probe_timeout_s,
 )
-from orchestrator.engines.base import LaunchPlan
+from orchestrator.engines.base import LaunchPlan, ReplicaPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.spec.models import KubernetesTarget
@@ -67,6 +68,10 @@ class K8sOptions:
     startup_budget_s: float = 1800.0
     probe_period_s: int = 10
     readiness_failure_threshold: int = 3
+    # Requests (not limits) per GPU of the pod: the engine's tokenizer, scheduler and weight loading need
+    # host CPU and memory, and without requests the pod is the first the kubelet evicts under pressure.
+    cpu_per_gpu: float = 4.0
+    memory_per_gpu_gib: float = 24.0
     shm_size: str = "32Gi"
     spec_hash: str | None = None
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
@@ -92,6 +97,8 @@ class K8sOptions:
             )
         if self.startup_budget_s <= 0 or self.probe_period_s < 1:
             raise SpecError("kubernetes startup_budget_s and probe_period_s must be positive")
+        if self.cpu_per_gpu < 0 or self.memory_per_gpu_gib < 0:
+            raise SpecError("kubernetes cpu_per_gpu and memory_per_gpu_gib must be >= 0")
 
 
 def options_from_target(target: KubernetesTarget, name: str, **overrides: Any) -> K8sOptions:
@@ -142,7 +149,8 @@ def hf_token_env(opts: K8sOptions) -> list[Obj]:
     """HF_TOKEN by reference to a Secret: the token itself never appears in an object or in values."""
     if not opts.hf_token_secret:
         return []
-    ref = {"name": opts.hf_token_secret, "key": opts.hf_token_key}
+    # Optional: public models need no token, and a missing Secret must not keep the pod from starting.
+    ref = {"name": opts.hf_token_secret, "key": opts.hf_token_key, "optional": True}
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
 
 
@@ -160,10 +168,22 @@ def container_env(cmd: PodCommand, opts: K8sOptions) -> list[Obj]:
     return hf_token_env(opts) + plain_env(cmd, opts)
 
 
-def _probes(path: str, opts: K8sOptions) -> Obj:
+@dataclass(frozen=True)
+class Probe:
+    """The health endpoint a serving pod is probed on, and how long one call may take."""
+
+    path: str
+    timeout_s: int
+
+
+def replica_probe(rep: ReplicaPlan) -> Probe:
+    return Probe(health_path(rep), probe_timeout_s(rep))
+
+
+def _probes(probe: Probe, opts: K8sOptions) -> Obj:
     def get() -> Obj:
         # A fresh dict per probe: shared ones would be written as YAML anchors.
-        return {"path": path, "port": PORT_NAME}
+        return {"path": probe.path, "port": PORT_NAME}
 
     failures = math.ceil(opts.startup_budget_s / opts.probe_period_s)
     return {
@@ -171,17 +191,34 @@ def _probes(path: str, opts: K8sOptions) -> Obj:
         "startupProbe": {
             "httpGet": get(),
             "periodSeconds": opts.probe_period_s,
+            "timeoutSeconds": probe.timeout_s,
             "failureThreshold": failures,
         },
         "readinessProbe": {
             "httpGet": get(),
             "periodSeconds": opts.probe_period_s,
+            "timeoutSeconds": probe.timeout_s,
             "failureThreshold": opts.readiness_failure_threshold,
         },
     }
 
 
-def _container(cmd: PodCommand, gpus: int, opts: K8sOptions, probe_path: str | None) -> Obj:
+def resources(gpus: int, opts: K8sOptions) -> Obj:
+    """GPU limit plus CPU/memory requests scaled by the GPUs (a CPU-only pod, gpus=0, requests one GPU's)."""
+    share = max(gpus, 1)
+    cpu = opts.cpu_per_gpu * share
+    requests: Obj = {}
+    if cpu > 0:
+        requests["cpu"] = str(int(cpu)) if cpu == int(cpu) else f"{int(cpu * 1000)}m"
+    if opts.memory_per_gpu_gib > 0:
+        requests["memory"] = f"{math.ceil(opts.memory_per_gpu_gib * share)}Gi"
+    out: Obj = {"limits": {GPU_RESOURCE: gpus}}
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _container(cmd: PodCommand, gpus: int, opts: K8sOptions, probe: Probe | None) -> Obj:
     mounts: list[Obj] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if opts.model_cache_pvc:
         mounts.append({"name": "model-cache", "mountPath": opts.model_cache_mount})
@@ -191,17 +228,17 @@ def _container(cmd: PodCommand, gpus: int, opts: K8sOptions, probe_path: str | N
         "imagePullPolicy": opts.image_pull_policy,
         "command": list(cmd.argv),
         "env": container_env(cmd, opts),
-        "resources": {"limits": {GPU_RESOURCE: gpus}},
+        "resources": resources(gpus, opts),
         "volumeMounts": mounts,
     }
-    if probe_path is not None:
+    if probe is not None:
         # Only the leader serves HTTP; worker ranks of a multi-node replica have no endpoint to probe.
         c["ports"] = [{"name": PORT_NAME, "containerPort": opts.container_port, "protocol": "TCP"}]
-        c.update(_probes(probe_path, opts))
+        c.update(_probes(probe, opts))
     return c
 
 
-def pod_spec(cmd: PodCommand, gpus: int, opts: K8sOptions, probe_path: str | None) -> Obj:
+def pod_spec(cmd: PodCommand, gpus: int, opts: K8sOptions, probe: Probe | None) -> Obj:
     # NCCL and the engines' shared-memory transports need more than the default 64 MiB /dev/shm.
     volumes: list[Obj] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": opts.shm_size}}]
     if opts.model_cache_pvc:
@@ -210,7 +247,7 @@ def pod_spec(cmd: PodCommand, gpus: int, opts: K8sOptions, probe_path: str | Non
         # Service links put one env var per Service of the namespace into the pod; engines read some of
         # them (e.g. a Service named "vllm" sets VLLM_PORT) and fail, so they stay off.
         "enableServiceLinks": False,
-        "containers": [_container(cmd, gpus, opts, probe_path)],
+        "containers": [_container(cmd, gpus, opts, probe)],
         "volumes": volumes,
     }
     selector = dict(opts.node_selector)
@@ -245,13 +282,16 @@ def deployment(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> Obj:
     if worker is not None:
         raise SpecError(f"layout {layout}: replicas span nodes; compile it as a LeaderWorkerSet")
     rep = plan.replicas[0]
-    spec = pod_spec(leader, gpus_per_pod(rep), opts, health_path(rep))
+    spec = pod_spec(leader, gpus_per_pod(rep), opts, replica_probe(rep))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": object_metadata(plan, opts),
         "spec": {
             "replicas": layout.replicas,
+            # The default rollout adds a pod before removing one; on a GPU pool that is full (the usual
+            # state) the new pod never schedules and the rollout hangs. Replace pods one at a time.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": selector_labels(opts)},
             "template": _template(plan, opts, "leader", spec),
         },
@@ -280,7 +320,7 @@ def leader_worker_set(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> Obj
                 # One lost rank breaks the collective of the whole group: restart the group together.
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": _template(
-                    plan, opts, "leader", pod_spec(leader, gpus, opts, health_path(rep))
+                    plan, opts, "leader", pod_spec(leader, gpus, opts, replica_probe(rep))
                 ),
                 "workerTemplate": _template(plan, opts, "worker", pod_spec(worker, gpus, opts, None)),
             },

@@ -9,6 +9,7 @@ command from its environment.
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -42,6 +43,11 @@ def health_path(replica: ReplicaPlan) -> str:
     """The path of the engine's health URL (``/health``), which the probes call."""
     path = urlsplit(replica.health_url).path
     return path or "/"
+
+
+def probe_timeout_s(replica: ReplicaPlan) -> int:
+    """Whole seconds one probe may wait for the health URL: the engine's own answer time, rounded up."""
+    return max(1, math.ceil(replica.health_timeout_s))
 
 
 def _leader_host_port(replica: ReplicaPlan) -> tuple[str, int]:

@@ -7,6 +7,7 @@ Ray Serve LLM runs vLLM, so only vLLM plans compile here. Pure: no cluster acces
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -16,6 +17,7 @@ from orchestrator.compile.k8s import (
     GPU_PRODUCT_LABEL,
     K8sOptions,
     Obj,
+    Probe,
     object_metadata,
     pod_spec,
     selector_labels,
@@ -26,6 +28,8 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 
 RAY_API = "ray.io/v1"
+IMPORT_PATH = "ray.serve.llm:build_openai_app"
+DP_IMPORT_PATH = "ray.serve.llm:build_dp_openai_app"
 SERVE_PORT = 8000
 # The layout owns these; Ray Serve LLM sets them from engine_kwargs or its own placement.
 _LAYOUT_FLAGS = frozenset(
@@ -43,7 +47,13 @@ _SHORT_FLAGS = {"-q": "quantization"}
 
 
 def _scalar(text: str) -> Any:
-    # engine_kwargs reach vLLM's EngineArgs as Python values, so "8192" must arrive as 8192.
+    # engine_kwargs reach vLLM's EngineArgs as Python values, so "8192" must arrive as 8192, and a JSON
+    # flag value such as --eplb-config '{"num_redundant_experts": 32}' as a mapping (a string is refused).
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"RayService: flag value {text!r} is not valid JSON ({exc.msg})") from exc
     for convert in (int, float):
         try:
             return convert(text)
@@ -108,13 +118,18 @@ def serve_config(plan: LaunchPlan, layout: Layout) -> Obj:
     }
     if env:
         llm["runtime_env"] = {"env_vars": env}
-    app = {
-        "name": "llm",
-        "route_prefix": "/",
-        "import_path": "ray.serve.llm:build_openai_app",
-        "args": {"llm_configs": [llm]},
-    }
-    return {"applications": [app]}
+    return {"applications": [serve_application(llm, layout)]}
+
+
+def serve_application(llm: Obj, layout: Layout, name: str = "llm") -> Obj:
+    """One Serve application around an LLMConfig: the data-parallel builder when the layout has dp.
+
+    The plain builder reserves tp*pp GPUs per replica and would hand vLLM a DP size it cannot place;
+    ``build_dp_openai_app`` gang-schedules one Serve replica per DP rank (num_replicas counts DP groups).
+    """
+    if layout.dp > 1:
+        return {"name": name, "route_prefix": "/", "import_path": DP_IMPORT_PATH, "args": {"llm_config": llm}}
+    return {"name": name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": {"llm_configs": [llm]}}
 
 
 def _ray_container(spec: Obj, name: str, ports: list[Obj]) -> Obj:
@@ -156,8 +171,9 @@ def ray_service(
         {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
         {"name": "serve", "containerPort": SERVE_PORT, "protocol": "TCP"},
     ]
-    head_spec = _ray_container(pod_spec(empty, 0, opts, "/"), "ray-head", head_ports)
-    head_spec["containers"][0]["resources"] = {}
+    head_spec = _ray_container(pod_spec(empty, 0, opts, Probe("/", 1)), "ray-head", head_ports)
+    # No GPU on the head, but Serve's controller and proxy need a core and some memory of their own.
+    head_spec["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
     # The head needs no GPU node; only the workers are pinned to the GPU product.
     head_selector = {k: v for k, v in head_spec.pop("nodeSelector", {}).items() if k != GPU_PRODUCT_LABEL}
     if head_selector:

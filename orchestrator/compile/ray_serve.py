@@ -1,7 +1,8 @@
 """LaunchPlan -> a Ray Serve LLM config, for users who serve the winning layout through Ray Serve.
 
 The result is the config file of ``serve run`` / ``serve deploy``: one application built by
-``ray.serve.llm:build_openai_app`` with one ``LLMConfig`` (model_loading_config, engine_kwargs with the
+``ray.serve.llm:build_openai_app`` (``build_dp_openai_app`` for data-parallel layouts) with one
+``LLMConfig`` (model_loading_config, engine_kwargs with the
 layout's tensor/pipeline/data parallel sizes, deployment_config with a fixed num_replicas = x, and the
 accelerator_type Ray schedules on). Ray Serve LLM runs vLLM, so only vLLM plans compile. Pure: no Ray.
 """
@@ -11,12 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.compile.k8s_argv import DROPPED_ENV, OWN_ADDRESS_ENV
-from orchestrator.compile.k8s_ray import _served_name, engine_kwargs
+from orchestrator.compile.k8s_ray import _served_name, engine_kwargs, serve_application
 from orchestrator.engines.base import LaunchPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-
-IMPORT_PATH = "ray.serve.llm:build_openai_app"
 
 # orch GPU presets -> Ray accelerator types (ray.util.accelerators); presets not listed get none.
 ACCELERATOR_TYPES = {
@@ -63,13 +62,4 @@ def serve_app_config(
     plan: LaunchPlan, layout: Layout, accelerator: str | None = None, app_name: str = "llm"
 ) -> dict[str, Any]:
     """A ``serve run`` config file: one OpenAI-compatible app serving the layout."""
-    return {
-        "applications": [
-            {
-                "name": app_name,
-                "route_prefix": "/",
-                "import_path": IMPORT_PATH,
-                "args": {"llm_configs": [llm_config(plan, layout, accelerator)]},
-            }
-        ]
-    }
+    return {"applications": [serve_application(llm_config(plan, layout, accelerator), layout, app_name)]}

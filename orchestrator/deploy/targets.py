@@ -1,8 +1,9 @@
-"""The deploy target a sweep spec asks for: local processes or a Ray cluster (Kubernetes: Helm)."""
+"""The deploy target a sweep spec asks for: local processes, a Ray cluster or a Kubernetes cluster."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.deploy.ray import RayTarget
@@ -11,15 +12,16 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.models import KubernetesTarget, LocalTarget, SweepSpec, TargetSpec
 from orchestrator.spec.models import RayTarget as RayTargetSpec
 
-KUBERNETES_HINT = (
-    "target.kind: 'kubernetes' is not swept by orch itself; sweep with kind: local | ray, then write the "
-    "winner's Helm values with `orch promote RUN --format helm-values` and install them with helm"
-)
+if TYPE_CHECKING:
+    from orchestrator.deploy.k8s import KubernetesRunTarget
 
-
-def check_sweepable(target: TargetSpec) -> None:
+def preflight(target: TargetSpec) -> None:
+    """What can be checked before the first layout: on Kubernetes, that a kubeconfig (or the in-cluster
+    config) loads, so a sweep without one stops with one line instead of failing every layout."""
     if isinstance(target, KubernetesTarget):
-        raise SpecError(KUBERNETES_HINT)
+        from orchestrator.deploy.k8s import api_client
+
+        api_client(target).close()
 
 
 def check_runs_here(spec: SweepSpec, source: str) -> None:
@@ -43,7 +45,14 @@ def probe_host(target: TargetSpec, where: Placement) -> str:
     return "127.0.0.1"
 
 
-def make_target(target: TargetSpec, workdir: Path, where: Placement) -> LocalProcessTarget | RayTarget:
+def make_target(
+    target: TargetSpec, workdir: Path, where: Placement, *, run_id: str = "", spec_hash: str | None = None
+) -> LocalProcessTarget | RayTarget | KubernetesRunTarget:
+    if isinstance(target, KubernetesTarget):
+        # Imported here: the kubernetes client is a heavy, optional dependency (extra [k8s]).
+        from orchestrator.deploy.k8s import KubernetesRunTarget
+
+        return KubernetesRunTarget(target, run_id or workdir.parent.name, workdir, spec_hash=spec_hash)
     if isinstance(target, LocalTarget):
         return LocalProcessTarget(workdir)
     if isinstance(target, RayTargetSpec):
@@ -56,4 +65,4 @@ def make_target(target: TargetSpec, workdir: Path, where: Placement) -> LocalPro
             on_cpu=where.on_cpu,
             node_names=where.nodes,
         )
-    raise SpecError(KUBERNETES_HINT)
+    raise SpecError(f"target.kind: {target.kind!r} is not a deploy target orch knows")

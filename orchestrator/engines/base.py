@@ -64,12 +64,15 @@ class ReplicaPlan:
     processes: tuple[ProcessSpec, ...]
     health_url: str
     openai_base_url: str
+    # How long one health call may take before it counts as failed (Kubernetes probes' timeoutSeconds).
+    health_timeout_s: float = 5.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "processes": [p.to_dict() for p in self.processes],
             "health_url": self.health_url,
             "openai_base_url": self.openai_base_url,
+            "health_timeout_s": self.health_timeout_s,
         }
 
 
@@ -100,6 +103,9 @@ class EngineOptions:
     enforce_eager: bool = False
     extra_args: tuple[str, ...] = ()
     num_redundant_experts: int = 0
+    # Routed experts of the model (0: dense, or not known): decides what dp means on SGLang and lets the
+    # EPLB check count physical experts as the engines do.
+    num_routed_experts: int = 0
     executor: Literal["mp", "ray"] = "mp"
     a2a_backend: str | None = None  # vLLM --all2all-backend / SGLang --moe-a2a-backend
     extra_env: tuple[tuple[str, str], ...] = field(default=())
@@ -111,6 +117,8 @@ class EngineOptions:
             raise SpecError("engine options: model is empty")
         if self.num_redundant_experts < 0:
             raise SpecError("engine options: num_redundant_experts must be >= 0")
+        if self.num_routed_experts < 0:
+            raise SpecError("engine options: num_routed_experts must be >= 0")
         if self.executor not in ("mp", "ray"):
             raise SpecError(f"engine options: executor must be 'mp' or 'ray', got {self.executor!r}")
 

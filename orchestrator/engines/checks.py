@@ -12,16 +12,24 @@ def url(host: str, port: int, path: str) -> str:
 
 
 def check_moe_options(layout: Layout, options: EngineOptions) -> None:
-    """Redundant experts must spread evenly over the EP ranks of an expert-parallel layout.
+    """With EPLB, every EP rank must hold the same number of physical experts.
 
-    Without EP the MoE options are ignored, not refused: a sweep sets them once for all its layouts.
+    vLLM (EPLB config) and SGLang (expert location) both require (routed + redundant experts) % EP == 0.
+    Without EP, or without redundant experts (EPLB off), the MoE options are ignored, not refused: a sweep
+    sets them once for all its layouts, and the engines spread an uneven expert count themselves.
     """
     redundant = options.num_redundant_experts
-    # Every EP rank must hold the same number of physical experts, so the extra slots must spread evenly.
-    if layout.ep and redundant % layout.ep_size:
+    if not layout.ep or not redundant:
+        return
+    ep = layout.ep_size
+    physical = options.num_routed_experts + redundant
+    if physical % ep:
+        fit = redundant + (-physical) % ep
+        known = f"{options.num_routed_experts} routed + " if options.num_routed_experts else ""
         raise SpecError(
-            f"engine num_redundant_experts: {redundant} is not a multiple of the EP size {layout.ep_size} "
-            f"of {layout}; use a multiple of {layout.ep_size}"
+            f"engine num_redundant_experts: {known}{redundant} redundant experts = {physical} physical, not "
+            f"divisible by the EP size {ep} of {layout}; the engines need (experts + redundant) % EP == 0: "
+            f"use num_redundant_experts {fit}"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -90,6 +91,12 @@ def engine_options(
     if num_redundant_experts is not None:
         redundant = num_redundant_experts
     chosen_executor = executor or _engine_field(spec, "executor", "mp")
+    from orchestrator.catalog.loader import load_model
+
+    routed = 0
+    with contextlib.suppress(SpecError):
+        # Only refines checks and the SGLang dp mapping; an unknown model is the planner's error to report.
+        routed = load_model(model.name or model.config_path or "").num_routed_experts
     return EngineOptions(
         model=model_ref(model, engine or engine_spec.name),
         max_model_len=model.max_model_len,
@@ -101,6 +108,7 @@ def engine_options(
         enforce_eager=engine_spec.enforce_eager,
         extra_args=tuple(engine_spec.extra_args),
         num_redundant_experts=int(redundant),
+        num_routed_experts=routed,
         executor=cast(Literal["mp", "ray"], chosen_executor),
         a2a_backend=a2a_backend or _engine_field(spec, "a2a_backend", None),
         # The spec's engine.env first; variables given here win.

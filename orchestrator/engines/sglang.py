@@ -1,8 +1,9 @@
 """SGLang: a Layout plus EngineOptions and a Placement become `python3 -m sglang.launch_server` argv.
 
-Layout mapping (GPU counts follow SGLang's rules): the layout's dp is DP attention, which SGLang counts
-inside the TP group, so ``--tp-size`` is tp*dp and ``--attn-dp-size`` is dp (0.5.23; older releases
-spell it ``--dp-size dp --enable-dp-attention``). ``ep`` spreads experts over all tp*dp ranks
+Layout mapping (GPU counts follow SGLang's rules): on a MoE model the layout's dp is DP attention, which
+SGLang counts inside the TP group, so ``--tp-size`` is tp*dp and ``--attn-dp-size`` is dp (0.5.23; older
+releases spell it ``--dp-size dp --enable-dp-attention``); on a dense model it is dp independent workers
+(``--tp-size tp --dp-size dp``), as vLLM's ``-dp`` is. ``ep`` spreads experts over all tp*dp ranks
 (``--ep-size``). Flags were checked against SGLang 0.5.23's own parser (tests/integration).
 """
 
@@ -33,6 +34,10 @@ _A2A_FROM_VLLM = {
     "deepep_low_latency": ("deepep", "low_latency"),
     "deepep_high_throughput": ("deepep", "normal"),
 }
+
+# SGLang 0.5.23's /health and /health_generate wait at least 1 s before they answer (they run a real
+# decode step behind queued requests), so a probe with Kubernetes' default 1 s timeout never passes.
+HEALTH_TIMEOUT_S = 10.0
 
 _KV_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
               "fp8_e5m2": "fp8_e5m2"}
@@ -67,6 +72,13 @@ class SGLangEngine:
             raise SpecError(f"layout {layout}: sglang cannot run it: " + "; ".join(problems))
         check_extra_args(options.extra_args)
         check_moe_options(layout, options)
+        spans_nodes = layout.gpus_per_replica > placement.gpus_per_node
+        if layout.dp > 1 and not dp_attention(layout, options) and spans_nodes:
+            # SGLang's DP controller places independent DP workers on the GPUs of one node only.
+            raise SpecError(
+                f"layout {layout}: sglang runs dense data parallel (--dp-size) within one node; use replicas "
+                f"instead, e.g. tp{layout.tp}x{layout.dp * layout.replicas}"
+            )
         base = self._head(layout, options)
         check_extra_duplicates((*base, "--enable-metrics"), options.extra_args)
         replicas = tuple(
@@ -77,16 +89,20 @@ class SGLangEngine:
     def _head(self, layout: Layout, options: EngineOptions) -> tuple[str, ...]:
         """Argv shared by every node of a replica: model, parallel sizes, MoE flags, engine knobs."""
         argv: list[str] = [*PROGRAM, "--model-path", options.model]
-        tp_size = layout.tp * layout.dp  # DP attention ranks live inside SGLang's TP group
+        attention_dp = dp_attention(layout, options)
+        # DP attention ranks live inside SGLang's TP group; independent DP workers each have their own.
+        tp_size = layout.tp * layout.dp if attention_dp else layout.tp
         if tp_size > 1:
             argv += ["--tp-size", str(tp_size)]
         if layout.pp > 1:
             argv += ["--pp-size", str(layout.pp)]
-        if layout.dp > 1:
+        if attention_dp:
             if self.legacy_dp_attention:
                 argv += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
             else:
                 argv += ["--attn-dp-size", str(layout.dp)]
+        elif layout.dp > 1:
+            argv += ["--dp-size", str(layout.dp)]
         if layout.ep:
             argv += ["--ep-size", str(layout.ep_size)]
             if options.num_redundant_experts:
@@ -127,6 +143,15 @@ class SGLangEngine:
         return tuple(argv)
 
 
+def dp_attention(layout: Layout, options: EngineOptions) -> bool:
+    """Whether the layout's dp is SGLang's DP attention (MoE) or independent DP workers (dense).
+
+    vLLM's -dp means independent engines for a dense model, and for a MoE model DP attention with the
+    experts shared over all ranks; SGLang spells the two as --dp-size and --attn-dp-size.
+    """
+    return layout.dp > 1 and (layout.ep or options.num_routed_experts > 0)
+
+
 def _replica(
     options: EngineOptions, placement: Placement, base: tuple[str, ...], slots: list[Slot]
 ) -> ReplicaPlan:
@@ -156,6 +181,7 @@ def _replica(
         # /health answers before the model can generate; /health_generate runs a real decode step.
         health_url=url(leader.host, leader.port, "/health_generate"),
         openai_base_url=url(leader.host, leader.port, "/v1"),
+        health_timeout_s=HEALTH_TIMEOUT_S,
     )
 
 

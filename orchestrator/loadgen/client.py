@@ -5,7 +5,8 @@ taken with time.perf_counter() as soon as a read returns bytes, before parsing.
 Failures never raise: they end up as RequestRecord.error kinds ("http_<status>", "timeout",
 "truncated" = stream ended cleanly without [DONE], "malformed" = an event that is not valid JSON,
 an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
-"connection" = connect failure or the connection dropped mid-stream).
+"connection" = connect failure or the connection dropped mid-stream, "protocol" = not HTTP/1.1
+framing, "too_large" = the body passed ClientConfig.max_response_bytes; see records.ERROR_KINDS).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from orchestrator.loadgen.balance import Balance, Balancer
 from orchestrator.loadgen.decode import Backlog, RecordSink, Sent, to_record
+from orchestrator.loadgen.framing import DEFAULT_MAX_RESPONSE_BYTES
 from orchestrator.loadgen.http1 import Http1Client, Origin
 from orchestrator.loadgen.records import RequestRecord
 
@@ -43,6 +45,7 @@ class ClientConfig:
     timeout_s: float = 600.0
     ignore_eos: bool = False
     api_key_env: str = API_KEY_ENV
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # body cap per response ("too_large" beyond)
 
     @property
     def url(self) -> str:
@@ -107,7 +110,7 @@ async def exchange(
     origin, head = _wire(cfg)
     payload = json.dumps(build_body(cfg, spec)).encode()
     sent = time.perf_counter()
-    ex = await http.post(origin, head, payload, cfg.timeout_s)
+    ex = await http.post(origin, head, payload, cfg.timeout_s, cfg.max_response_bytes)
     failed_s = time.perf_counter() if ex.error is not None else None
     return Sent(spec.request_id, ex, sent, sent if scheduled_s is None else scheduled_s, queued_s,
                 spec.prompt_tokens, failed_s, endpoint)

@@ -82,7 +82,7 @@ def to_record(s: Sent) -> RequestRecord:
             for event in parser.feed_data(data):
                 try:
                     obj = loads(event)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: stdlib json on deep nesting
                     if event.strip() == b"[DONE]":  # the one event that is not JSON
                         got_done = True
                         continue
@@ -108,13 +108,17 @@ def to_record(s: Sent) -> RequestRecord:
                     if choices and (n_chunk > 0 or _choice_text(choices[0])):
                         times.append(now)
                         tokens.append(max(n_chunk, 1))
-                except (AttributeError, TypeError, KeyError, IndexError, ValueError):
-                    error = "malformed"  # valid JSON of the wrong shape (a list, a string, ...)
+                except (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError):
+                    error = "malformed"  # valid JSON of the wrong shape (a list, a string, 1e999 ...)
                     break
+            if parser.overflowed and error is None:  # an event of endless data lines
+                error = "malformed"
             if error is not None:
                 break
-    if ex.error is not None and (error is None or ex.error == "timeout"):
-        error = ex.error  # the transport's fault (dropped, refused, timed out) outranks what was parsed
+    if ex.error is not None and (error is None or ex.error != "connection"):
+        # The transport's fault (timed out, bad framing, over the cap, refused) outranks what was
+        # parsed of a body it cut short; a dropped connection after a bad event is that event's fault.
+        error = ex.error
     elif error is None and not got_done:
         error = "truncated"
     return RequestRecord(

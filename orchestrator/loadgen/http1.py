@@ -9,6 +9,12 @@ arrives, each read timestamped with time.perf_counter() in data_received, before
 and JSON are decoded later (orchestrator.loadgen.decode).
 
 Control calls (health, metrics, models) keep using a general-purpose library; this is for the load.
+
+A hostile or broken server cannot hang it or grow its memory: every length on the wire is checked
+before it is used (orchestrator.loadgen.framing), every line it waits for has a length limit, the
+body has a cap (max_response_bytes), and the per-request deadline is a timer independent of
+arrivals. A violation ends the exchange with error "protocol" (not HTTP/1.1 framing) or "too_large"
+(over the cap); see orchestrator.loadgen.records for every kind.
 """
 
 from __future__ import annotations
@@ -21,7 +27,17 @@ from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
-MAX_HEAD_BYTES = 64 * 1024
+from orchestrator.loadgen.framing import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_LINE_BYTES,
+    READ_COST_BYTES,
+    SIZES_SEEN,
+    chunk_size,
+    parse_head,
+    status_of,
+)
+
 _HEAD, _LENGTH, _CLOSE, _SIZE, _DATA, _CRLF, _TRAILER = range(7)
 
 
@@ -31,7 +47,8 @@ class Exchange:
 
     status: int = 0
     reads: list[tuple[float, bytes]] = field(default_factory=list)
-    error: str | None = None  # "connection" (refused, dropped, bad framing) or "timeout"
+    #: "connection" (refused, dropped), "timeout", "protocol" (not HTTP/1.1 framing), "too_large"
+    error: str | None = None
     complete: bool = False  # the body ended by its framing (or by the close of a close-delimited body)
     end_s: float | None = None  # when the last byte arrived
 
@@ -75,6 +92,8 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.got_bytes = False
+        self.room = DEFAULT_MAX_RESPONSE_BYTES  # what the current exchange may still keep (bytes)
+        self.head_bytes = 0  # head bytes (interim responses, trailers) of the current exchange
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,15 +114,26 @@ class _Conn(asyncio.Protocol):
         if not data:
             return
         state = self.state
-        if state == _LENGTH:
+        if state == _LENGTH:  # the length itself was taken from the cap when the head arrived
             if len(data) > self.remaining:  # bytes past the body: framing is off, do not reuse
                 self.keep_alive = False
                 data = data[: self.remaining]
+            self.room -= READ_COST_BYTES
+            if self.room < 0:  # a body dribbled in tiny reads
+                self.abort("too_large")
+                return
             self.remaining -= len(data)
             ex.reads.append((now, data))
             if self.remaining == 0:
                 self._finish()
         elif state == _CLOSE:
+            self.room -= len(data) + READ_COST_BYTES
+            if self.room < 0:  # an endless body: keep what fits, then stop
+                keep = len(data) + self.room
+                if keep > 0:
+                    ex.reads.append((now, data[:keep]))
+                self.abort("too_large")
+                return
             ex.reads.append((now, data))
         else:
             self._chunked(now, data)
@@ -123,9 +153,11 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     # -- one exchange
-    def start(self, ex: Exchange, waiter: asyncio.Future[None], request: bytes) -> None:
+    def start(self, ex: Exchange, waiter: asyncio.Future[None], request: bytes,
+              max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.ex, self.waiter = ex, waiter
         self.buf, self.state, self.got_bytes = b"", _HEAD, False
+        self.room, self.head_bytes = max_bytes, 0
         assert self.transport is not None
         self.transport.write(request)
 
@@ -146,45 +178,43 @@ class _Conn(asyncio.Protocol):
         while True:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    self.abort("connection")
+                if self.head_bytes + len(buf) > MAX_HEAD_BYTES:  # endless header lines
+                    self.abort("protocol")
+                    return b""
                 self.buf = buf
+                return b""
+            self.head_bytes += end + 4
+            if self.head_bytes > MAX_HEAD_BYTES:  # also endless interim responses
+                self.abort("protocol")
                 return b""
             lines = buf[:end].split(b"\r\n")
             buf = buf[end + 4 :]
-            parts = lines[0].split(b" ", 2)
-            try:
-                status = int(parts[1])
-            except (IndexError, ValueError):
-                self.abort("connection")
+            status = status_of(lines[0])
+            if status is None:
+                self.abort("protocol")
                 return b""
-            if 100 <= status < 200:  # interim response: the real one follows
-                continue
-            break
+            if status >= 200:
+                break
+            # interim response (100 Continue, 103 Early Hints): the real one follows
         assert self.ex is not None
         self.ex.status = status
-        length: int | None = None
-        chunked = False
-        self.keep_alive = parts[0] == b"HTTP/1.1"
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            key = name.strip().lower()
-            if key == b"content-length":
-                length = int(value)
-            elif key == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif key == b"connection":
-                v = value.strip().lower()
-                self.keep_alive = v != b"close" and (self.keep_alive or v == b"keep-alive")
-        self.buf = b""
-        if chunked:
+        head = parse_head(lines, status)
+        if head is None:
+            self.abort("protocol")
+            return b""
+        self.buf, self.keep_alive = b"", head.keep_alive
+        if head.chunked:
             self.state = _SIZE
-        elif length is not None:
-            self.state, self.remaining = _LENGTH, length
-            if length == 0:
-                self._finish()
+        elif head.length is None:
+            self.state = _CLOSE
+        elif head.length > self.room:
+            self.abort("too_large")
+            return b""
         else:
-            self.state, self.keep_alive = _CLOSE, False
+            self.room -= head.length
+            self.state, self.remaining = _LENGTH, head.length
+            if head.length == 0:
+                self._finish()
         return buf
 
     def _chunked(self, now: float, data: bytes) -> None:
@@ -193,6 +223,8 @@ class _Conn(asyncio.Protocol):
         buf = self.buf + data if self.buf else data
         pos, n, out = 0, len(buf), []
         done = False
+        error: str | None = None
+        room = self.room - READ_COST_BYTES  # (a local: this loop is the hot path)
         while pos < n:
             state = self.state
             if state == _DATA:
@@ -205,30 +237,51 @@ class _Conn(asyncio.Protocol):
             elif state == _CRLF:
                 if n - pos < 2:
                     break
+                if not buf.startswith(b"\r\n", pos):  # the chunk was longer than its size said
+                    error = "protocol"
+                    break
                 pos += 2
                 self.state = _SIZE
             else:  # _SIZE or _TRAILER: a CRLF-terminated line
                 eol = buf.find(b"\r\n", pos)
                 if eol < 0:
+                    limit = MAX_LINE_BYTES if state == _SIZE else MAX_HEAD_BYTES - self.head_bytes
+                    if n - pos > limit:  # an endless chunk-size or trailer line
+                        error = "protocol"
                     break
                 line, pos = buf[pos:eol], eol + 2
                 if state == _TRAILER:
+                    self.head_bytes += len(line) + 2
                     if not line:
                         done = True
                         break
+                    if self.head_bytes > MAX_HEAD_BYTES:  # endless trailers
+                        error = "protocol"
+                        break
                     continue
-                try:
-                    size = int(line.split(b";", 1)[0], 16)
-                except ValueError:
-                    self.abort("connection")
-                    return
+                size = SIZES_SEEN.get(line)
+                if size is None:
+                    size = chunk_size(line)
+                    if size < 0:
+                        error = "protocol"
+                        break
                 if size == 0:
                     self.state = _TRAILER
+                elif size > room:
+                    error = "too_large"  # refused before its bytes arrive
+                    break
                 else:
+                    room -= size
                     self.state, self.remaining = _DATA, size
-        self.buf = buf[pos:]
         if out:
             self.ex.reads.append((now, out[0] if len(out) == 1 else b"".join(out)))
+        self.room = room
+        if room < 0 and error is None:  # a body dribbled in tiny reads
+            error = "too_large"
+        if error is not None:
+            self.abort(error)
+            return
+        self.buf = buf[pos:]
         if done:
             self._finish()
 
@@ -296,8 +349,13 @@ class Http1Client:
     def __init__(self) -> None:
         self._pools: dict[Origin, _Pool] = {}
 
-    async def post(self, origin: Origin, head: bytes, body: bytes, timeout_s: float) -> Exchange:
-        """Send head (from Origin.head) + body; never raises for server or network faults."""
+    async def post(self, origin: Origin, head: bytes, body: bytes, timeout_s: float,
+                   max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> Exchange:
+        """Send head (from Origin.head) + body; never raises for server or network faults.
+
+        timeout_s bounds the whole exchange (connect, head, body) however the bytes arrive;
+        max_response_bytes caps the body (framing removed): a longer one ends with "too_large".
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         pool = self._pools.get(origin)
@@ -319,7 +377,7 @@ class Http1Client:
                 ex.error = "connection"
                 return ex
             waiter: asyncio.Future[None] = loop.create_future()
-            conn.start(ex, waiter, request)
+            conn.start(ex, waiter, request, max_response_bytes)
             timer = loop.call_at(deadline, conn.abort_for, ex, "timeout")
             try:
                 await waiter

@@ -7,8 +7,13 @@ from typing import Literal
 
 OutputTokensSource = Literal["usage", "fallback"]
 
-#: Error kinds: None (success), "http_<status>", "timeout", "truncated", "malformed", "connection".
+#: Error kinds: None (success), "http_<status>" (a status other than 200, or an error event in the
+#: stream), "timeout" (the per-request deadline passed), "truncated" (clean end without [DONE]),
+#: "malformed" (an event that is not the expected JSON), "connection" (refused, or dropped mid-stream),
+#: "protocol" (not HTTP/1.1 framing: bad status line, Content-Length or chunk size; a line over its
+#: limit), "too_large" (the body passed the response cap, max_response_bytes).
 ErrorKind = str | None
+ERROR_KINDS = ("timeout", "truncated", "malformed", "connection", "protocol", "too_large")  # + http_<status>
 
 
 @dataclass(frozen=True)

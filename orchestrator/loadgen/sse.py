@@ -24,51 +24,70 @@ class SSEEvent:
         return self.data.decode("utf-8", "replace")
 
 
+#: What one event's data lines may cost (their bytes plus LINE_COST_BYTES each, for the line's own
+#: object): an OpenAI-style event is a few hundred bytes; an endless one of tiny `data:` lines would
+#: otherwise hold ~40 bytes of objects per 8 bytes of stream.
+MAX_EVENT_BYTES = 1024 * 1024
+LINE_COST_BYTES = 64
+
+
 class SSEParser:
     def __init__(self) -> None:
-        self._buf = b""
+        self._parts: list[bytes] = []  # pieces of the unfinished last line, joined once it ends
         self._data: list[bytes] = []
         self._event: str | None = None
+        self._cost = 0  # of the event being collected, against MAX_EVENT_BYTES
+        self.overflowed = False  # an event passed MAX_EVENT_BYTES: the stream is not SSE any more
 
     @property
     def pending(self) -> bytes:
         """Bytes of an unfinished line (non-empty at end of stream means truncation)."""
-        return self._buf
+        return b"".join(self._parts)
 
     @property
     def has_partial_event(self) -> bool:
-        return bool(self._buf.strip()) or bool(self._data)
+        return any(p.strip() for p in self._parts) or bool(self._data)
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """Like feed, but only the events' data fields (the load generator reads nothing else)."""
-        if not self._buf and not self._data:
+        if not self._parts and not self._data and not self.overflowed:
             fast = _simple_events(chunk)
             if fast is not None:
                 return fast
         return [e.data for e in self.feed(chunk)]
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if not self._buf and not self._data:
+        if self.overflowed:
+            return []
+        if not self._parts and not self._data and self._event is None:  # (a pending `event:` name)
             fast = _simple_events(chunk)
             if fast is not None:
                 return [SSEEvent(d) for d in fast]
-        buf = self._buf + chunk if self._buf else chunk
-        if b"\n" not in buf:
-            self._buf = buf
+        if b"\n" not in chunk:
+            # The line goes on. Keeping pieces (not one growing buffer) makes a line that never ends
+            # cost linear time: each read is scanned and copied once, not once per later read.
+            if chunk:
+                self._parts.append(chunk)
             return []
+        buf = b"".join([*self._parts, chunk]) if self._parts else chunk
         lines = buf.split(b"\n")
-        self._buf = lines.pop()  # the unfinished last line (b"" when buf ended with a newline)
+        last = lines.pop()  # the unfinished last line (b"" when buf ended with a newline)
+        self._parts = [last] if last else []
         events: list[SSEEvent] = []
         for raw in lines:
             line = raw[:-1] if raw.endswith(b"\r") else raw
             if not line:
                 if self._data:
                     events.append(SSEEvent(b"\n".join(self._data), self._event))
-                self._data, self._event = [], None
+                self._data, self._event, self._cost = [], None, 0
                 continue
             if line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
+                self._cost += len(value) + LINE_COST_BYTES
+                if self._cost > MAX_EVENT_BYTES:  # stop: what is left of this read is not parsed
+                    self.overflowed, self._data, self._parts = True, [], []
+                    return events
                 continue
             if line.startswith(b":"):
                 continue

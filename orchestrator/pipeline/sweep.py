@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.deploy.base import deployed, free_base_port
-from orchestrator.deploy.targets import check_sweepable, make_target, probe_host
+from orchestrator.deploy.targets import make_target, preflight, probe_host
 from orchestrator.engines import get_engine
 from orchestrator.engines.from_spec import engine_options, placement
 from orchestrator.engines.sim import sim_args_from_spec
@@ -120,7 +120,7 @@ class Sweep:
         self.spec_path = spec_path
         self.resuming = run_id is not None
         self.run_id = run_id or new_run_id()
-        check_sweepable(spec.target)
+        preflight(spec.target)
         self.engine = get_engine(spec.engine.name)
         self.inputs = plan_inputs(spec)
         self.scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
@@ -206,7 +206,9 @@ class Sweep:
         where = replace(where, base_port=base_port)
         launch = self.engine.launch_plan(layout, opts, where)
         self.store.set_layout(self.run_id, name, layout.gpus, "pending", plan=plan_d, launch=launch.to_dict())
-        target = make_target(spec.target, self.workdir / name, where)
+        target = make_target(
+            spec.target, self.workdir / name, where, run_id=self.run_id, spec_hash=spec_hash(spec)
+        )
         obs.phase(name, "deploy")
         timeout = self.opts.ready_timeout_s or spec.engine.startup_s or DEFAULT_READY_TIMEOUT_S
         with deployed(target, launch, timeout) as dep:

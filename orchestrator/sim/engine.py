@@ -1,11 +1,12 @@
 """A continuous-batching engine in the style of vLLM v1, stepped by the caller.
 
 One `EngineCore` is one scheduler (one DP rank of one replica). Each step it schedules the running
-decodes first (one token each), then continues partial prefills, then admits waiting requests while
-the token budget (`max_num_batched_tokens`), the sequence cap (`max_num_seqs`) and the KV cache
-allow; prompts are chunked to fit the budget. When the KV cache cannot hold the next decode tokens,
-the most recently admitted sequence is preempted and recomputed later (vLLM's recompute mode). The
-step time comes from the planner's cost model for the batch actually formed.
+requests first: every decode one token, every partial prefill its next chunk (prompts are chunked
+only by the token budget, `max_num_batched_tokens`). A running request gets the KV for all of its
+tokens or, when the cache cannot hold them, the most recently admitted request is preempted and
+recomputed later (vLLM's recompute mode). Waiting requests are admitted in arrival order, within the
+sequence cap (`max_num_seqs`), only in a step that preempted nothing and only when the cache holds
+their whole first chunk. The step time comes from the planner's cost model for the batch formed.
 
 Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
 implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
@@ -125,50 +126,60 @@ class EngineCore:
         self.waiting.appendleft(seq)
 
     def schedule(self) -> StepPlan:
-        """The next step's batch. If partial prefills hold the whole cache and nothing can run,
-        the newest one is preempted so that the others can finish."""
+        """The next step's batch (vLLM v1's rules, see `_schedule_once`)."""
         plan = self._schedule_once()
-        while plan.tokens == 0 and self.running:
-            self._preempt_last()
+        if plan.tokens == 0 and self.waiting:
+            # Preemption emptied the running set: vLLM's step would be empty and the next one admits;
+            # an empty step takes no time, so admit at once instead of recording it.
             plan = self._schedule_once()
         return plan
 
     def _schedule_once(self) -> StepPlan:
+        """Running requests first, then waiting ones, as vLLM v1's scheduler.
+
+        Every running request is scheduled in full or not at all: a decode needs room for one more
+        token, a partial prefill for its whole next chunk (as large as the token budget allows).
+        While the cache cannot hold that, the newest running request is preempted (recompute).
+        Waiting requests are admitted in arrival order only in a step that preempted nothing, and
+        only when the cache holds their whole first chunk; the first one that does not fit stops
+        admission (no chunk is shrunk to squeeze into the free KV).
+        """
         cfg = self.config
         capacity = cfg.kv_capacity_tokens
-        # Decodes first: each needs room for one more token.
-        while self.decoding and self.kv_used_tokens() + len(self.decoding) > capacity:
+        half_block = cfg.block_tokens // 2
+        preempted = False
+        while True:
+            decodes = len(self.decoding)
+            budget = cfg.max_num_batched_tokens - decodes
+            chunks: list[tuple[Seq, int]] = []
+            for seq in self.prefilling.values():
+                if budget <= 0:
+                    break
+                chunk = min(seq.prefill_target - seq.computed, budget)
+                chunks.append((seq, chunk))
+                budget -= chunk
+            used = self.kv_used_tokens() + decodes + sum(c for _, c in chunks)
+            if used <= capacity or not self.running:
+                break
             self._preempt_last()
-        decodes = len(self.decoding)
-        budget = cfg.max_num_batched_tokens - decodes
+            preempted = True
         kv_tokens = self.decode_ctx
         pairs = float(self.decode_ctx + decodes)  # each decode attends to its context and itself
-        if not self.prefilling and (not self.waiting or len(self.running) >= cfg.max_num_seqs):
+        if not chunks and (preempted or not self.waiting or len(self.running) >= cfg.max_num_seqs):
             # Pure decode step, the common case: nothing to admit or continue.
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
-        chunks: list[tuple[Seq, int]] = []
-        used = self.kv_used_tokens() + decodes
-        for seq in list(self.prefilling.values()):
-            if budget <= 0:
-                break
-            chunk = min(seq.prefill_target - seq.computed, budget, capacity - used)
-            if chunk <= 0:
-                break
-            chunks.append((seq, chunk))
-            budget -= chunk
-            used += chunk
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+        while (not preempted and self.waiting and budget > 0
+               and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
-            chunk = min(seq.prefill_target, budget, capacity - used - cfg.block_tokens // 2)
-            # Admit only when the first chunk fits; a prompt larger than the cache can never run.
-            if chunk <= 0:
+            chunk = min(seq.prefill_target, budget)
+            if used + chunk + half_block > capacity:
                 break
             self.waiting.popleft()
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
             chunks.append((seq, chunk))
             budget -= chunk
-            used += chunk + cfg.block_tokens // 2
+            used += chunk + half_block
         for seq, chunk in chunks:
             kv_tokens += seq.computed
             pairs += chunk * (seq.computed + (chunk + 1) / 2)

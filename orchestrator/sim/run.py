@@ -1,18 +1,22 @@
-"""`orch simulate` without the printing: a spec's workload through simulated replicas in virtual time."""
+"""`orch simulate` without the printing: a spec's workload through simulated replicas in virtual time.
+
+A load point is what `orch bench` would run: an open-loop rate (capped by `workload.max_concurrency`
+as the load generator's semaphore caps it) or a closed loop of N clients."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from orchestrator.layout import Layout
-from orchestrator.loadgen.bench import LoadPoint, PointResult
-from orchestrator.loadgen.client import arrival_offsets
+from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
+from orchestrator.loadgen.client import RequestSpec, arrival_offsets
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
-from orchestrator.sim.virtual import SimRequest, SimSummary, simulate
+from orchestrator.sim.engine import EngineCore
+from orchestrator.sim.virtual import SimRequest, SimSummary, closed_loop, simulate
 from orchestrator.spec.models import SweepSpec
 
 
@@ -23,27 +27,55 @@ class SimPoint:
     summary: SimSummary
 
 
-def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None) -> list[SimRequest]:
-    """The same requests `orch sweep` would send at `rate`, as the engine sees them. Prompt tokens are
-    counted as the simulated server counts them (one per word of the synthetic text)."""
-    w = spec.workload
-    n = num_requests or w.num_requests
-    duration = None if num_requests else w.duration_s
-    offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
-    specs = workload_factory(w)(len(offsets)).specs[: len(offsets)]
+def _as_sim(specs: list[RequestSpec], offsets: list[float]) -> list[SimRequest]:
+    """Prompt tokens as the simulated server counts them (one per word of the synthetic text)."""
     return [SimRequest(s.request_id, t, s.prompt_tokens or max(len(s.prompt.split()), 1), s.max_tokens)
             for s, t in zip(specs, offsets, strict=False)]
 
 
-def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float, *,
-                   num_requests: int | None = None) -> SimPoint:
-    engines = []
+def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None) -> list[SimRequest]:
+    """The same requests `orch sweep` would send at `rate`, as the engine sees them."""
+    w = spec.workload
+    n = num_requests or w.num_requests
+    duration = None if num_requests else w.duration_s
+    offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
+    return _as_sim(list(workload_factory(w)(len(offsets)).specs[: len(offsets)]), offsets)
+
+
+def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[EngineCore]:
+    """Every engine of the layout: replicas x DP ranks."""
+    engines: list[EngineCore] = []
     replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
     for _ in range(layout.replicas):
         engines += replica_engines(inputs, replica, max_num_seqs=spec.engine.max_num_seqs,
                                    max_num_batched_tokens=spec.engine.max_num_batched_tokens)
-    records, summary = simulate(engines, sim_requests(spec, rate, num_requests))
+    return engines
+
+
+def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None = None, *,
+                   num_requests: int | None = None, concurrency: int | None = None) -> SimPoint:
+    """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients.
+
+    As `orch bench` runs them: `num_requests` replaces the spec's count and duration; a closed loop
+    bounded only by a duration cycles through the same 1,000 requests."""
+    w = spec.workload
+    engines = spec_engines(spec, inputs, layout)
+    if concurrency is not None:
+        n = num_requests or w.num_requests
+        duration = None if num_requests else w.duration_s
+        specs = list(workload_factory(w)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
+        records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
+                                       duration_s=duration)
+        if n is not None:
+            records = records[:n]
+        point = LoadPoint(concurrency=concurrency)
+    elif rate is not None:
+        records, summary = simulate(engines, sim_requests(spec, rate, num_requests),
+                                    max_concurrency=w.max_concurrency)
+        point = LoadPoint(rate=rate)
+    else:
+        raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
-    metrics = compute_metrics(records, warmup_s=spec.workload.warmup_s, gpus=layout.gpus, slo=slo)
+    metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=layout.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
-    return SimPoint(layout, PointResult(LoadPoint(rate=rate), metrics, tuple(records), why), summary)
+    return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary)

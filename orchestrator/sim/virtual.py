@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -48,73 +49,132 @@ def _choose(engines: Sequence[EngineCore], balance: Balance, counter: int) -> in
 
 
 def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
-             balance: Balance = "least_outstanding") -> tuple[list[RequestRecord], SimSummary]:
-    """Run `requests` (sorted by arrival) to completion; one record per request, in request order."""
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
-    step_ends: list[list[float]] = [[] for _ in engines]
-    plans: list[StepPlan | None] = [None] * len(engines)
-    busy: list[tuple[float, int]] = []  # (step end time, engine)
-    seqs: dict[str, tuple[Seq, int]] = {}
-    rejected: list[str] = []
-    now = 0.0
+             balance: Balance = "least_outstanding",
+             max_concurrency: int | None = None) -> tuple[list[RequestRecord], SimSummary]:
+    """Open loop: run `requests` (each sent at its arrival) to completion; one record per request,
+    in request order.
 
-    def start(e: int, t: float) -> None:
-        eng = engines[e]
-        plan = eng.schedule()
-        plans[e] = plan
-        heapq.heappush(busy, (t + eng.step_time_s(plan), e))
+    `max_concurrency` caps the requests in flight as the load generator's semaphore does: a request
+    that arrives while every slot is taken waits, in arrival order, until one frees; that wait is its
+    `queued_s` and its TTFT starts when it is sent.
+    """
+    return _Run(engines, balance, max_concurrency, closed=False).go(requests, None)
 
-    push, pop = heapq.heappush, heapq.heappop
 
-    i = 0
-    while i < len(order) or busy:
-        next_arrival = requests[order[i]].arrival_s if i < len(order) else math.inf
-        if busy and busy[0][0] < next_arrival:
-            now, e = pop(busy)
-            eng = engines[e]
-            plan = plans[e]
-            assert plan is not None
-            eng.complete(plan)
-            step_ends[e].append(now)
-            if eng.waiting or eng.running:  # start the next step at once (inlined start(), hot path)
-                plan = eng.schedule()
-                plans[e] = plan
-                push(busy, (now + eng.step_time_s(plan), e))
-            else:
-                plans[e] = None
-            continue
-        req = requests[order[i]]
-        now = req.arrival_s
-        e = _choose(engines, balance, i)
-        i += 1
+def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
+                duration_s: float | None = None,
+                balance: Balance = "least_outstanding") -> tuple[list[RequestRecord], SimSummary]:
+    """Closed loop: `concurrency` clients, each sending its next request when its previous one ends
+    (arrival times in `requests` are ignored). Without `duration_s` each request is sent once; with
+    it, `requests` are cycled (ids suffixed "#k") and none is sent at or after `duration_s`. Records
+    come in send order, as the load generator's closed loop returns them."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]
+    return _Run(engines, balance, concurrency, closed=True).go(at_zero, duration_s)
+
+
+class _Run:
+    """One virtual-time run: engines stepping on their own clocks, arrivals, and the client's slots."""
+
+    def __init__(self, engines: Sequence[EngineCore], balance: Balance, cap: int | None,
+                 closed: bool) -> None:
+        if cap is not None and cap < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        self.engines, self.balance, self.cap, self.closed = engines, balance, cap or 0, closed
+        self.step_ends: list[list[float]] = [[] for _ in engines]
+        self.plans: list[StepPlan | None] = [None] * len(engines)
+        self.busy: list[tuple[float, int]] = []  # (step end time, engine)
+        self.sent: dict[str, tuple[SimRequest, float, Seq | None, int]] = {}  # id -> (req, sent, seq, engine)
+        self.pending: deque[SimRequest] = deque()  # arrived, waiting for a concurrency slot
+        self.in_flight = 0
+        self.rejected = 0
+
+    def _send(self, req: SimRequest, t: float) -> None:
+        engines = self.engines
+        e = _choose(engines, self.balance, len(self.sent))
         if not engines[e].fits(req.prompt_tokens, req.max_tokens):
-            rejected.append(req.request_id)
-            continue
-        seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, req.arrival_s)
-        seqs[req.request_id] = (seq, e)
-        engines[e].add(seq)
-        if plans[e] is None:
-            start(e, now)
-    records = [_record(req, seqs.get(req.request_id), step_ends) for req in requests]
-    summary = SimSummary(
-        steps=sum(len(s) for s in step_ends),
-        preemptions=sum(eng.preemptions for eng in engines),
-        rejected=len(rejected), virtual_s=now,
-    )
-    return records, summary
+            self.sent[req.request_id] = (req, t, None, e)  # the engine answers 400 at once
+            self.rejected += 1
+            return
+        seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, t)
+        self.sent[req.request_id] = (req, t, seq, e)
+        self.in_flight += 1
+        eng = engines[e]
+        eng.add(seq)
+        if self.plans[e] is None:
+            plan = eng.schedule()
+            self.plans[e] = plan
+            heapq.heappush(self.busy, (t + eng.step_time_s(plan), e))
 
+    def _refill(self, t: float, until_s: float | None) -> None:
+        if until_s is not None and t >= until_s:
+            self.pending.clear()
+        while self.pending and self.in_flight < self.cap:
+            self._send(self.pending.popleft(), t)
 
-def _record(req: SimRequest, entry: tuple[Seq, int] | None, ends: list[list[float]]) -> RequestRecord:
-    if entry is None:  # longer than the KV cache can ever hold: the engine answers 400
-        return RequestRecord(req.request_id, req.arrival_s, req.arrival_s, req.arrival_s,
-                             prompt_tokens=req.prompt_tokens, error="http_400")
-    seq, e = entry
-    times: list[float] = []
-    for first, last in seq.segments:
-        times.extend(ends[e][first:last + 1])
-    return RequestRecord(
-        request_id=req.request_id, scheduled_s=req.arrival_s, sent_s=req.arrival_s,
-        done_s=times[-1] if times else req.arrival_s, chunk_times_s=tuple(times),
-        chunk_tokens=(1,) * len(times), output_tokens=len(times), prompt_tokens=req.prompt_tokens,
-        extra={"preemptions": str(seq.preemptions)} if seq.preemptions else {},
-    )
+    def go(self, requests: Sequence[SimRequest],
+           until_s: float | None) -> tuple[list[RequestRecord], SimSummary]:
+        order = sorted(range(len(requests)), key=lambda k: requests[k].arrival_s)
+        engines, busy, plans, step_ends, cap = self.engines, self.busy, self.plans, self.step_ends, self.cap
+        push, pop = heapq.heappush, heapq.heappop
+        rounds = 0
+        now = 0.0
+        i = 0
+        while i < len(order) or busy:
+            next_arrival = requests[order[i]].arrival_s if i < len(order) else math.inf
+            if busy and busy[0][0] < next_arrival:
+                now, e = pop(busy)
+                eng = engines[e]
+                plan = plans[e]
+                assert plan is not None
+                finished = eng.complete(plan)[1]
+                step_ends[e].append(now)
+                if finished and cap:
+                    self.in_flight -= len(finished)
+                    if until_s is not None and not self.pending and i == len(order) and now < until_s:
+                        rounds += 1  # a duration-bound closed loop: the next round of requests
+                        self.pending.extend(
+                            SimRequest(f"{r.request_id}#{rounds}", now, r.prompt_tokens, r.max_tokens)
+                            for r in (requests[k] for k in order))
+                    self._refill(now, until_s)
+                if eng.waiting or eng.running:  # start the next step at once (hot path)
+                    plan = eng.schedule()
+                    plans[e] = plan
+                    push(busy, (now + eng.step_time_s(plan), e))
+                else:
+                    plans[e] = None
+                continue
+            req = requests[order[i]]
+            now = req.arrival_s
+            i += 1
+            if cap and (self.pending or self.in_flight >= cap):
+                self.pending.append(req)
+            else:
+                self._send(req, now)
+            if cap:
+                self._refill(now, until_s)  # slots a refused request did not take
+        ids = list(self.sent) if self.closed else [r.request_id for r in requests]
+        records = [self._record(*self.sent[rid]) for rid in ids]
+        summary = SimSummary(
+            steps=sum(len(s) for s in step_ends),
+            preemptions=sum(eng.preemptions for eng in engines),
+            rejected=self.rejected, virtual_s=now,
+        )
+        return records, summary
+
+    def _record(self, req: SimRequest, sent_s: float, seq: Seq | None, e: int) -> RequestRecord:
+        scheduled = sent_s if self.closed else req.arrival_s  # a closed-loop client schedules on send
+        queued = sent_s - scheduled
+        if seq is None:  # longer than the KV cache can ever hold: the engine answers 400
+            return RequestRecord(req.request_id, scheduled, sent_s, sent_s, prompt_tokens=req.prompt_tokens,
+                                 error="http_400", queued_s=queued)
+        times: list[float] = []
+        for first, last in seq.segments:
+            times.extend(self.step_ends[e][first:last + 1])
+        return RequestRecord(
+            request_id=req.request_id, scheduled_s=scheduled, sent_s=sent_s,
+            done_s=times[-1] if times else sent_s, chunk_times_s=tuple(times),
+            chunk_tokens=(1,) * len(times), output_tokens=len(times), prompt_tokens=req.prompt_tokens,
+            queued_s=queued, extra={"preemptions": str(seq.preemptions)} if seq.preemptions else {},
+        )

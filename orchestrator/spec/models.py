@@ -170,6 +170,17 @@ class KubernetesTarget(_Spec):
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Pod tolerations.")
     use_helm: bool = Field(True, description="Deploy through the Helm chart (else direct objects).")
     ready_timeout_s: float = Field(1800.0, gt=0, description="Time allowed for pods to become ready.")
+    unschedulable_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long a pod may stay Unschedulable (say, while an autoscaler adds a node) before "
+        "the layout fails.",
+    )
+    access: Literal["auto", "service", "port-forward"] = Field(
+        "auto",
+        description="How orch reaches the engines: the Service's cluster DNS name (orch in the cluster), "
+        "the API server's port-forward to each leader pod (orch outside), or auto (service when in a pod).",
+    )
 
 
 TargetSpec = Annotated[LocalTarget | RayTarget | KubernetesTarget, Field(discriminator="kind")]

@@ -133,6 +133,10 @@ BAD_VALUES = {
     "no command": (["--set", "leader.command=null"], "command"),
     "multi-node without worker command": (["--set", "nodesPerReplica=2"], "worker"),
     "bad name": (["--set", "name=Bad_Name"], "name"),
+    "typo in an extension": (["--set", "affinty.x=1"], "affinty"),
+    "pull secret without name": (["--set", "imagePullSecrets[0].nam=x"], "imagePullSecrets"),
+    "bad cpu request": (["--set", "resources.requests.cpu=lots"], "cpu"),
+    "probe timeout zero": (["--set", "probes.timeoutSeconds=0"], "timeoutSeconds"),
 }
 
 
@@ -142,3 +146,34 @@ def test_schema_rejects_bad_values(helm: str, case: str) -> None:
     result = _run(helm, "template", "rel", str(CHART), *LWS_API, *args)
     assert result.returncode != 0, f"{case}: accepted"
     assert field in result.stderr, result.stderr
+
+
+def test_extension_values_reach_every_pod(helm: str, tmp_path: Path) -> None:
+    # What a platform team adds on top of orch's values: RDMA for multi-node, pull secrets, affinity ...
+    values = helm_values(vllm_plan("tp8pp2"), parse_layout("tp8pp2"), options())
+    values |= {
+        "extraEnv": [{"name": "NCCL_IB_HCA", "value": "mlx5"}],
+        "extraVolumes": [{"name": "certs", "secret": {"secretName": "ca"}}],
+        "extraVolumeMounts": [{"name": "certs", "mountPath": "/certs"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+        }}},
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "podSecurityContext": {"fsGroup": 1000},
+        "imagePullSecrets": [{"name": "registry"}],
+    }
+    values["resources"]["extraLimits"] = {"rdma/ib": 1}
+    lws = _by_kind(_render(helm, _values_file(values, tmp_path), "llm", *LWS_API))["LeaderWorkerSet"]
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        spec = tmpl[role]["spec"]
+        (c,) = spec["containers"]
+        assert {"name": "NCCL_IB_HCA", "value": "mlx5"} in c["env"]
+        assert c["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/ib": 1}
+        assert c["resources"]["requests"] == {"cpu": "32", "memory": "192Gi"}
+        assert c["securityContext"] == values["securityContext"]
+        assert {"name": "certs", "mountPath": "/certs"} in c["volumeMounts"]
+        assert {"name": "certs", "secret": {"secretName": "ca"}} in spec["volumes"]
+        assert spec["affinity"] == values["affinity"]
+        assert spec["securityContext"] == {"fsGroup": 1000}
+        assert spec["imagePullSecrets"] == [{"name": "registry"}]

@@ -55,8 +55,16 @@ def test_config_shape(layout: str) -> None:
     assert cfg["deployment_config"] == {"num_replicas": lay.replicas}
     assert cfg["accelerator_type"] == "H100"
     assert "CUDA_VISIBLE_DEVICES" not in cfg.get("runtime_env", {}).get("env_vars", {})
-    app = serve_app_config(plan, lay)["applications"][0]
-    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    app = serve_app_config(plan, lay, "H100")["applications"][0]
+    if lay.dp > 1:
+        # Ray Serve LLM 2.60 serves DP through its own builder: one gang-scheduled Serve replica per DP
+        # rank, num_replicas counting DP groups; the plain builder would reserve only tp*pp GPUs.
+        assert app["import_path"] == "ray.serve.llm:build_dp_openai_app"
+        assert app["args"] == {"llm_config": cfg}
+        assert cfg["engine_kwargs"]["data_parallel_size"] == lay.dp
+    else:
+        assert app["import_path"] == "ray.serve.llm:build_openai_app"
+        assert app["args"] == {"llm_configs": [cfg]}
 
 
 @pytest.mark.ray

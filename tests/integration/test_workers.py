@@ -36,8 +36,8 @@ def test_two_workers_share_one_schedule(server_url: str) -> None:
     gaps = [b.scheduled_s - a.scheduled_s for a, b in itertools.pairwise(recs)]
     assert all(abs(g - 0.01) < 1e-6 for g in gaps)
     m = compute_metrics(recs)
-    assert m.n_completed == 40 and m.achieved_rate is not None and 80 < m.achieved_rate < 120
-    assert m.sched_lag_ms is not None and m.sched_lag_ms.p50 is not None and m.sched_lag_ms.p50 < 20
+    assert m.n_completed == 40 and m.total_output_tokens == 160 and m.n_failed == 0
+    assert all(r.scheduling_lag_s >= 0 for r in recs)  # neither process sends before its time
 
 
 def test_workers_argument_checks(server_url: str) -> None:

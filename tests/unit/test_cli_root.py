@@ -45,3 +45,17 @@ def test_an_explicit_width_is_honoured_without_cutting_names() -> None:
     lines = _table_lines(out.stdout)
     assert lines and max(len(line) for line in lines) <= 100
     assert "│ tp2dp4epx4 " in out.stdout and "…" not in out.stdout
+
+
+def test_cli_imports_without_plotly() -> None:
+    # `orch bench` runs inside engine venvs (vLLM for CPU) that have orch's core deps but no plotly.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['plotly'] = None; sys.argv = ['orch', 'bench', '--help']\n"
+        "from orchestrator.cli import main\nmain()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Usage" in out.stdout

@@ -89,8 +89,23 @@ def test_legacy_dp_attention_spelling() -> None:
     )  # fmt: skip
 
 
+def test_dense_dp_is_independent_workers() -> None:
+    # On a dense model vLLM's -dp is dp independent engines; SGLang's equivalent is --dp-size, each worker
+    # with its own tp GPUs (DP attention would put all of them in one TP group instead).
+    ((_, argv, env),) = procs(plan("tp2dp4"))
+    assert argv == (*HEAD, "--tp-size", "2", "--dp-size", "4", *serve())
+    assert env == GPUS8
+    ((_, argv, _),) = procs(plan("tp2dp4", replace(OPTS, num_routed_experts=256)))
+    assert argv == (*HEAD, "--tp-size", "8", "--attn-dp-size", "4", *serve())
+
+
+def test_dense_dp_stays_on_one_node() -> None:
+    with pytest.raises(SpecError, match=r"dense data parallel .* within one node; use replicas .* tp8x2"):
+        plan("tp8dp2", placement=TWO)
+
+
 def test_dp16_over_two_nodes() -> None:
-    p = plan("dp16", placement=TWO)
+    p = plan("dp16", replace(OPTS, num_routed_experts=256), placement=TWO)
     assert [(role, argv) for role, argv, _ in procs(p)] == [
         ("leader", (*HEAD, "--tp-size", "16", "--attn-dp-size", "16", "--nnodes", "2", "--node-rank", "0",
                     "--dist-init-addr", "10.0.0.1:8001", *serve())),
@@ -128,7 +143,7 @@ def test_metrics_flag_not_given_twice() -> None:
 
 
 def test_redundant_experts_must_fit_ep_size() -> None:
-    with pytest.raises(SpecError, match="num_redundant_experts: 6 is not a multiple of the EP size 8"):
+    with pytest.raises(SpecError, match="6 redundant experts = 6 physical, not divisible by the EP size 8"):
         plan("dp8ep", replace(OPTS, num_redundant_experts=6))
 
 

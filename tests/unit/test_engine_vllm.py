@@ -171,8 +171,23 @@ def test_extra_arg_duplicating_a_knob_rejected() -> None:
 
 @pytest.mark.parametrize(("layout", "redundant"), [("dp8ep", 3), ("dp8ep", 4), ("tp2dp4ep", 12)])
 def test_redundant_experts_must_fit_ep_size(layout: str, redundant: int) -> None:
-    with pytest.raises(SpecError, match="not a multiple of the EP size 8"):
+    with pytest.raises(SpecError, match="not divisible by the EP size 8"):
         plan(layout, replace(OPTS, num_redundant_experts=redundant))
+
+
+@pytest.mark.parametrize(
+    ("experts", "redundant", "ok"),
+    # vLLM's EPLB rule counts physical experts: (routed + redundant) % EP == 0, not redundant alone.
+    [(256, 8, True), (256, 4, False), (60, 4, True), (60, 8, False)],
+)
+def test_eplb_counts_physical_experts(experts: int, redundant: int, ok: bool) -> None:
+    opts = replace(OPTS, num_routed_experts=experts, num_redundant_experts=redundant)
+    if ok:
+        plan("dp8ep", opts)
+        return
+    fit = redundant + (-(experts + redundant)) % 8
+    with pytest.raises(SpecError, match=f"= {experts + redundant} physical.*use num_redundant_experts {fit}"):
+        plan("dp8ep", opts)
 
 
 def test_moe_options_ignored_without_ep() -> None:

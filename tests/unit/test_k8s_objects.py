@@ -19,8 +19,9 @@ from orchestrator.compile.k8s import (
     leader_worker_set,
     options_from_target,
 )
-from orchestrator.compile.k8s_ray import engine_kwargs, ray_service
-from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
+from orchestrator.compile.k8s_ray import engine_kwargs, ray_service, serve_config
+from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, ProcessSpec, ReplicaPlan
+from orchestrator.engines.sglang import ENGINE as SGLANG
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.spec.models import KubernetesTarget
@@ -56,10 +57,13 @@ def _common_pod_checks(pod: dict[str, Any], gpus: int) -> dict[str, Any]:
     assert vols["model-cache"]["persistentVolumeClaim"]["claimName"] == "model-cache"
     (c,) = spec["containers"]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": gpus}
+    # Host CPU and memory are requested per GPU, so a pod is not the first one evicted under pressure.
+    assert c["resources"]["requests"] == {"cpu": str(4 * gpus), "memory": f"{24 * gpus}Gi"}
     assert {m["mountPath"] for m in c["volumeMounts"]} == {"/dev/shm", "/models"}
     env = _env(c)
     assert "CUDA_VISIBLE_DEVICES" not in env
-    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    # Optional: a public model needs no token, and a missing Secret must not block the pod.
+    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}
     assert env["HF_HOME"] == "/models"
     assert c["command"][:3] == ["vllm", "serve", MODEL]
     return c
@@ -69,6 +73,8 @@ def _check_probes(c: dict[str, Any]) -> None:
     assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     for probe in ("startupProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        # vLLM's /health answers at once; above Kubernetes' default of 1 s so a busy engine is not dropped.
+        assert c[probe]["timeoutSeconds"] == 5
     start = c["startupProbe"]
     assert start["failureThreshold"] * start["periodSeconds"] >= 30 * 60
 
@@ -77,6 +83,8 @@ def test_tp8_deployment() -> None:
     dep, svc = _objects("tp8")
     assert dep["kind"] == "Deployment" and dep["apiVersion"] == "apps/v1"
     assert dep["spec"]["replicas"] == 1
+    # A new pod before an old one is gone would never schedule on a full GPU pool.
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert dep["metadata"]["labels"][LABEL_LAYOUT] == "tp8"
     assert dep["metadata"]["annotations"] == {ANNOTATION_SPEC_HASH: "0f" * 32}
     c = _common_pod_checks(dep["spec"]["template"], 8)
@@ -143,6 +151,17 @@ def test_sglang_dist_init_addr_three_nodes() -> None:
     assert _flag(worker["command"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):8001"
     assert _flag(worker["command"], "--node-rank") == "$(LWS_WORKER_INDEX)"
     assert _flag(worker["command"], "--port") == "8000"
+    assert "startupProbe" not in worker
+
+
+def test_sglang_probes_outwait_its_health_endpoint() -> None:
+    # SGLang's health endpoints take at least 1 s (a real decode step): the probes must wait longer.
+    plan = SGLANG.launch_plan(parse_layout("tp8"), EngineOptions(model=MODEL), Placement(nodes=("10.0.0.1",)))
+    dep, _ = build_objects(plan, parse_layout("tp8"), options())
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["path"] == "/health_generate"
+        assert c[probe]["timeoutSeconds"] >= 5
 
 
 def test_dp_start_rank_per_worker_via_shell() -> None:
@@ -296,6 +315,28 @@ def test_ray_service_tp4x2_packs_one_node() -> None:
     (group,) = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     assert group["replicas"] == 2
     assert group["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 4}
+
+
+def test_ray_engine_kwargs_json_values_are_mappings() -> None:
+    # vLLM's EngineArgs takes eplb_config as a mapping; the JSON text of the CLI flag is refused there.
+    argv = ("vllm", "serve", "m", "--enable-eplb", "--eplb-config", '{"num_redundant_experts": 32}')
+    _, kwargs = engine_kwargs(argv, parse_layout("dp8ep"))
+    assert kwargs["eplb_config"] == {"num_redundant_experts": 32}
+    assert kwargs["enable_eplb"] is True
+    with pytest.raises(SpecError, match="not valid JSON"):
+        engine_kwargs(("vllm", "serve", "m", "--eplb-config", "{oops"), parse_layout("dp8ep"))
+
+
+def test_ray_service_dp_layout_uses_the_dp_builder() -> None:
+    rs = ray_service(vllm_plan("tp8"), parse_layout("tp8"), options())
+    (app,) = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    dp = parse_layout("dp8ep")
+    plan = real_vllm_plan("dp8ep")
+    assert plan is not None
+    (app,) = serve_config(plan, dp)["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_dp_openai_app"
+    assert app["args"]["llm_config"]["engine_kwargs"]["data_parallel_size"] == 8
 
 
 def test_ray_engine_kwargs_flags() -> None:

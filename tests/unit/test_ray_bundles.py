@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.deploy.ray import replica_bundles, substitute_hosts
-from orchestrator.deploy.targets import check_sweepable
 from orchestrator.engines.base import ProcessSpec, ReplicaPlan
 from orchestrator.errors import SpecError
-from orchestrator.spec.models import KubernetesTarget
 
 
 def _replica(*procs: ProcessSpec) -> ReplicaPlan:
@@ -60,12 +58,6 @@ def test_a_replica_not_filling_whole_nodes_is_a_spec_error() -> None:
 )
 def test_placeholder_hosts_are_replaced_whole(token: str, expected: str) -> None:
     assert substitute_hosts(token, {"node0": "10.0.0.5", "node1": "10.0.0.6"}) == expected
-
-
-def test_kubernetes_sweeps_point_to_helm() -> None:
-    target = KubernetesTarget(kind="kubernetes", image="vllm/vllm-openai:v0.32.0")
-    with pytest.raises(SpecError, match="helm-values"):
-        check_sweepable(target)
 
 
 def test_an_address_nobody_answers_fails_fast_with_the_fix() -> None:

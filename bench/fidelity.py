@@ -1,0 +1,270 @@
+"""Fidelity: orch's simulator against published measurements that nobody here wrote.
+
+Each case of bench/fidelity_cases.yaml (model, precision, GPU, layout, engine, lengths, load, the
+measured numbers and their source) is run through `orch simulate`'s engine in virtual time in the mode
+the source used: an offline burst (every request queued at once), a closed loop at a fixed
+concurrency, or an open-loop rate. Printed per case: predicted vs measured and the signed error;
+then the summary: median |error| and how many predictions fall within 10% and 25%, for TTFT apart
+from the rest (throughput, TPOT, ITL), which the issue's goals treat separately.
+
+`--calibration PROFILE` adds an "after" column: the same cases with the spec naming the profile
+(`hardware.calibration`, issue 14 item 7). Without it only "before" (the presets' defaults) is shown.
+
+Run: PYTHONPATH=. /work/venv/bin/python bench/fidelity.py [--only SUBSTRING] [--json] [--calibration P]
+Budget: under 2 minutes on one core (virtual time, no HTTP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from orchestrator.errors import OrchError
+from orchestrator.layout import parse_layout
+from orchestrator.loadgen.metrics import Metrics, compute_metrics
+from orchestrator.loadgen.records import RequestRecord
+from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.sim.run import spec_engines
+from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
+from orchestrator.spec.models import HardwareSpec, SweepSpec
+
+CASES = Path(__file__).with_name("fidelity_cases.yaml")
+MODES = ("offline", "open", "closed")
+METRICS = ("output_tokens_per_s", "ttft_mean_ms", "tpot_mean_ms", "itl_mean_ms")
+GOAL_S = 120.0
+
+
+class CaseError(Exception):
+    """Bad input to the bench (a malformed case, an unusable option): one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    source: str
+    model: str
+    precision: str
+    gpu: str
+    layout: str
+    mode: str
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    measured: dict[str, float]
+    rate_per_s: float | None = None
+    concurrency: int | None = None
+
+
+def load_cases(path: Path = CASES) -> tuple[dict[str, dict[str, Any]], list[Case]]:
+    """Sources and cases of the table; a malformed case is a one-line error naming it."""
+    doc = yaml.safe_load(path.read_text())
+    sources: dict[str, dict[str, Any]] = doc["sources"]
+    cases: list[Case] = []
+    for raw in doc["cases"]:
+        where = f"{path}: case {raw.get('id', '?')}"
+        try:
+            case = Case(**raw)
+        except TypeError as exc:
+            raise CaseError(f"{where}: {exc}") from None
+        if case.source not in sources:
+            raise CaseError(f"{where}: source {case.source!r} is not listed under 'sources'")
+        if case.mode not in MODES:
+            raise CaseError(f"{where}: mode must be one of {', '.join(MODES)}")
+        needs = {"open": "rate_per_s", "closed": "concurrency"}.get(case.mode)
+        if needs is not None and not getattr(case, needs):
+            raise CaseError(f"{where}: mode {case.mode} needs {needs}")
+        unknown = set(case.measured) - set(METRICS)
+        if unknown:
+            raise CaseError(f"{where}: unknown measured metric(s) {sorted(unknown)}; "
+                             f"known: {', '.join(METRICS)}")
+        cases.append(case)
+    return sources, cases
+
+
+def case_spec(case: Case, source: dict[str, Any], calibration: str | None = None) -> SweepSpec:
+    """The sweep spec a user would write for the case (engine: the simulator)."""
+    settings = dict(source.get("engine_settings", {}))
+    kv_dtype = "fp8" if case.precision == "fp8" and source.get("fp8_kv_cache") else "auto"
+    hardware: dict[str, Any] = {"gpu": case.gpu, "nodes": 1}
+    if calibration is not None:
+        hardware.update(calibration_fields(calibration))
+    return SweepSpec.model_validate({
+        "model": {"name": case.model, "weight_dtype": case.precision, "kv_cache_dtype": kv_dtype,
+                  "max_model_len": case.input_tokens + case.output_tokens},
+        "hardware": hardware,
+        "engine": {"name": "sim", **settings},
+        "workload": {"input_tokens": case.input_tokens, "output_tokens": case.output_tokens,
+                     "rates_per_s": [case.rate_per_s or 1.0], "num_requests": case.requests},
+        "layouts": [case.layout],
+    })
+
+
+def calibration_fields(profile: str) -> dict[str, Any]:
+    """The hook for calibration (issue 14 item 7): how a spec names a calibration profile.
+
+    Calibration plugs in here: today a spec names its profile as `hardware.calibration: FILE`.
+    """
+    if "calibration" not in HardwareSpec.model_fields:
+        raise CaseError("--calibration: this orch has no hardware.calibration yet (issue 14 item 7); "
+                         "run without --calibration for the defaults")
+    return {"calibration": profile}
+
+
+def run_case(case: Case, source: dict[str, Any], calibration: str | None = None) -> dict[str, float]:
+    """Predicted metrics for the case, as the measured ones are named."""
+    spec = case_spec(case, source, calibration)
+    layout = parse_layout(case.layout)
+    engines = spec_engines(spec, plan_inputs(spec), layout)
+    n, inp, out = case.requests, case.input_tokens, case.output_tokens
+    if case.mode == "offline":
+        reqs = [SimRequest(str(i), 0.0, inp, out) for i in range(n)]
+        records, _ = simulate(engines, reqs)
+    elif case.mode == "open":
+        assert case.rate_per_s is not None
+        gaps = np.random.default_rng(0).exponential(1 / case.rate_per_s, n)
+        t = np.concatenate([[0.0], np.cumsum(gaps)[:-1]])
+        records, _ = simulate(engines, [SimRequest(str(i), float(t[i]), inp, out) for i in range(n)])
+    else:
+        assert case.concurrency is not None
+        records, _ = closed_loop(engines, [SimRequest(str(i), 0.0, inp, out) for i in range(n)],
+                                 case.concurrency)
+    if "itl_mean_ms" not in case.measured:
+        records = [_first_and_last(r) for r in records]
+    return _named(compute_metrics(records, gpus=layout.gpus))
+
+
+def _first_and_last(r: RequestRecord) -> RequestRecord:
+    """The record with its chunks merged into the first token and the rest: TTFT, TPOT, E2E and the
+    throughputs are unchanged (only ITL needs every chunk), and the metrics of 6M-token offline
+    cases take a second instead of most of the run."""
+    if len(r.chunk_times_s) <= 2:
+        return r
+    n = sum(r.chunk_tokens)
+    return replace(r, chunk_times_s=(r.chunk_times_s[0], r.chunk_times_s[-1]),
+                   chunk_tokens=(r.chunk_tokens[0], n - r.chunk_tokens[0]))
+
+
+def _named(m: Metrics) -> dict[str, float]:
+    values = {"output_tokens_per_s": m.output_throughput, "ttft_mean_ms": m.ttft_ms.mean,
+              "tpot_mean_ms": m.tpot_ms.mean, "itl_mean_ms": m.itl_chunk_ms.mean}
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def rel_error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def summary(errors: list[float]) -> dict[str, Any]:
+    absolute = [abs(e) for e in errors]
+    return {
+        "n": len(errors),
+        "median_abs_error": statistics.median(absolute) if absolute else math.nan,
+        "within_10pct": sum(a <= 0.10 for a in absolute),
+        "within_25pct": sum(a <= 0.25 for a in absolute),
+    }
+
+
+def evaluate(cases: list[Case], sources: dict[str, dict[str, Any]],
+             calibration: str | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for case in cases:
+        source = sources[case.source]
+        runs: dict[str, dict[str, float] | str] = {}
+        for label, profile in (("before", None), ("after", calibration)):
+            if label == "after" and calibration is None:
+                continue
+            try:
+                runs[label] = run_case(case, source, profile)
+            except OrchError as exc:  # e.g. the layout does not fit: a failed prediction, shown as such
+                runs[label] = str(exc)
+        for metric, measured in case.measured.items():
+            row: dict[str, Any] = {"case": case.id, "mode": case.mode, "gpu": case.gpu, "metric": metric,
+                                   "measured": measured, "engine": source.get("engine")}
+            for label, got in runs.items():
+                if isinstance(got, str):
+                    row[f"{label}_error_message"] = got
+                    continue
+                if metric in got:
+                    row[label] = got[metric]
+                    row[f"{label}_error"] = rel_error(got[metric], measured)
+            rows.append(row)
+    return rows
+
+
+def summaries(rows: list[dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
+    key = f"{label}_error"
+    ttft = [r[key] for r in rows if key in r and r["metric"].startswith("ttft")]
+    rest = [r[key] for r in rows if key in r and not r["metric"].startswith("ttft")]
+    failed = sum(1 for r in rows if f"{label}_error_message" in r)
+    return {"ttft": summary(ttft), "rest": summary(rest), "failed_predictions": {"n": failed}}
+
+
+def _print(rows: list[dict[str, Any]], labels: list[str], wall_s: float, cpu_s: float, n_cases: int) -> None:
+    head = f"{'case':42} {'mode':8} {'metric':20} {'measured':>10}"
+    for label in labels:
+        head += f" {label:>10} {'err':>7}"
+    print(head)
+    for r in rows:
+        line = f"{r['case']:42} {r['mode']:8} {r['metric']:20} {r['measured']:10.1f}"
+        for label in labels:
+            if label in r:
+                line += f" {r[label]:10.1f} {r[label + '_error'] * 100:+6.0f}%"
+            else:
+                line += f" {'failed':>10} {'':>7}"
+        print(line)
+    for r in rows:
+        for label in labels:
+            if f"{label}_error_message" in r and r["metric"] == "output_tokens_per_s":
+                print(f"  {r['case']} ({label}): {r[label + '_error_message']}")
+    print(f"\n{n_cases} cases, {len(rows)} measured numbers, {cpu_s:.0f} CPU s, {wall_s:.0f} wall s "
+          f"(goal < {GOAL_S:.0f} s on one core)")
+    for label in labels:
+        s = summaries(rows, label)
+        for part, name in (("ttft", "TTFT"), ("rest", "throughput/TPOT/ITL")):
+            p = s[part]
+            print(f"{label:6} {name:20} n={p['n']:3}  median |error| {p['median_abs_error'] * 100:5.1f}%  "
+                  f"within 10%: {p['within_10pct']:3}  within 25%: {p['within_25pct']:3}")
+        if s["failed_predictions"]["n"]:
+            print(f"{label:6} failed predictions: {s['failed_predictions']['n']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--cases", type=Path, default=CASES, help="case table (YAML)")
+    ap.add_argument("--only", help="run only cases whose id contains this")
+    ap.add_argument("--calibration", metavar="PROFILE", help="also predict with this calibration profile")
+    ap.add_argument("--json", action="store_true", help="print rows and summaries as JSON")
+    args = ap.parse_args(argv)
+    try:
+        sources, cases = load_cases(args.cases)
+        if args.calibration is not None:
+            calibration_fields(args.calibration)  # fail before running anything
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.only:
+        cases = [c for c in cases if args.only in c.id]
+    start, cpu = time.perf_counter(), time.process_time()
+    rows = evaluate(cases, sources, args.calibration)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    labels = ["before"] + (["after"] if args.calibration else [])
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": {lb: summaries(rows, lb) for lb in labels},
+                          "wall_s": wall, "cpu_s": cpu}, indent=2))
+    else:
+        _print(rows, labels, wall, cpu, len(cases))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+"""The kubernetes target: apply a layout's objects, wait for every pod, reach the leaders, always tear down.
+
+Through the official ``kubernetes`` client (imported lazily). Per layout it applies what
+``compile.k8s.build_objects`` builds (Deployment or LeaderWorkerSet, and a Service; the Helm chart renders
+the same objects), each labelled with the run and owned by one per-run ConfigMap, so deleting that object
+(``orch gc``) removes everything even when orch died. Pods are polled until Ready; what keeps one from it
+(Unschedulable, image pulls, OOMKilled, crash loops with the last log lines) ends the wait with that reason.
+The leaders are reached through the Service's cluster DNS name when orch runs in the cluster, else through
+the API server's port-forward to each leader pod (``k8s_forward``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.compile.k8s import (
+    LABEL_PREFIX,
+    LABEL_ROLE,
+    LWS_API,
+    Obj,
+    build_objects,
+    options_from_target,
+    selector_labels,
+)
+from orchestrator.deploy.base import Deployment, Endpoint
+from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_problem, restarts
+from orchestrator.deploy.k8s_forward import PodForward
+from orchestrator.engines.base import LaunchPlan
+from orchestrator.errors import DeployError, EngineDied, SpecError
+from orchestrator.layout import Layout, parse_layout
+from orchestrator.spec.models import KubernetesTarget
+
+LABEL_RUN = LABEL_PREFIX + "run"
+LWS_INSTALL = (
+    "install the LeaderWorkerSet controller (kubectl apply --server-side -f "
+    "https://github.com/kubernetes-sigs/lws/releases/download/v0.6.2/manifests.yaml) "
+    "or sweep layouts that fit one node"
+)
+_REQUEST_TIMEOUT_S = 30
+# What a request raises when the API server cannot be reached (urllib3 wraps socket errors in HTTPError).
+UNREACHABLE: tuple[type[Exception], ...] = (OSError,)
+with contextlib.suppress(ImportError):
+    import urllib3.exceptions
+
+    UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
+_POLL_S = 0.5
+
+
+def object_name(run_id: str, layout: Layout) -> str:
+    """A DNS label unique per run and layout: the run id's last digits keep two sweeps apart."""
+    tail = "".join(ch for ch in run_id if ch.isalnum())[-6:].lower() or "run"
+    return f"orch-{tail}-{layout}".lower()
+
+
+def run_object_name(run_id: str) -> str:
+    return "orch-run-" + "".join(ch if ch.isalnum() else "-" for ch in run_id.lower()).strip("-")
+
+
+def api_client(target: KubernetesTarget) -> Any:
+    """A client from the kubeconfig (KUBECONFIG or ~/.kube/config, target.context), or in-cluster config."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    # The client is used untyped: orch hands it plain dicts (the objects compile.k8s builds), which it
+    # accepts at run time although its annotations name model classes.
+    cfg: Any = config
+
+    kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+            cfg.load_incluster_config()
+            return client.ApiClient()
+        return cfg.new_client_from_config(config_file=kubeconfig, context=target.context)
+    except (ConfigException, OSError) as exc:
+        where = f"context {target.context!r} in " if target.context else ""
+        raise SpecError(
+            f"target.kind kubernetes: cannot load {where}kubeconfig {kubeconfig} ({exc}); set KUBECONFIG or "
+            "target.context, or run orch inside the cluster"
+        ) from exc
+
+
+def api_error(exc: Exception, doing: str, namespace: str) -> DeployError:
+    """One line for an ApiException or a connection failure, naming the verb and resource when forbidden."""
+    status = getattr(exc, "status", None)
+    body: Obj = {}
+    with contextlib.suppress(Exception):
+        body = json.loads(getattr(exc, "body", "") or "{}")
+    message = body.get("message") or getattr(exc, "reason", None) or str(exc).splitlines()[0]
+    if status == 403:
+        return DeployError(
+            f"kubernetes: not allowed to {doing} in namespace {namespace}: {message}; grant that verb and "
+            "resource to orch's service account (k8s/rbac.yaml)"
+        )
+    if status is None:
+        return DeployError(f"kubernetes: API server unreachable while trying to {doing}: {message}")
+    return DeployError(f"kubernetes: {doing} failed ({status}): {message}")
+
+
+@dataclass
+class KubeHandle:
+    """What a deployed layout holds on the cluster: its objects and one port-forward per leader."""
+
+    name: str
+    objects: list[Obj]
+    forwards: list[PodForward] = field(default_factory=list)
+    pod_restarts: dict[str, int] = field(default_factory=dict)
+
+
+class KubernetesRunTarget:
+    """The Target protocol on a Kubernetes cluster; one instance per layout of a run."""
+
+    def __init__(
+        self, spec: KubernetesTarget, run_id: str, workdir: Path, spec_hash: str | None = None
+    ) -> None:
+        from kubernetes import client
+
+        self.spec, self.run_id, self.workdir, self.spec_hash = spec, run_id, workdir, spec_hash
+        self.api = api_client(spec)
+        self.core: Any = client.CoreV1Api(self.api)
+        self.apps: Any = client.AppsV1Api(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)
+        self.ns = spec.namespace
+        self.in_cluster = spec.access == "service" or (
+            spec.access == "auto" and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        )
+
+    def _new_core_api(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(client.ApiClient(configuration=self.api.configuration))
+
+    # -- deploy -------------------------------------------------------------------------------------
+    def deploy(self, plan: LaunchPlan) -> Deployment:
+        layout = parse_layout(plan.layout_str)
+        name = object_name(self.run_id, layout)
+        opts = options_from_target(
+            self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
+        )
+        objects = build_objects(plan, layout, opts)
+        owner = self._run_object()
+        for obj in objects:
+            obj["metadata"]["ownerReferences"] = [owner]
+        handle = KubeHandle(name, [])
+        try:
+            for obj in objects:
+                self._create(obj)
+                handle.objects.append(obj)
+        except BaseException:
+            self._delete_all(handle)
+            self._delete_run_object_if_idle()
+            raise
+        port = opts.service_port
+        if self.in_cluster:
+            base = f"http://{name}.{self.ns}.svc:{port}"
+            endpoints: tuple[Endpoint, ...] = (Endpoint(0, base + "/v1", base + "/health"),)
+        else:
+            handle.forwards = [
+                PodForward(self._new_core_api, self.ns, opts.container_port) for _ in range(layout.replicas)
+            ]
+            endpoints = tuple(
+                Endpoint(
+                    i,
+                    f"http://127.0.0.1:{f.local_port}/v1",
+                    f"http://127.0.0.1:{f.local_port}{_health(plan)}",
+                )
+                for i, f in enumerate(handle.forwards)
+            )
+        return Deployment(plan.layout_str, endpoints, str(self.workdir), (handle,))
+
+    def _run_object(self) -> Obj:
+        """The per-run ConfigMap every object is owned by (get or create); its ownerReference."""
+        name = run_object_name(self.run_id)
+        body = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": name, "labels": {LABEL_RUN: self.run_id, "app.kubernetes.io/managed-by": "orch"}
+            },
+            "data": {"run": self.run_id, "note": "delete this ConfigMap to remove every object of the run"},
+        }  # fmt: skip
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            got = self.core.create_namespaced_config_map(self.ns, body, _request_timeout=_REQUEST_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise api_error(exc, "create configmaps", self.ns) from exc
+            got = self.core.read_namespaced_config_map(name, self.ns, _request_timeout=_REQUEST_TIMEOUT_S)
+        except UNREACHABLE as exc:
+            raise api_error(exc, "create configmaps", self.ns) from exc
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": got.metadata.uid}
+
+    def _create(self, obj: Obj) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        kind = obj["kind"]
+        obj = quantities_as_strings(obj)
+        try:
+            if kind == "Deployment":
+                self.apps.create_namespaced_deployment(self.ns, obj, _request_timeout=_REQUEST_TIMEOUT_S)
+            elif kind == "Service":
+                self.core.create_namespaced_service(self.ns, obj, _request_timeout=_REQUEST_TIMEOUT_S)
+            elif kind == "LeaderWorkerSet":
+                group, version = LWS_API.split("/")
+                self.custom.create_namespaced_custom_object(
+                    group, version, self.ns, "leaderworkersets", obj, _request_timeout=_REQUEST_TIMEOUT_S
+                )
+            else:
+                raise DeployError(f"kubernetes target: cannot apply a {kind}")
+        except ApiException as exc:
+            if kind == "LeaderWorkerSet" and exc.status == 404:
+                raise DeployError(
+                    f"kubernetes: the cluster has no LeaderWorkerSet API ({LWS_API}), which multi-node "
+                    f"layouts need: {LWS_INSTALL}"
+                ) from exc
+            if exc.status == 409:
+                raise DeployError(
+                    f"kubernetes: {kind} {obj['metadata']['name']} already exists in {self.ns} (left by an "
+                    "interrupted run?); remove it with `orch gc`"
+                ) from exc
+            raise api_error(exc, f"create {kind.lower()}s", self.ns) from exc
+        except UNREACHABLE as exc:
+            raise api_error(exc, f"create {kind.lower()}s", self.ns) from exc
+
+    # -- wait ---------------------------------------------------------------------------------------
+    def _pods(self, handle: KubeHandle) -> list[Obj]:
+        from kubernetes.client.exceptions import ApiException
+
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels_of(handle).items())
+        try:
+            resp = self.core.list_namespaced_pod(
+                self.ns, label_selector=selector, _preload_content=False, _request_timeout=_REQUEST_TIMEOUT_S
+            )
+            return list(json.loads(resp.data).get("items") or [])
+        except ApiException as exc:
+            raise api_error(exc, "list pods", self.ns) from exc
+        except UNREACHABLE as exc:
+            raise api_error(exc, "list pods", self.ns) from exc
+
+    def _events(self, pod: str) -> list[Obj]:
+        with contextlib.suppress(Exception):
+            resp = self.core.list_namespaced_event(
+                self.ns, field_selector=f"involvedObject.name={pod}", _preload_content=False,
+                _request_timeout=_REQUEST_TIMEOUT_S,
+            )  # fmt: skip
+            return list(json.loads(resp.data).get("items") or [])
+        return []
+
+    def _last_log_lines(self, pod: str, lines: int = 5) -> str:
+        with contextlib.suppress(Exception):
+            text = self.core.read_namespaced_pod_log(
+                pod, self.ns, container="engine", tail_lines=lines, previous=False,
+                _request_timeout=_REQUEST_TIMEOUT_S,
+            )  # fmt: skip
+            return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
+        return ""
+
+    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None:
+        handle = _handle(deployment)
+        expected = _expected_pods(handle)
+        start = time.monotonic()
+        deadline = start + timeout_s
+        unschedulable_since: float | None = None
+        pods: list[Obj] = []
+        while time.monotonic() < deadline:
+            pods = self._pods(handle)
+            waiting = False
+            for pod in pods:
+                problem = pod_problem(pod, self._events(pod["metadata"]["name"]) if not is_ready(pod) else ())
+                if problem is None:
+                    continue
+                if problem.fatal:
+                    tail = self._last_log_lines(problem.pod) if problem.wants_logs else ""
+                    raise DeployError(problem.message + (f"; last log lines: {tail}" if tail else ""))
+                waiting = True
+                unschedulable_since = unschedulable_since or time.monotonic()
+                if time.monotonic() - unschedulable_since > self.spec.unschedulable_timeout_s:
+                    raise DeployError(problem.message)
+            if not waiting:
+                unschedulable_since = None
+            if len(pods) >= expected and all(is_ready(p) for p in pods):
+                break
+            time.sleep(_POLL_S)
+        else:
+            raise DeployError(
+                f"kubernetes: {handle.name} not ready after {timeout_s:.0f} s: {not_ready_summary(pods)}; "
+                "the engine may still be loading (raise target.ready_timeout_s) or never pass its probe"
+            )
+        handle.pod_restarts = {p["metadata"]["name"]: restarts(p) for p in pods}
+        leaders = sorted(p["metadata"]["name"] for p in pods if _role(p) == "leader")
+        for forward, pod in zip(handle.forwards, leaders, strict=False):
+            forward.pod = pod
+        for ep in deployment.endpoints:
+            _wait_health(ep.health_url, deadline)
+
+    def check_alive(self, deployment: Deployment) -> None:
+        """Between load points: a pod that restarted or went unready makes the measurement invalid."""
+        handle = _handle(deployment)
+        for pod in self._pods(handle):
+            name = pod["metadata"]["name"]
+            if restarts(pod) > handle.pod_restarts.get(name, 0) or not is_ready(pod):
+                problem = pod_problem(pod)
+                raise EngineDied(problem.message if problem else f"pod {name} is no longer ready")
+
+    # -- teardown -----------------------------------------------------------------------------------
+    def teardown(self, deployment: Deployment) -> None:
+        handle = _handle(deployment)
+        for forward in handle.forwards:
+            forward.close()
+        self._delete_all(handle)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if not self._pods(handle):
+                    break
+            except DeployError:
+                break
+            time.sleep(_POLL_S)
+        self._delete_run_object_if_idle()
+
+    def _delete_all(self, handle: KubeHandle) -> None:
+        from kubernetes import client
+
+        opts = client.V1DeleteOptions(propagation_policy="Foreground")
+        for obj in reversed(handle.objects):
+            name, kind = obj["metadata"]["name"], obj["kind"]
+            with contextlib.suppress(Exception):
+                if kind == "Deployment":
+                    self.apps.delete_namespaced_deployment(
+                        name, self.ns, body=opts, _request_timeout=_REQUEST_TIMEOUT_S
+                    )
+                elif kind == "Service":
+                    self.core.delete_namespaced_service(
+                        name, self.ns, body=opts, _request_timeout=_REQUEST_TIMEOUT_S
+                    )
+                elif kind == "LeaderWorkerSet":
+                    group, version = LWS_API.split("/")
+                    self.custom.delete_namespaced_custom_object(
+                        group, version, self.ns, "leaderworkersets", name, body=opts,
+                        _request_timeout=_REQUEST_TIMEOUT_S,
+                    )  # fmt: skip
+
+    def _delete_run_object_if_idle(self) -> None:
+        selector = f"{LABEL_RUN}={self.run_id}"
+        with contextlib.suppress(Exception):
+            left = self.apps.list_namespaced_deployment(
+                self.ns, label_selector=selector, _preload_content=False
+            )
+            if json.loads(left.data).get("items"):
+                return
+            self.core.delete_namespaced_config_map(run_object_name(self.run_id), self.ns)
+
+
+def quantities_as_strings(obj: Obj) -> Obj:
+    """A copy whose container resource quantities are strings ("8", not 8): the API takes both, but the
+    kubernetes client (v37) checks typed bodies and wants strings, as Quantity is in the API schema."""
+    out: Obj = json.loads(json.dumps(obj))
+
+    def fix(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("limits", "requests") and isinstance(value, dict):
+                    node[key] = {k: str(v) for k, v in value.items()}
+                else:
+                    fix(value)
+        elif isinstance(node, list):
+            for item in node:
+                fix(item)
+
+    fix(out)
+    return out
+
+
+def collect_garbage(target: KubernetesTarget, run_id: str | None = None) -> list[str]:
+    """Delete what orch runs left in the namespace (all runs, or one): their run ConfigMaps, which own
+    every object, and the objects themselves in case their owner references never took. Returns names."""
+    from kubernetes import client
+
+    api = api_client(target)
+    core: Any = client.CoreV1Api(api)
+    apps: Any = client.AppsV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    ns = target.namespace
+    selector = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
+    opts = client.V1DeleteOptions(propagation_policy="Foreground")
+    group, version = LWS_API.split("/")
+    removed: list[str] = []
+
+    def names(resp: Any) -> list[str]:
+        return [item["metadata"]["name"] for item in json.loads(resp.data).get("items") or []]
+
+    kinds: list[tuple[str, Any, Any]] = [
+        (
+            "deployment",
+            lambda: apps.list_namespaced_deployment(ns, label_selector=selector, _preload_content=False),
+            lambda n: apps.delete_namespaced_deployment(n, ns, body=opts),
+        ),
+        (
+            "leaderworkerset",
+            lambda: custom.list_namespaced_custom_object(
+                group, version, ns, "leaderworkersets", label_selector=selector, _preload_content=False
+            ),
+            lambda n: custom.delete_namespaced_custom_object(
+                group, version, ns, "leaderworkersets", n, body=opts
+            ),
+        ),
+        (
+            "service",
+            lambda: core.list_namespaced_service(ns, label_selector=selector, _preload_content=False),
+            lambda n: core.delete_namespaced_service(n, ns, body=opts),
+        ),
+        (
+            "configmap",
+            lambda: core.list_namespaced_config_map(ns, label_selector=selector, _preload_content=False),
+            lambda n: core.delete_namespaced_config_map(n, ns, body=opts),
+        ),
+    ]
+    from kubernetes.client.exceptions import ApiException
+
+    for kind, lister, deleter in kinds:
+        try:
+            found = names(lister())
+        except ApiException as exc:
+            if kind == "leaderworkerset" and exc.status == 404:
+                continue  # no LWS CRD on this cluster: nothing of that kind to remove
+            raise api_error(exc, f"list {kind}s", ns) from exc
+        except UNREACHABLE as exc:
+            raise api_error(exc, f"list {kind}s", ns) from exc
+        for name in found:
+            with contextlib.suppress(ApiException):  # already gone with its owner
+                deleter(name)
+                removed.append(f"{kind}/{name}")
+    return removed
+
+
+def selector_labels_of(handle: KubeHandle) -> dict[str, str]:
+    meta = handle.objects[0]["metadata"] if handle.objects else {"labels": {}}
+    keys = ("app.kubernetes.io/name", "app.kubernetes.io/component")
+    return {k: meta["labels"][k] for k in keys if k in meta["labels"]} or {
+        "app.kubernetes.io/name": handle.name
+    }
+
+
+def _expected_pods(handle: KubeHandle) -> int:
+    for obj in handle.objects:
+        if obj["kind"] == "Deployment":
+            return int(obj["spec"]["replicas"])
+        if obj["kind"] == "LeaderWorkerSet":
+            return int(obj["spec"]["replicas"]) * int(obj["spec"]["leaderWorkerTemplate"]["size"])
+    return 0
+
+
+def _role(pod: Obj) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE, ""))
+
+
+def _handle(deployment: Deployment) -> KubeHandle:
+    (handle,) = deployment.handles
+    assert isinstance(handle, KubeHandle)
+    return handle
+
+
+def _health(plan: LaunchPlan) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(plan.replicas[0].health_url).path or "/health"
+
+
+def _wait_health(url: str, deadline: float) -> None:
+    """Ready pods answer through the forward; a few tries absorb the forward's first connection."""
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                if resp.status == 200:
+                    return
+                last = f"HTTP {resp.status}"
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(_POLL_S)
+    raise DeployError(f"kubernetes: pods are Ready but {url} does not answer: {last}")
+
+
+__all__ = [
+    "LABEL_RUN",
+    "KubernetesRunTarget",
+    "collect_garbage",
+    "object_name",
+    "run_object_name",
+    "selector_labels",
+]
