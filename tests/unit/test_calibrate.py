@@ -150,7 +150,8 @@ def test_bad_calibration_file_is_one_line_exit_2(tmp_path: Path, content: str | 
 def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
     from orchestrator.catalog.profiles import load_profile, profile_names
 
-    assert {"vllm-h100-sxm", "vllm-h200", "vllm-a100-sxm-80gb"} <= set(profile_names())
+    assert {"vllm-h100-sxm", "vllm-h200", "vllm-a100-sxm-80gb", "trtllm-h200"} <= set(profile_names())
+    assert load_profile("trtllm-h200").engine == "tensorrt-llm"
     assert load_profile("vllm-h200").constants == {"hbm_efficiency": 0.5}
     (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: vllm-h100-sxm\n"
                                                    "  overrides: {step_overhead_s: 1.0e-3}\n"))
