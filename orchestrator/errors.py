@@ -37,6 +37,10 @@ class ConsistencyExceeded(OrchError):
     exit_code = 5
 
 
+class StoreError(OrchError):
+    """The results store cannot be opened, read or written (missing, damaged, locked, read-only, full)."""
+
+
 class NoRequestCompleted(OrchError):
     """`orch simulate`: not one request completed in the measurement window (nothing to judge)."""
 

@@ -18,28 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from orchestrator.compile import compile_layout, to_shell
-from orchestrator.compile.helm_values import CHART_NAME, helm_values
-from orchestrator.compile.k8s import K8sOptions, build_objects, options_from_target
-from orchestrator.compile.ray_serve import accelerator_type, serve_app_config
+from orchestrator.compile import compile_layout
+from orchestrator.compile.artifacts import (
+    FILES,
+    FORMATS,
+    artifact_options,
+    chart_version,
+    product_from_seen,
+    render,
+)
+from orchestrator.compile.helm_values import CHART_NAME
+from orchestrator.compile.k8s import GPU_PRODUCT_LABEL
+from orchestrator.engines.from_spec import model_ref
 from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.provenance import orch_version
 from orchestrator.promote_md import provenance_markdown
-from orchestrator.spec.models import KubernetesTarget, SweepSpec
+from orchestrator.spec.load import spec_from_json
+from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.run_ids import checked_run_id
 
-FORMATS = ("helm-values", "k8s", "shell", "ray-serve")
-FILES = {
-    "helm-values": "values.yaml",
-    "k8s": "manifests.yaml",
-    "shell": "launch.sh",
-    "ray-serve": "ray-serve.yaml",
-}
 DEPLOYABLE = ("vllm", "sglang")
-DEFAULT_IMAGES = {"vllm": "vllm/vllm-openai", "sglang": "lmsysorg/sglang"}
 LATEST = "latest"
 
 
@@ -79,8 +79,8 @@ def resolve_run(store: Store, ref: str) -> str:
             raise OrchError(
                 f"RUN latest: {store.path} holds no runs; run `orch sweep SPEC --store {store.path}`"
             )
-        return runs[0].run_id
-    return store.run(ref).run_id
+        return checked_run_id(runs[0].run_id)
+    return checked_run_id(store.run(ref).run_id)
 
 
 def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:
@@ -146,17 +146,17 @@ def _choose(selection: dict[str, Any] | None, run_id: str, wanted: str | None) -
     return verdict, "the winner"
 
 
-def _k8s_options(spec: SweepSpec, engine: str, name: str, opts: PromoteOptions, spec_hash: str) -> K8sOptions:
-    over: dict[str, Any] = {"spec_hash": spec_hash}
-    if opts.namespace:
-        over["namespace"] = opts.namespace
-    if opts.image:
-        over["image"] = opts.image
-    if isinstance(spec.target, KubernetesTarget):
-        return options_from_target(spec.target, name, **over)
-    tag = f"v{spec.engine.version}" if spec.engine.version and spec.engine.name == engine else "latest"
-    over.setdefault("image", f"{DEFAULT_IMAGES[engine]}:{tag}")
-    return K8sOptions(name=name, **over)
+def measured_served_name(launch: dict[str, Any] | None, spec: SweepSpec, engine: str) -> str:
+    """The model name the run's clients asked for: the launch's --served-model-name, else the model ref."""
+    for rep in (launch or {}).get("replicas") or []:
+        for proc in rep.get("processes") or []:
+            argv = [str(a) for a in proc.get("argv") or []]
+            for i, tok in enumerate(argv):
+                if tok == "--served-model-name" and i + 1 < len(argv):
+                    return argv[i + 1]
+                if tok.startswith("--served-model-name="):
+                    return tok.partition("=")[2]
+    return model_ref(spec.model, engine)
 
 
 def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOptions | None = None) -> Promoted:
@@ -164,7 +164,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     run_id = resolve_run(store, run_ref)
     info = store.run_info(run_id)
     verdict, chosen = _choose(info.get("selection"), run_id, opts.layout)
-    spec = SweepSpec.model_validate(info["spec"])
+    spec = spec_from_json(info["spec"], f"run {run_id}")
     layout: Layout = parse_layout(verdict["layout"])
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
@@ -176,38 +176,33 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
         )
     elif engine != measured_engine:
         notes.append(f"run {run_id} measured {measured_engine}; these artifacts are for {engine}")
-    compiled = compile_layout(spec, layout, engine)
+    launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(layout)), None)
+    served = measured_served_name(launch, spec, measured_engine)
+    compiled = compile_layout(spec, layout, engine, served_model_name=served)
     notes += [f"compile: {w}" for w in compiled.warnings]
     name = opts.name or k8s_name(str(info["model"]), str(layout))
-    k8s_opts = _k8s_options(spec, engine, name, opts, str(info["spec_hash"]))
-    if opts.image is None and not isinstance(spec.target, KubernetesTarget):
-        notes.append(f"image {k8s_opts.image} is a default: pass --image with a pinned tag you have tested")
+    seen = (info.get("hardware") or {}).get("gpus") or []
+    k8s_opts, option_notes = artifact_options(
+        spec, engine, name, image=opts.image, namespace=opts.namespace, spec_hash=str(info["spec_hash"]),
+        product=product_from_seen(seen),
+    )  # fmt: skip
+    notes += option_notes
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts: dict[str, str] = {}
     for fmt in opts.formats:
-        if fmt == "helm-values":
-            values = helm_values(compiled.plan, layout, k8s_opts)
-            texts[FILES[fmt]] = _header(
-                run_id, "helm values for helm/ (" + CHART_NAME + ")"
-            ) + yaml.safe_dump(values, sort_keys=False)
-        elif fmt == "k8s":
-            objs = build_objects(compiled.plan, layout, k8s_opts)
-            texts[FILES[fmt]] = _header(run_id, "kubectl apply -f") + yaml.safe_dump_all(
-                objs, sort_keys=False
-            )
-        elif fmt == "shell":
-            shebang, _, body = to_shell(compiled.plan, compiled.placement.nodes).partition("\n")
-            texts[FILES[fmt]] = shebang + "\n" + _header(run_id, "per-node launch commands") + body
-        elif fmt == "ray-serve":
-            if engine != "vllm":
-                notes.append(f"ray-serve: skipped, Ray Serve LLM runs vLLM, not {engine}")
-                continue
-            cfg = serve_app_config(compiled.plan, layout, accelerator_type(spec.hardware.gpu))
-            texts[FILES[fmt]] = _header(run_id, "serve run") + yaml.safe_dump(cfg, sort_keys=False)
+        text = render(fmt, compiled, layout, spec, k8s_opts)
+        if text is None:
+            notes.append(f"{fmt}: skipped, Ray Serve LLM runs vLLM, not {engine}")
+            continue
+        if fmt == "shell":
+            shebang, _, body = text.partition("\n")
+            text = shebang + "\n" + _header(run_id, "per-node launch commands") + body
+        else:
+            text = _header(run_id, _HOW[fmt]) + text
+        texts[FILES[fmt]] = text
     points = {p.label: p for p in store.points(run_id, str(layout))}
     best = points.get(verdict.get("best_point") or "")
-    launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(layout)), None)
     provenance: dict[str, Any] = {
         "promoted_at": _iso(time.time()),
         "orch_version": orch_version(),
@@ -242,6 +237,9 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
             "image": k8s_opts.image,
             "namespace": k8s_opts.namespace,
             "name": k8s_opts.name,
+            "served_model_name": served,
+            "gpu_product": k8s_opts.gpu_product or dict(k8s_opts.node_selector).get(GPU_PRODUCT_LABEL),
+            "chart": {"name": CHART_NAME, "version": chart_version()},
         },
         "layout": {"layout": str(layout), "gpus": layout.gpus, "chosen": chosen},
         "winning_point": {
@@ -274,6 +272,13 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
         (out / fname).write_text(text)
         written.append(out / fname)
     return Promoted(run_id, str(layout), engine, out, tuple(written), tuple(notes), provenance)
+
+
+_HOW = {
+    "helm-values": f"helm values for helm/ ({CHART_NAME})",
+    "k8s": "kubectl apply -f",
+    "ray-serve": "serve run",
+}
 
 
 def _header(run_id: str, how: str) -> str:

@@ -55,6 +55,10 @@ def provenance_markdown(p: dict[str, Any]) -> str:
         "|---|---|",
         f"| layout | `{lay['layout']}` ({lay['gpus']} GPUs) |",
         f"| artifacts for | {art['engine']} {version}, image `{art['image']}` |",
+        f"| served model name | `{art.get('served_model_name') or '-'}` (what the run's clients asked for) |",
+        f"| GPU product | `{art.get('gpu_product') or '-'}` (node label nvidia.com/gpu.product) |",
+        f"| Helm chart | {(art.get('chart') or {}).get('name', '-')} "
+        f"{(art.get('chart') or {}).get('version') or '(version unknown)'} |",
         f"| measured on | {meas['engine']} {meas['engine_version'] or ''}, target {meas['target']} |",
         f"| hardware (spec) | {hw.get('gpu')}, {hw.get('nodes')} node(s) |",
         f"| model | {p['model']['name']} (config hash `{p['model']['config_hash']}`, "

@@ -28,6 +28,7 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
+from orchestrator.spec.load import spec_from_json
 from orchestrator.spec.models import SweepSpec
 
 # (metric name in a stored point, how to read it from Metrics.to_dict()). Means, not medians: a
@@ -105,7 +106,7 @@ def points_from_store(store: Any, run_ids: Sequence[str]) -> list[MeasuredPoint]
     out = []
     for ref in run_ids:
         run = store.run(ref)
-        spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+        spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
         for p in store.points(run.run_id):
             found = _RATE_LABEL.match(p.label)
             if found is None or p.rate is None:

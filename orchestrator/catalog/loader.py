@@ -11,18 +11,17 @@ from typing import Any
 
 import yaml
 
+from orchestrator.catalog.constants import check_constant, check_number, flatten_constants
 from orchestrator.catalog.types import (
-    EFFICIENCIES,
     GPU_CONSTANTS,
     LINK_CONSTANTS,
     LINKS,
-    MAY_BE_ZERO,
     GPUSpec,
     LinkSpec,
     ModelConfig,
-    override_keys,
 )
 from orchestrator.errors import SpecError
+from orchestrator.spec.files import MAX_DATA_FILE_BYTES, read_user_text
 
 _CATALOG_DIR = Path(__file__).resolve().parent
 _MODELS_DIR = _CATALOG_DIR / "models"
@@ -169,9 +168,7 @@ def model_from_hf_config(d: dict[str, Any], name: str, where: str | None = None)
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from e
+        data = json.loads(read_user_text(path, max_bytes=MAX_DATA_FILE_BYTES, example="a config.json"))
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from e
     if not isinstance(data, dict):
@@ -236,56 +233,6 @@ def canonical_gpu(name: str) -> str:
     return canonical
 
 
-def _number(value: Any, where: str, *, allow_zero: bool = True) -> float:
-    if isinstance(value, bool):
-        raise SpecError(f"{where}: expected a number, got {value!r}")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(f"{where}: expected a number, got {value!r}") from None
-    if x != x or x in (float("inf"), float("-inf")) or x < 0 or (x == 0 and not allow_zero):
-        raise SpecError(f"{where}: must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
-    return x
-
-
-def check_constant(key: str, value: Any, where: str) -> float:
-    """One hardware constant, validated: efficiencies in (0, 1], latencies/overheads >= 0, rest > 0."""
-    name = key.rsplit(".", 1)[-1]
-    x = _number(value, where, allow_zero=name in MAY_BE_ZERO)
-    if name in EFFICIENCIES and not 0 < x <= 1:
-        raise SpecError(f"{where}: must be in (0, 1], got {value!r}")
-    if name == "gpus_per_node" and x != int(x):
-        raise SpecError(f"{where}: must be a positive integer, got {value!r}")
-    return x
-
-
-def flatten_constants(values: dict[str, Any], where: str) -> dict[str, float]:
-    """Hardware constants as flat dotted keys (`intra_node.bandwidth_bytes_per_s`), validated.
-
-    Links may be given nested (`intra_node: {bandwidth_bytes_per_s: 25e9}`) or dotted. An unknown key is
-    one error line listing the valid ones.
-    """
-    if not isinstance(values, dict):
-        raise SpecError(f"{where}: expected a mapping of hardware constants, got {values!r}")
-    valid = override_keys()
-    out: dict[str, float] = {}
-    for key, value in values.items():
-        key = str(key)
-        if key in LINKS and isinstance(value, dict):
-            for sub, v in value.items():
-                dotted = f"{key}.{sub}"
-                if dotted not in valid:
-                    raise SpecError(f"{where}: unknown key {dotted!r}; valid keys: {', '.join(valid)}")
-                out[dotted] = check_constant(dotted, v, f"{where}.{dotted}")
-            continue
-        if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SpecError(f"{where}: unknown key {key!r}{hint}; valid keys: {', '.join(valid)}")
-        out[key] = check_constant(key, value, f"{where}.{key}")
-    return out
-
-
 def _link(value: Any, where: str) -> LinkSpec:
     if isinstance(value, LinkSpec):
         return value
@@ -300,10 +247,10 @@ def _link(value: Any, where: str) -> LinkSpec:
     ar = value.get("allreduce_latency_s")
     return LinkSpec(
         name=str(value.get("name", where.rsplit(".", 1)[-1])),
-        bandwidth_bytes_per_s=_number(value["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s",
+        bandwidth_bytes_per_s=check_number(value["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s",
                                       allow_zero=False),
-        latency_s=_number(value["latency_s"], f"{where}.latency_s"),
-        allreduce_latency_s=None if ar is None else _number(ar, f"{where}.allreduce_latency_s"),
+        latency_s=check_number(value["latency_s"], f"{where}.latency_s"),
+        allreduce_latency_s=None if ar is None else check_number(ar, f"{where}.allreduce_latency_s"),
     )
 
 

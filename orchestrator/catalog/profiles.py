@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.catalog.loader import canonical_gpu, flatten_constants
+from orchestrator.catalog.constants import flatten_constants
+from orchestrator.catalog.loader import canonical_gpu
 from orchestrator.errors import SpecError
 
 PROFILE_KIND = "orch-calibration-profile"

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from orchestrator.errors import OrchError
 from orchestrator.pipeline.provenance import orch_version
@@ -41,6 +42,12 @@ def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"orch {orch_version()}")
         raise typer.Exit()
+
+
+def err_line(label: str, style: str, message: str) -> None:
+    """`label: message` on stderr. The message is plain text: a spec path or value holding "[bold]" or
+    other console markup prints as written, never interpreted."""
+    err_console.print(Text.assemble((label, style), " ", message), highlight=False, soft_wrap=True)
 
 
 @app.callback()
@@ -79,5 +86,5 @@ def main() -> None:
     try:
         app()
     except OrchError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_line("error:", "bold red", str(exc))
         sys.exit(exc.exit_code)

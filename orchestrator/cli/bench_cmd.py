@@ -312,7 +312,7 @@ def bench(
         raise OrchError(f"bench: {exc}") from None
     if save:
         n = save_records(save, run.points)
-        console.print(f"saved {n} request records to {save}")
+        console.print(f"saved {n} request records to {save}", markup=False)
     if as_json and fmt == "vllm":
         from orchestrator.loadgen.vllm_format import vllm_result
 
@@ -324,7 +324,7 @@ def bench(
         console.print(_table(run.points))
         for p in run.points:
             if len(run.points) > 4 and p.verdict:
-                console.print(f"{p.point.label}: {p.verdict}")
+                console.print(f"{p.point.label}: {p.verdict}", markup=False)
         if run.search_stopped_because is not None:
             best = "none" if run.best_rate is None else f"{run.best_rate:.3g} req/s"
             console.print(f"highest rate meeting the SLO: {best} ({run.search_stopped_because})")
@@ -333,7 +333,7 @@ def bench(
         if m.n_requests and m.n_completed == 0 and m.n_failed == m.n_requests:
             kinds = ", ".join(m.failures)
             console.print(f"warning: every request of {p.point.label} failed ({kinds}); check --base-url, "
-                          "--model and --endpoint", style="yellow")
+                          "--model and --endpoint", style="yellow", markup=False)
     if interrupted:
         raise typer.Exit(130)
     failure = _failure(run, max_error_rate)

@@ -1,4 +1,5 @@
-"""`orch compile`: one layout of a spec as the exact per-node commands (shell) or as JSON."""
+"""`orch compile`: one layout of a spec as per-node commands (shell), JSON, Helm values, Kubernetes
+manifests or a Ray Serve config."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from orchestrator.cli import app, err_console
+from orchestrator.cli import app, err_line
 from orchestrator.compile import compile_layout, to_json, to_shell
+from orchestrator.compile.artifacts import artifact_options, render
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.run import make_plan
-from orchestrator.spec import load_spec
+from orchestrator.promote import k8s_name
+from orchestrator.spec.load import spec_hash
 
 
 class EngineName(StrEnum):
@@ -27,6 +30,9 @@ class EngineName(StrEnum):
 class Format(StrEnum):
     shell = "shell"
     json = "json"
+    helm_values = "helm-values"
+    k8s = "k8s"
+    ray_serve = "ray-serve"
 
 
 class Executor(StrEnum):
@@ -42,7 +48,12 @@ def compile_cmd(
         EngineName | None, typer.Option(help="Engine; default: the spec's engine.name")
     ] = None,
     fmt: Annotated[
-        Format, typer.Option("--format", help="shell: per-node commands; json: the plan")
+        Format,
+        typer.Option(
+            "--format",
+            help="shell: per-node commands; json: the plan; helm-values: values for helm/; k8s: manifests "
+            "(multi-document YAML); ray-serve: a `serve run` config (vLLM)",
+        ),
     ] = Format.shell,
     nodes: Annotated[
         str | None, typer.Option(help="Comma-separated node addresses, node 0 first (default: node0, ...)")
@@ -52,12 +63,22 @@ def compile_cmd(
     ] = None,
     executor: Annotated[Executor | None, typer.Option(help="vLLM multi-node executor")] = None,
     a2a_backend: Annotated[str | None, typer.Option(help="MoE all-to-all backend (vLLM names)")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="helm-values/k8s: object name; default MODEL-LAYOUT.")
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="helm-values/k8s: engine image (pinned tag); default target.image or the engine's"),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="helm-values/k8s: namespace; default target.namespace or default.")
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Emit the commands even for a layout the planner rejects.")
     ] = False,
 ) -> None:
-    """Print what to run on each node for one layout: shell commands or the launch plan as JSON."""
-    spec = load_spec(spec_path)
+    """Print one layout as shell commands, the launch plan as JSON, Helm values, manifests or a Ray config."""
+    spec = load_checked_spec(spec_path)
     chosen = parse_layout(layout)
     (row,) = make_plan(spec, layouts=[chosen], batches=(1,)).rows
     if row.rejected_because:
@@ -65,8 +86,8 @@ def compile_cmd(
         if not force:
             raise SpecError(f"{spec_path}: layout {chosen}: the planner rejects it: {why} "
                             "(orch plan shows every layout; --force emits the commands anyway)")
-        err_console.print(f"[yellow]warning:[/] layout {chosen} is rejected by the planner, emitted because "
-                          f"of --force: {escape(why)}", highlight=False, soft_wrap=True)
+        err_line("warning:", "yellow", f"layout {chosen} is rejected by the planner, emitted because "
+                 f"of --force: {why}")
     addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
     compiled = compile_layout(
         spec, chosen, engine.value if engine else None, addrs,
@@ -74,8 +95,23 @@ def compile_cmd(
         a2a_backend=a2a_backend,
     )
     for note in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
+        err_line("warning:", "yellow", note)
     if fmt is Format.json:
         typer.echo(json.dumps(to_json(compiled.plan, compiled.placement.nodes, compiled.warnings), indent=2))
-    else:
+    elif fmt is Format.shell:
         typer.echo(to_shell(compiled.plan, compiled.placement.nodes), nl=False)
+    else:
+        opts = None
+        if fmt in (Format.helm_values, Format.k8s):
+            model = spec.model.name or spec.model.path or "model"
+            obj_name = name or k8s_name(model, str(chosen))
+            opts, notes = artifact_options(
+                spec, compiled.plan.engine, obj_name,
+                image=image, namespace=namespace, spec_hash=spec_hash(spec),
+            )  # fmt: skip
+            for note in notes:
+                err_line("note:", "yellow", note)
+        text = render(fmt.value, compiled, chosen, spec, opts)
+        if text is None:
+            raise SpecError(f"--format ray-serve: Ray Serve LLM runs vLLM, not {compiled.plan.engine}")
+        typer.echo(text, nl=False)

@@ -7,14 +7,15 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli import app, make_console
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layouts
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.planner import PlanRow
 from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
-from orchestrator.spec.load import load_spec
 
 GB = 1e9
 
@@ -89,8 +90,9 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
     console.print(parts)
 
     for row in result.rows:
-        notes = [f"[red]rejected:[/] {r}" for r in row.rejected_because] + [f"[yellow]warning:[/] {w}"
-                                                                          for w in row.warnings]
+        # Reasons can quote spec values: escaped, so "[bold]" in one prints as written.
+        notes = [f"[red]rejected:[/] {escape(r)}" for r in row.rejected_because] + [
+            f"[yellow]warning:[/] {escape(w)}" for w in row.warnings]
         if row.expert_imbalance is not None:
             notes.append(f"expert imbalance (busiest EP rank / mean) {row.expert_imbalance:.2f}")
         for note in notes:
@@ -118,7 +120,7 @@ def plan_command(
         "--json", help="Print JSON with every number and its parts.")] = False,
 ) -> None:
     """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
-    spec = load_spec(spec_path)
+    spec = load_checked_spec(spec_path)
     chosen = None
     if layouts is not None and layouts.strip() != "spec":
         chosen = parse_layouts(layouts)

@@ -11,8 +11,9 @@ from typing import Annotated
 import typer
 import yaml
 
-from orchestrator.cli import RUN_HELP, app, err_console
-from orchestrator.promote import FORMATS, PromoteOptions, pin_block, promote, resolve_run
+from orchestrator.cli import RUN_HELP, app, err_line
+from orchestrator.compile.artifacts import FORMATS
+from orchestrator.promote import PromoteOptions, pin_block, promote, resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 
 
@@ -53,7 +54,7 @@ def promote_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the provenance as JSON.")] = False,
 ) -> None:
     """Write the winner of a stored run as Helm values, manifests, launch commands and PROVENANCE files."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     opts = PromoteOptions(
         formats=_formats(fmt), engine=engine.value if engine else None, layout=layout, name=name,
         image=image, namespace=namespace,
@@ -66,7 +67,7 @@ def promote_command(
     target = out if out is not None else Path("promoted") / resolve_run(store, run_ref)
     done = promote(store, run_ref, target, opts)
     for note in done.notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err_line("note:", "yellow", note)
     if as_json:
         typer.echo(json.dumps(done.provenance, indent=2, default=str))
         return

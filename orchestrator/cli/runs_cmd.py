@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli import RUN_HELP, app, make_console
 from orchestrator.promote import resolve_run
@@ -21,7 +22,7 @@ def runs_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the runs in the results store, newest first."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     runs = store.runs()
     if as_json:
         typer.echo(
@@ -50,16 +51,10 @@ def runs_command(
     for r in runs:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
         meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
-        table.add_row(
-            r.run_id,
-            created,
-            r.status,
-            r.engine,
-            r.model,
-            r.spec_path or "-",
-            (r.selection or {}).get("winner") or "-",
-            meta,
-        )
+        cells = (r.run_id, created, r.status, r.engine, r.model, r.spec_path or "-",
+                 (r.selection or {}).get("winner") or "-", meta)
+        # Text cells: a path or metadata value holding "[bold]" prints as written, not as markup.
+        table.add_row(*(Text(str(c)) for c in cells))
     make_console().print(table)
 
 
@@ -80,6 +75,6 @@ def export_command(
 ) -> None:
     """Export a run: one row per (layout, load point) with flattened metrics, per request or per engine
     metrics scrape; or the vLLM benchmark JSON of every load point."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     result = export_run(store, resolve_run(store, run_id), fmt, out, per_request=per_request, table=table)
     typer.echo(result if out is None else f"wrote {result}")

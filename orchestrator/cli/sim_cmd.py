@@ -15,9 +15,11 @@ from orchestrator.cli.plan_cmd import _ints
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import SimPoint, simulate_point
-from orchestrator.spec.load import load_spec
+from orchestrator.spec.checks import MAX_COUNT
+from orchestrator.spec.load import with_workload
 
 sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
@@ -48,7 +50,7 @@ def simulate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
-    spec = load_spec(spec_path)
+    spec = load_checked_spec(spec_path)
     chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
@@ -62,6 +64,10 @@ def simulate_command(
         _ints(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
+    if levels is None:  # open loop: the spec's bounds hold for the flags too (finite rates, warm-up ...)
+        with_workload(spec, rates=[r for r, _ in loads if r is not None], num_requests=num_requests)
+    elif num_requests is not None and num_requests > MAX_COUNT:
+        raise SpecError(f"--num-requests {num_requests}: at most {MAX_COUNT:,}")
     inputs = plan_inputs(spec)
     console = make_console(stderr=as_json)
     results: list[SimPoint] = []

@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from orchestrator.cli import app
-from orchestrator.spec import load_spec, spec_hash, spec_json_schema
+from orchestrator.pipeline.validate import check_spec
+from orchestrator.spec import spec_hash, spec_json_schema
+from orchestrator.spec.load import load_spec_lines
 
 
 @app.command()
@@ -22,7 +24,10 @@ def schema() -> None:
 def validate(
     spec_path: Annotated[Path, typer.Argument(help="Sweep spec YAML, e.g. layouts/qwen72b.yaml")],
 ) -> None:
-    """Check a spec file; print its layouts and hash, or one line naming the file, line and field."""
-    spec = load_spec(spec_path)
+    """Check a spec file as plan, compile and sweep would (catalog names, files, engine argv); print its
+    layouts and hash, or one line naming the file, line, field and fix (exit code 2)."""
+    loaded = load_spec_lines(spec_path)
+    check_spec(loaded)
+    spec = loaded.spec
     layouts = ", ".join(str(x) for x in spec.layouts)
     typer.echo(f"{spec_path}: ok; layouts {layouts}; spec sha256 {spec_hash(spec)[:16]}")

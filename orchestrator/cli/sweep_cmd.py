@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -15,17 +16,18 @@ from orchestrator.cli import RUN_HELP, app, err_console, make_console
 from orchestrator.cli.consistency_cmd import consistency_lines
 from orchestrator.cli.sim_cmd import _rates
 from orchestrator.deploy.targets import check_runs_here
-from orchestrator.errors import NoLayoutMeetsSLO, SpecError
+from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
+from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.promote import resolve_run
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.data import load_report
 from orchestrator.selection import select
-from orchestrator.spec.load import load_spec
+from orchestrator.spec.load import revalidated, spec_from_json
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import DEFAULT_STORE, Store
 
@@ -166,7 +168,7 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             if v.layout == sel.winner
             else ("[yellow]tie[/]" if v.layout in sel.tie_with else "[red]loses[/]")
         )
-        console.print(f"  {v.layout}: {mark}: {v.reason}", highlight=False)
+        console.print(f"  {v.layout}: {mark}: {escape(v.reason)}", highlight=False)
     if sel.winner is None:
         console.print("[bold red]no layout meets the SLO[/]")
     else:
@@ -226,7 +228,7 @@ def _as_swept(
         workload.update(num_requests=num_requests, duration_s=None)
     if workload:
         update["workload"] = spec.workload.model_copy(update=workload)
-    return spec.model_copy(update=update) if update else spec
+    return revalidated(spec.model_copy(update=update), "--layouts/--rates/--num-requests") if update else spec
 
 
 @app.command("sweep")
@@ -253,14 +255,19 @@ def sweep_command(
     """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
     store = Store(store_path)
     if resume is not None:
-        run = store.run(resolve_run(store, resume))
-        spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+        try:
+            ref = resolve_run(store, resume)
+        except OrchError:
+            ref = resume  # the store may have lost the run (deleted, emptied): its journal has it
+        store.recover(ref)  # a journal left by a store that failed under the sweep goes in first
+        run = store.run(ref)
+        spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
         run_id: str | None = run.run_id
         shown_path = run.spec_path
     else:
         if spec_path is None:
             raise SpecError("give a SPEC file, or --resume RUN_ID (orch runs lists them)")
-        spec = load_spec(spec_path)
+        spec = load_checked_spec(spec_path)
         run_id, shown_path = None, spec_path
     if engine is not None:
         if engine not in ("sim", "vllm", "sglang"):
@@ -295,7 +302,7 @@ def sweep_command(
         except KeyboardInterrupt:
             err_console.print(
                 f"interrupted: what was measured is stored; finish with "
-                f"orch sweep --resume {sweep.run_id} --store {store.path}"
+                f"orch sweep --resume {sweep.run_id} --store {store.path}", markup=False
             )
             raise typer.Exit(130) from None
     scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
@@ -323,7 +330,7 @@ def report_command(
     ] = None,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     run = store.run(resolve_run(store, run_id))
     stored = store.consistency(run.run_id)
     checks = [{**c.result, "passed": c.passed, "max_divergence": c.max_divergence} for c in stored]
@@ -333,7 +340,7 @@ def report_command(
         for c in [] if as_json else checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
         return
-    spec = SweepSpec.model_validate(store.spec_json(run.run_id))
+    spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
     outcomes = outcomes_from_store(store, run.run_id)
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if html_out is not None:
@@ -342,7 +349,7 @@ def report_command(
 
         page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
-        err_console.print(f"wrote {html_out}")
+        err_console.print(f"wrote {html_out}", markup=False)
     if as_json:
         typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
@@ -369,7 +376,7 @@ def compare_command(
         raise SpecError(f"--threshold {threshold!r}: give a relative change such as 5% or 0.05") from None
     if limit < 0:
         raise SpecError("--threshold must not be negative")
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)
     a, b = resolve_run(store, run_a), resolve_run(store, run_b)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]

@@ -56,6 +56,7 @@ def compile_layout(
     num_redundant_experts: int | None = None,
     executor: Literal["mp", "ray"] | None = None,
     a2a_backend: str | None = None,
+    served_model_name: str | None = None,
 ) -> Compiled:
     """The launch plan of one layout of a spec, for its engine (or engine_name), with warnings."""
     engine = _engine(engine_name or spec.engine.name)
@@ -64,6 +65,9 @@ def compile_layout(
         spec, engine=engine.name, num_redundant_experts=num_redundant_experts, executor=executor,
         a2a_backend=a2a_backend,
     )
+    if served_model_name:
+        # The name clients ask for: a promoted layout keeps the one its run was measured with.
+        options = replace(options, served_model_name=served_model_name)
     if engine.name == "sim":
         # As the sweep does: the simulated server needs the model shapes and hardware it models.
         from orchestrator.engines.sim import sim_args_from_spec

@@ -10,7 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from orchestrator.compile.k8s import K8sOptions, is_multi_node, plain_env, replica_probe, resources
+from orchestrator.compile.k8s import (
+    K8sOptions,
+    is_multi_node,
+    plain_env,
+    replica_probe,
+    resources,
+    secret_names,
+)
 from orchestrator.compile.k8s_argv import gpus_per_pod, nodes_per_replica, plan_commands
 from orchestrator.engines.base import LaunchPlan
 from orchestrator.errors import SpecError
@@ -49,7 +56,11 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
             "env": plain_env(worker, opts) if worker else [],
         },
         "modelCache": {"claimName": opts.model_cache_pvc or "", "mountPath": opts.model_cache_mount},
-        "hfToken": {"secretName": opts.hf_token_secret or "", "key": opts.hf_token_key},
+        # engine.env_from_secret may name the HF_TOKEN Secret itself (then it is in the env above).
+        "hfToken": {
+            "secretName": "" if "HF_TOKEN" in secret_names(leader) else opts.hf_token_secret or "",
+            "key": opts.hf_token_key,
+        },
         "shmSize": opts.shm_size,
         "gpuProduct": opts.gpu_product or "",
         "nodeSelector": dict(opts.node_selector),

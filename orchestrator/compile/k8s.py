@@ -145,10 +145,10 @@ def object_metadata(plan: LaunchPlan, opts: K8sOptions) -> Obj:
     return meta
 
 
-def hf_token_env(opts: K8sOptions) -> list[Obj]:
+def hf_token_env(opts: K8sOptions, cmd: PodCommand | None = None) -> list[Obj]:
     """HF_TOKEN by reference to a Secret: the token itself never appears in an object or in values."""
-    if not opts.hf_token_secret:
-        return []
+    if not opts.hf_token_secret or (cmd is not None and "HF_TOKEN" in secret_names(cmd)):
+        return []  # engine.env_from_secret names the HF_TOKEN Secret itself
     # Optional: public models need no token, and a missing Secret must not keep the pod from starting.
     ref = {"name": opts.hf_token_secret, "key": opts.hf_token_key, "optional": True}
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
@@ -161,11 +161,29 @@ def plain_env(cmd: PodCommand, opts: K8sOptions) -> list[Obj]:
         env.append({"name": "HF_HOME", "value": opts.model_cache_mount})
     env.extend({"name": k, "value": v} for k, v in cmd.env)
     env.extend({"name": k, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} for k in cmd.pod_ip_env)
+    env.extend(secret_env(cmd))
     return env
 
 
+def secret_names(cmd: PodCommand) -> set[str]:
+    return {s.name for s in cmd.secret_env}
+
+
+def secret_env(cmd: PodCommand) -> list[Obj]:
+    """engine.env_from_secret as secretKeyRef entries: the manifest names the Secret, never the value."""
+    out: list[Obj] = []
+    for ref in cmd.secret_env:
+        if ref.secret is None:
+            raise SpecError(
+                f"engine.env_from_secret.{ref.name}: Kubernetes artifacts need 'secret' (the name of the "
+                "Secret holding the value); add it to the reference"
+            )
+        out.append({"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}})
+    return out
+
+
 def container_env(cmd: PodCommand, opts: K8sOptions) -> list[Obj]:
-    return hf_token_env(opts) + plain_env(cmd, opts)
+    return hf_token_env(opts, cmd) + plain_env(cmd, opts)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from orchestrator.engines.base import PORT_STRIDE, ProcessSpec, ReplicaPlan
+from orchestrator.engines.base import PORT_STRIDE, ProcessSpec, ReplicaPlan, SecretEnv
 from orchestrator.errors import SpecError
 
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
@@ -37,6 +37,7 @@ class PodCommand:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     pod_ip_env: tuple[str, ...] = ()  # names set from the downward API (status.podIP)
+    secret_env: tuple[SecretEnv, ...] = ()  # set from Secrets (valueFrom.secretKeyRef), never by value
 
 
 def health_path(replica: ReplicaPlan) -> str:
@@ -126,7 +127,7 @@ def pod_command(proc: ProcessSpec, rw: _Rewriter, is_worker: bool) -> PodCommand
         (k, rw.address(_escape(v))) for k, v in sorted(proc.env) if k not in DROPPED_ENV | OWN_ADDRESS_ENV
     )
     own = tuple(sorted(k for k, _ in proc.env if k in OWN_ADDRESS_ENV))
-    return PodCommand(pod_argv(proc.argv, rw, is_worker), env, own)
+    return PodCommand(pod_argv(proc.argv, rw, is_worker), env, own, proc.secret_env)
 
 
 def _one_per_node(replica: ReplicaPlan) -> list[ProcessSpec]:
@@ -182,7 +183,7 @@ def _linear_worker_command(cmds: list[PodCommand]) -> PodCommand | None:
     vLLM's data-parallel start rank is such a value (8, 16, ... for workers 1, 2, ...); Kubernetes cannot do
     arithmetic in ``$(VAR)``, so the worker runs ``sh -c 'exec ... $((LWS_WORKER_INDEX * 8 + 0))'``.
     """
-    if len({c.env for c in cmds}) != 1 or len({c.pod_ip_env for c in cmds}) != 1:
+    if len({(c.env, c.pod_ip_env, c.secret_env) for c in cmds}) != 1:
         return None
     if len({len(c.argv) for c in cmds}) != 1:
         return None
@@ -201,7 +202,8 @@ def _linear_worker_command(cmds: list[PodCommand]) -> PodCommand | None:
             return None
         # "$$" reaches the shell as "$": Kubernetes would otherwise try to expand "$((" itself.
         words.append(f'"$$((LWS_WORKER_INDEX * {step} + {base}))"')
-    return PodCommand(("/bin/sh", "-c", "exec " + " ".join(words)), cmds[0].env, cmds[0].pod_ip_env)
+    argv = ("/bin/sh", "-c", "exec " + " ".join(words))
+    return PodCommand(argv, cmds[0].env, cmds[0].pod_ip_env, cmds[0].secret_env)
 
 
 def plan_commands(

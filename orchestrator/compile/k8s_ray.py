@@ -165,7 +165,9 @@ def ray_service(
     per_pod = min(gpus_per_node, layout.gpus_per_replica)
     workers = math.ceil(layout.gpus / per_pod)
     # The head schedules no engine: GPU nodes stay whole for the placement groups.
-    empty = PodCommand(argv=(), env=())
+    # Ray workers inherit the container's env: secrets go there by reference (Serve's runtime_env would
+    # need the values).
+    empty = PodCommand(argv=(), env=(), secret_env=plan.replicas[0].processes[0].secret_env)
     head_ports = [
         {"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
         {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},

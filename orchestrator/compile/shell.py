@@ -1,6 +1,8 @@
 """LaunchPlan -> shell script text: per node, one command line per process, ready to paste.
 
 Each line is `KEY=value ... argv` quoted with shlex, so what runs is exactly the plan's argv tuple.
+Nothing from a plan reaches the script unquoted: variable names must be identifiers, comment text is
+one line, and secrets appear only as a reference to a variable of the node's shell.
 """
 
 from __future__ import annotations
@@ -8,17 +10,40 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from orchestrator.engines.base import LaunchPlan, ProcessSpec
+from orchestrator.engines.base import LaunchPlan, ProcessSpec, SecretEnv
+from orchestrator.errors import SpecError
+from orchestrator.spec.checks import ENV_NAME
+
+
+def _name(name: str) -> str:
+    if not ENV_NAME.fullmatch(name):
+        raise SpecError(f"environment variable {name!r}: not a variable name; use letters, digits and '_'")
+    return name
+
+
+def _secret(ref: SecretEnv) -> str:
+    # `NAME="${FROM:?...}"`: the node's shell supplies the value (and refuses to start without it), so
+    # the script, like the plan, holds only the variable's name.
+    source = _name(ref.from_env)
+    return f'{_name(ref.name)}="${{{source}:?set {source} on this node (engine.env_from_secret)}}"'
 
 
 def command_line(proc: ProcessSpec) -> str:
     """`KEY=value ... prog args`: env as prefixes so the variables reach only this process."""
-    env = [f"{key}={shlex.quote(value)}" for key, value in proc.env]
+    env = [f"{_name(key)}={shlex.quote(value)}" for key, value in proc.env]
+    env += [_secret(ref) for ref in proc.secret_env]
     return " ".join([*env, shlex.join(proc.argv)])
 
 
 def node_indices(plan: LaunchPlan) -> list[int]:
     return sorted({p.node_index for r in plan.replicas for p in r.processes})
+
+
+def _comment(text: str) -> str:
+    # A newline in a comment would start a command line; nothing from a plan should carry one.
+    if any(ch in text for ch in "\r\n\x00"):
+        raise SpecError(f"launch plan: {text!r} has a line break; it cannot go into a script comment")
+    return "# " + text
 
 
 def _node_name(index: int, nodes: Sequence[str] | None) -> str:
@@ -36,12 +61,12 @@ def node_script(plan: LaunchPlan, node_index: int, nodes: Sequence[str] | None =
     # Several processes on one node (replicas, or a Ray head before vllm) run side by side; `wait` keeps
     # the script in the foreground so Ctrl-C stops them all.
     background = len(procs) > 1
-    lines = [f"# === {plan.engine} {plan.layout_str}: {_node_name(node_index, nodes)} ==="]
+    lines = [_comment(f"=== {plan.engine} {plan.layout_str}: {_node_name(node_index, nodes)} ===")]
     for r_i, rep, proc in procs:
-        what = f"# replica {r_i}, {proc.role}"
+        what = f"replica {r_i}, {proc.role}"
         if proc.role == "leader":
             what += f": ready at {rep.health_url}, OpenAI API at {rep.openai_base_url}"
-        lines.append(what)
+        lines.append(_comment(what))
         lines.append(command_line(proc) + (" &" if background else ""))
     if background:
         lines.append("wait")

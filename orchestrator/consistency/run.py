@@ -26,6 +26,7 @@ from orchestrator.pipeline.sweep import DEFAULT_READY_TIMEOUT_S, _warm_up
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import LocalTarget, SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.run_ids import checked_run_id
 
 _WORDS = [
     "the",
@@ -169,7 +170,8 @@ def run_layouts(
         raise SpecError(f"--layouts: give exactly two layouts to compare (got {len(layouts)})")
     prompts = load_prompts(opts.prompts, opts.n)
     spec_workdir = spec.target.workdir if isinstance(spec.target, LocalTarget) else None
-    base = Path(opts.workdir or spec_workdir or tempfile.mkdtemp(prefix="orch-consistency-")) / run_id
+    workdir = Path(opts.workdir or spec_workdir or tempfile.mkdtemp(prefix="orch-consistency-"))
+    base = workdir / checked_run_id(run_id)
     timeout = opts.ready_timeout_s or spec.engine.startup_s or DEFAULT_READY_TIMEOUT_S
     label_a, label_b = _labels(layouts)
     sides: list[Side] = []

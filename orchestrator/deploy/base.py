@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,13 +41,49 @@ class Target(Protocol):
 
 @contextmanager
 def deployed(target: Target, plan: LaunchPlan, timeout_s: float) -> Iterator[Deployment]:
-    """Deploy and wait; teardown runs on success, failure, timeout and Ctrl-C alike."""
-    deployment = target.deploy(plan)
+    """Deploy and wait; teardown runs on success, failure, timeout and Ctrl-C alike.
+
+    Starting and tearing down run with SIGINT/SIGTERM deferred: a second Ctrl-C (or a SIGTERM) while
+    engines are being stopped must not abandon the rest of them. The signal takes effect after."""
+    deployment: Deployment | None = None
     try:
+        with signals_deferred():
+            deployment = target.deploy(plan)
         target.wait_ready(deployment, timeout_s)
         yield deployment
     finally:
-        target.teardown(deployment)
+        if deployment is not None:
+            with signals_deferred():
+                target.teardown(deployment)
+
+
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs, then deliver each one that came (once), to the
+    handlers that were in place: KeyboardInterrupt for Ctrl-C, the CLI's handler for SIGTERM.
+
+    Only the main thread receives Python signals; elsewhere this is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        if signum not in arrived:
+            arrived.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in DEFERRED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: a handler set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -1,5 +1,7 @@
-"""Local target: each ProcessSpec in its own process group, logs in the run directory, health polling,
-teardown by process group (SIGTERM, then SIGKILL after a grace period). Never kills by name."""
+"""Local target: each ProcessSpec in its own process group under a supervisor (deploy/supervise.py)
+that ends the group when orch's process ends, however it ends; logs in the run directory; the ports
+checked free before launch and the health answer checked to come from our own process; teardown by
+process group (SIGTERM, then SIGKILL after a grace period). Never kills by name."""
 
 from __future__ import annotations
 
@@ -14,14 +16,18 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from orchestrator.deploy.base import Deployment, Endpoint
-from orchestrator.engines.base import LaunchPlan, ProcessSpec
+from orchestrator.deploy.ownership import foreign_listener, port_in_use
+from orchestrator.engines.base import LaunchPlan, ProcessSpec, secret_values
 from orchestrator.errors import DeployError, EngineDied
 
 LOG_TAIL_LINES = 15
 TERM_GRACE_S = 10.0
 POLL_S = 0.2
+SUPERVISOR = Path(__file__).with_name("supervise.py")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
 @dataclass
@@ -66,32 +72,40 @@ class LocalProcessTarget:
 
     def deploy(self, plan: LaunchPlan) -> Deployment:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        _check_ports_free(plan)
         procs: list[_Proc] = []
         endpoints = []
         try:
             for r, replica in enumerate(plan.replicas):
                 for i, spec in enumerate(replica.processes):
                     name = f"{plan.engine}-{plan.layout_str}-r{r}-p{i}-{spec.role}"
-                    log_path = self.workdir / f"{name}.log"
-                    log = log_path.open("wb")
-                    env = {**os.environ, **spec.env_dict}
-                    log.write(("$ " + " ".join(_argv(spec)) + "\n").encode())
-                    log.flush()
-                    popen = subprocess.Popen(
-                        _argv(spec),
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                    log.close()
-                    procs.append(_Proc(name, popen, log_path))
+                    procs.append(self._start(name, spec))
                 endpoints.append(Endpoint(r, replica.openai_base_url, replica.health_url))
-        except OSError as exc:
+        except BaseException as exc:  # Ctrl-C half way included: what started must not outlive this
             self._stop(procs)
-            raise DeployError(f"could not start {plan.engine} for {plan.layout_str}: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise DeployError(f"could not start {plan.engine} for {plan.layout_str}: {exc}") from exc
+            raise
         return Deployment(plan.layout_str, tuple(endpoints), str(self.workdir), tuple(procs))
+
+    def _start(self, name: str, spec: ProcessSpec) -> _Proc:
+        log_path = self.workdir / f"{name}.log"
+        argv = _argv(spec)
+        with log_path.open("wb") as log:
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
+            # The supervisor leads a new session and process group that the engine joins; its stdin
+            # is a pipe only this process writes to, so it sees EOF when orch ends in any way.
+            popen = subprocess.Popen(
+                [sys.executable, "-I", str(SUPERVISOR), f"{self.term_grace_s:g}", "--", *argv],
+                # Secrets are read from orch's environment now and go only into the child's.
+                env={**os.environ, **spec.env_dict, **secret_values(spec.secret_env, os.environ)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+            )
+        return _Proc(name, popen, log_path)
 
     def wait_ready(self, deployment: Deployment, timeout_s: float) -> None:
         procs = [h for h in deployment.handles if isinstance(h, _Proc)]
@@ -107,6 +121,7 @@ class LocalProcessTarget:
                     )
             for url in list(pending):
                 if _healthy(url):
+                    _check_ours(url, procs)
                     pending.discard(url)
             if not pending:
                 return
@@ -141,11 +156,48 @@ class LocalProcessTarget:
             _signal_group(p.popen, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(timeout=5)
+            if p.popen.stdin is not None:
+                with contextlib.suppress(OSError):
+                    p.popen.stdin.close()  # the supervisor is gone; nothing left for it to guard
 
 
 def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(popen.pid, sig)  # start_new_session: the group id is the leader's pid
+
+
+def _check_ports_free(plan: LaunchPlan) -> None:
+    """A server already on one of the plan's ports would answer our health checks: refuse up front."""
+    for replica in plan.replicas:
+        url = urlsplit(replica.health_url)
+        host = url.hostname or "127.0.0.1"
+        ports = {p for spec in replica.processes for p in spec.ports}
+        if url.port is not None:
+            ports.add(url.port)
+        busy = sorted(p for p in ports if port_in_use(p, host))
+        if busy:
+            raise DeployError(
+                f"{plan.layout_str}: port {', '.join(map(str, busy))} on {host} is already in use by "
+                "another process; stop it or let orch pick free ports (it does unless a base port is set)"
+            )
+
+
+def _check_ours(health_url: str, procs: list[_Proc]) -> None:
+    """The health answer must come from a process we started, not from a server that took the port."""
+    url = urlsplit(health_url)
+    if url.port is None or url.hostname not in LOCAL_HOSTS:
+        return
+    for p in procs:
+        if p.popen.poll() is not None:  # ours already died: whoever answered is not ours
+            raise EngineDied(
+                f"{p.name} exited with code {p.popen.returncode}, yet {health_url} answers: another "
+                f"process serves port {url.port}; last log lines ({p.log_path}):\n{tail(p.log_path)}"
+            )
+    if foreign_listener(url.port, [p.popen.pid for p in procs]):
+        raise DeployError(
+            f"{health_url} is answered by a process orch did not start (port {url.port} is held by "
+            "another server); stop it or use other ports"
+        )
 
 
 def _healthy(url: str) -> bool:

@@ -26,7 +26,7 @@ from orchestrator.deploy.base import Deployment, Endpoint
 from orchestrator.deploy.local import TERM_GRACE_S, _healthy
 from orchestrator.deploy.ray_actor import EngineProcess, _ray
 from orchestrator.deploy.ray_placement import ReplicaBundles, replica_bundles, substitute_hosts
-from orchestrator.engines.base import LaunchPlan, ReplicaPlan
+from orchestrator.engines.base import LaunchPlan, ReplicaPlan, secret_values
 from orchestrator.errors import DeployError, EngineDied
 from orchestrator.layout import parse_layout
 
@@ -200,7 +200,9 @@ class RayTarget:
             ).remote(
                 name,
                 [substitute_hosts(a, hosts) for a in proc.argv],
-                {k: substitute_hosts(v, hosts) for k, v in proc.env},
+                # Secrets travel to the actor's process env only (read from orch's env, never stored).
+                {k: substitute_hosts(v, hosts) for k, v in proc.env}
+                | secret_values(proc.secret_env, os.environ),
                 str(self.workdir),
                 list(proc.ports),
             )  # fmt: skip

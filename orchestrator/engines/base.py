@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
+from orchestrator.spec.checks import ENV_NAME, is_host
 
 Role = Literal["leader", "worker", "headless"]
 
@@ -29,10 +30,45 @@ class Placement:
     def __post_init__(self) -> None:
         if not self.nodes:
             raise SpecError("placement: at least one node address is needed")
+        for node in (*self.nodes, self.bind_host):
+            # Node names reach argv, generated scripts and their comments: a host name or an IP only.
+            if not is_host(node):
+                raise SpecError(
+                    f"node address {node!r}: not a host name or IP address (e.g. 10.0.0.2, gpu-node-1)"
+                )
         if self.gpus_per_node < 1:
             raise SpecError(f"placement: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 1 <= self.base_port <= 65535 - PORT_STRIDE:
             raise SpecError(f"placement: base_port {self.base_port} out of range")
+
+
+@dataclass(frozen=True)
+class SecretEnv:
+    """An environment variable whose value is a secret, by reference only: plans, the store, scripts and
+    manifests carry this, never the value, which is read where the process starts."""
+
+    name: str  # the variable the engine sees, e.g. HF_TOKEN
+    from_env: str  # local, Ray, scripts: the variable of orch's process (or the node's shell) holding it
+    secret: str | None = None  # Kubernetes: the Secret's name (valueFrom.secretKeyRef)
+    key: str = ""  # Kubernetes: the key in that Secret
+
+    def value(self, environ: Mapping[str, str]) -> str:
+        """The value, read at deploy time from environ (orch's own environment)."""
+        found = environ.get(self.from_env)
+        if found is None:
+            raise SpecError(
+                f"engine.env_from_secret.{self.name}: orch's environment has no {self.from_env}; "
+                f"export {self.from_env}=... before running (the value is never stored)"
+            )
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": self.from_env, "secret": self.secret, "key": self.key}
+
+
+def secret_values(secrets: tuple[SecretEnv, ...], environ: Mapping[str, str]) -> dict[str, str]:
+    """{name: value} for a process's environment; the result must go nowhere but that environment."""
+    return {s.name: s.value(environ) for s in secrets}
 
 
 @dataclass(frozen=True)
@@ -43,6 +79,7 @@ class ProcessSpec:
     gpu_ids: tuple[int, ...] = ()
     ports: tuple[int, ...] = ()
     role: Role = "leader"
+    secret_env: tuple[SecretEnv, ...] = ()
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -52,6 +89,7 @@ class ProcessSpec:
         return {
             "argv": list(self.argv),
             "env": dict(self.env),
+            "secret_env": {s.name: s.to_dict() for s in self.secret_env},
             "node_index": self.node_index,
             "gpu_ids": list(self.gpu_ids),
             "ports": list(self.ports),
@@ -109,6 +147,7 @@ class EngineOptions:
     executor: Literal["mp", "ray"] = "mp"
     a2a_backend: str | None = None  # vLLM --all2all-backend / SGLang --moe-a2a-backend
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    secret_env: tuple[SecretEnv, ...] = ()  # engine.env_from_secret: references, never values
     # sim only: flags that tell the simulated server which model shapes and hardware to model.
     sim_args: tuple[str, ...] = ()
 
@@ -121,6 +160,11 @@ class EngineOptions:
             raise SpecError("engine options: num_routed_experts must be >= 0")
         if self.executor not in ("mp", "ray"):
             raise SpecError(f"engine options: executor must be 'mp' or 'ray', got {self.executor!r}")
+        names = [k for k, _ in self.extra_env] + [s.name for s in self.secret_env]
+        for name in names + [s.from_env for s in self.secret_env]:
+            # Names reach generated shell scripts unquoted (`NAME=value cmd`): identifiers only.
+            if not ENV_NAME.fullmatch(name):
+                raise SpecError(f"engine env: {name!r} is not a variable name; use letters, digits and '_'")
 
 
 class Engine(Protocol):

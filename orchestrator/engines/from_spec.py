@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from orchestrator.engines.base import EngineOptions, Placement
+from orchestrator.engines.base import EngineOptions, Placement, SecretEnv
 from orchestrator.errors import SpecError
 from orchestrator.spec.models import LocalTarget, ModelSpec, SweepSpec
 
@@ -113,6 +113,15 @@ def engine_options(
         a2a_backend=a2a_backend or _engine_field(spec, "a2a_backend", None),
         # The spec's engine.env first; variables given here win.
         extra_env=tuple(sorted((dict(engine_spec.env) | dict(extra_env)).items())),
+        secret_env=secret_env(spec),
+    )
+
+
+def secret_env(spec: SweepSpec) -> tuple[SecretEnv, ...]:
+    """engine.env_from_secret as references; a reference's defaults are the variable's own name."""
+    return tuple(
+        SecretEnv(name=name, from_env=ref.env or name, secret=ref.secret, key=ref.key or name)
+        for name, ref in sorted(spec.engine.env_from_secret.items())
     )
 
 

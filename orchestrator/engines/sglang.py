@@ -173,7 +173,7 @@ def _replica(
             ProcessSpec(
                 argv=(*base, *nodes, *serve, *options.extra_args),
                 env=merge_env(env, options), node_index=slot.node_index, gpu_ids=slot.gpu_ids,
-                ports=ports, role=role,
+                ports=ports, role=role, secret_env=options.secret_env,
             )
         )
     return ReplicaPlan(

@@ -74,7 +74,10 @@ class SimEngine:
             if options.gpu_memory_utilization:
                 argv += ["--gpu-memory-utilization", repr(options.gpu_memory_utilization)]
             argv += list(options.extra_args)
-            proc = ProcessSpec(argv=tuple(argv), env=options.extra_env, node_index=0, ports=(port,))
+            proc = ProcessSpec(
+                argv=tuple(argv), env=options.extra_env, node_index=0, ports=(port,),
+                secret_env=options.secret_env,
+            )
             replicas.append(ReplicaPlan((proc,), f"http://{host}:{port}/health", f"http://{host}:{port}/v1"))
         return LaunchPlan(self.name, str(layout), tuple(replicas))
 

@@ -153,7 +153,7 @@ def _proc(
     env = merge_env(_device_env(slot, placement), options)
     return ProcessSpec(
         argv=argv, env=env, node_index=slot.node_index, gpu_ids=slot.gpu_ids,
-        ports=ports if ports is not None else (slot.port,), role=role,
+        ports=ports if ports is not None else (slot.port,), role=role, secret_env=options.secret_env,
     )
 
 

@@ -5,6 +5,7 @@ interrupted at any moment resumes with `--resume RUN_ID` and loses nothing alrea
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -14,9 +15,10 @@ from typing import Any, Protocol
 from orchestrator.deploy.base import deployed, free_base_port
 from orchestrator.deploy.targets import make_target, preflight, probe_host
 from orchestrator.engines import get_engine
-from orchestrator.engines.from_spec import engine_options, placement
+from orchestrator.engines.base import secret_values
+from orchestrator.engines.from_spec import engine_options, placement, secret_env
 from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError
+from orchestrator.errors import DeployError, OrchError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
@@ -38,8 +40,9 @@ from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome, PointOutcome, Selection, select
 from orchestrator.spec.load import spec_hash
-from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.run_ids import checked_run_id
 
 DEFAULT_READY_TIMEOUT_S = 900.0
 WARMUP_MAX_TOKENS = 8
@@ -119,8 +122,13 @@ class Sweep:
         self.opts = options or SweepOptions()
         self.spec_path = spec_path
         self.resuming = run_id is not None
-        self.run_id = run_id or new_run_id()
+        self.run_id = checked_run_id(run_id or new_run_id())  # it names the work directory
         preflight(spec.target)
+        if not isinstance(spec.target, KubernetesTarget):
+            # Every secret the engines need must be in orch's environment before anything starts; the
+            # values are read again at deploy time and never kept. (On Kubernetes the pods read them
+            # from their Secrets.)
+            secret_values(secret_env(spec), os.environ)
         self.engine = get_engine(spec.engine.name)
         self.inputs = plan_inputs(spec)
         self.scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
@@ -131,6 +139,7 @@ class Sweep:
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> SweepResult:
         spec = self.spec
+        self.store.journal_run(self.run_id)  # every write of this run reaches a journal first
         if not self.resuming:
             self.store.create_run(
                 run_id=self.run_id,
@@ -184,6 +193,8 @@ class Sweep:
             return
         try:
             self._deploy_and_measure(layout, row, plan_d)
+        except StoreError:
+            raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
         except (DeployError, OrchError, OSError) as exc:
             reason = str(exc)
             self.store.set_layout(self.run_id, name, layout.gpus, "failed", reason=reason)
@@ -231,11 +242,12 @@ class Sweep:
                     predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
                 )
                 metrics["engine"] = finite(summarize_series(self.engine_series))
-                self.store.add_engine_metrics(self.run_id, name, point.label, self.engine_series)
+                # The point first: if the store fails, the journal has the measurement itself.
                 self.store.add_point(
                     self.run_id, name, point.label, rate, result.passed, result.verdict, metrics,
                     result.records,
                 )
+                self.store.add_engine_metrics(self.run_id, name, point.label, self.engine_series)
                 obs.point_done(name, result)
             obs.phase(name, "teardown")
 

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.files import MAX_DATA_FILE_BYTES, read_user_text
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -147,10 +148,8 @@ def parse_stats_json(text: str, *, source: str, num_experts: int | None = None) 
 def load_expert_stats(path: str | Path, *, num_experts: int | None = None) -> ExpertStats:
     """Read a .csv or .json statistics file; num_experts (the model's E) is checked when given."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read expert statistics: {exc.strerror}") from None
+    # Bounded and FIFO-safe; statistics of 256 experts x 61 layers are under 200 kB.
+    text = read_user_text(p, max_bytes=MAX_DATA_FILE_BYTES, example="expert statistics (.csv or .json)")
     suffix = p.suffix.lower()
     if suffix == ".csv":
         return parse_stats_csv(text, source=str(p), num_experts=num_experts)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orchestrator.catalog.loader import flatten_constants, load_gpu, load_model
+from orchestrator.catalog.constants import flatten_constants
+from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.catalog.profiles import profile_for
 from orchestrator.catalog.types import GPUSpec
 from orchestrator.plan.assumptions import Assumptions

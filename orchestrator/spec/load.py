@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,98 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.files import MAX_SPEC_BYTES, read_user_text
 from orchestrator.spec.models import SweepSpec
 
 _Path = tuple[str | int, ...]
+
+# A spec is a few levels deep and a few hundred nodes; these bounds refuse YAML that only an attack or a
+# wrong file produces (a "billion laughs" alias bomb expands to 10^9 nodes from a few hundred bytes).
+MAX_DEPTH = 32
+MAX_NODES = 100_000  # after expanding aliases
+MERGE_KEY = "tag:yaml.org,2002:merge"
+
+
+def _check_events(text: str, source: str) -> None:
+    """Nesting depth from the event stream: the parser is iterative, so a 10^5-deep list cannot overflow
+    the stack here as it would in the recursive composer."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 1
+                raise SpecError(f"{source}:{line}: nested more than {MAX_DEPTH} levels deep; a spec is flat")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _check_nodes(root: yaml.Node, source: str) -> None:
+    """Duplicate keys (an error, not last-wins), recursive aliases, and size and depth once aliases expand."""
+    # Per node: (values below it, levels below it) with aliases expanded. Anchors come before their
+    # aliases in document order, so an alias finds its target here and the walk never re-descends.
+    measured: dict[int, tuple[int, int]] = {}
+    open_nodes: set[int] = set()
+
+    def measure(node: yaml.Node) -> tuple[int, int]:
+        known = measured.get(id(node))
+        if known is not None:
+            return known
+        line = node.start_mark.line + 1
+        if id(node) in open_nodes:
+            raise SpecError(f"{source}:{line}: an alias refers to a value that contains it; remove it")
+        open_nodes.add(id(node))
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                key_line = key.start_mark.line + 1
+                if not isinstance(key, yaml.ScalarNode):
+                    raise SpecError(f"{source}:{key_line}: a key must be a plain name")
+                if key.tag != MERGE_KEY:
+                    if key.value in seen:
+                        raise SpecError(
+                            f"{source}:{key_line}: key '{key.value}' given twice (first at line "
+                            f"{seen[key.value]}); keep one"
+                        )
+                    seen[key.value] = key_line
+                children += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        parts = [measure(child) for child in children]
+        open_nodes.discard(id(node))
+        total = 1 + sum(n for n, _ in parts)
+        height = 1 + max((h for _, h in parts), default=0)
+        if total > MAX_NODES:
+            raise SpecError(
+                f"{source}:{line}: more than {MAX_NODES:,} values once aliases are expanded; "
+                "a spec needs far fewer (an alias bomb?)"
+            )
+        if height > MAX_DEPTH + 1:
+            raise SpecError(
+                f"{source}:{line}: nested more than {MAX_DEPTH} levels deep once aliases are expanded; "
+                "a spec is flat"
+            )
+        measured[id(node)] = (total, height)
+        return total, height
+
+    measure(root)
+
+
+def _no_nul(data: Any, lines: dict[_Path, int], source: str, path: _Path = ()) -> None:
+    """A NUL character cannot reach an argv or an environment (execve refuses it): refuse it here."""
+    if isinstance(data, str) and "\x00" in data:
+        line = lines.get(path) or 1
+        raise SpecError(f"{source}:{line}: {_dotted(path)}: contains a NUL character; remove it")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and "\x00" in key:
+                line = lines.get(path) or 1
+                raise SpecError(f"{source}:{line}: {_dotted(path)}: a key contains a NUL character")
+            _no_nul(value, lines, source, (*path, str(key)))
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            _no_nul(item, lines, source, (*path, index))
 
 
 def _line_map(node: yaml.Node, path: _Path, out: dict[_Path, int]) -> None:
@@ -112,36 +202,76 @@ def _first_error(exc: ValidationError, data: Any, lines: dict[_Path, int], sourc
     return SpecError(f"{source}:{line}: {_dotted(path)}: {_message(best, path, data)}")
 
 
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with the line of every field, for checks after validation (catalog names ...)."""
+
+    spec: SweepSpec
+    source: str
+    lines: dict[_Path, int]
+
+    def error(self, field: str, message: str) -> SpecError:
+        """`source:line: field: message`, field dotted as in the YAML (`hardware.gpu`)."""
+        path = tuple(field.split("."))
+        line = next((self.lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in self.lines), 1)
+        return SpecError(f"{self.source}:{line}: {field}: {message}")
+
+
 def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
     """Parse spec YAML text; every problem is one SpecError line `source:line: field.path: what and fix`."""
+    return parse_spec_lines(text, source).spec
+
+
+def parse_spec_lines(text: str, source: str = "<spec>") -> LoadedSpec:
+    """parse_spec, keeping the line of every field."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError(
+            f"{source}: {len(text):,} characters, more than the {MAX_SPEC_BYTES:,} a spec may have"
+        )
     try:
+        _check_events(text, source)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        if node is not None:
+            _check_nodes(node, source)
+        data = yaml.SafeLoader("").construct_document(node) if node is not None else None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise SpecError(
+            f"{source}:{line}: character #x{exc.character:04x} is not allowed in YAML; remove it"
+            if isinstance(exc.character, int)
+            else f"{source}:{line}: YAML syntax error: {exc.reason}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.constructor.ConstructorError):  # !!python/object and other tags
+            raise SpecError(f"{source}:{line}: {problem}; a spec holds plain YAML values only") from None
         raise SpecError(f"{source}:{line}: YAML syntax error: {problem}") from None
     if not isinstance(data, dict) or node is None:
         raise SpecError(f"{source}:1: a spec must be a YAML mapping with model, hardware, workload, layouts")
     lines: dict[_Path, int] = {}
     _line_map(node, (), lines)
+    _no_nul(data, lines, source)
     try:
-        return SweepSpec.model_validate(data)
+        return LoadedSpec(SweepSpec.model_validate(data), source, lines)
     except ValidationError as exc:
         raise _first_error(exc, data, lines, source) from None
+    except RecursionError:  # the bounds above should make this unreachable; never a traceback
+        raise SpecError(f"{source}:1: nested too deeply to validate; a spec is flat") from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep spec file."""
+    return load_spec_lines(path).spec
+
+
+def load_spec_lines(path: str | Path) -> LoadedSpec:
+    """load_spec, keeping the line of every field."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such file; pass a spec such as layouts/qwen72b.yaml") from None
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read: {exc.strerror}") from None
-    return _relative_to(parse_spec(text, str(p)), p.parent)
+    text = read_user_text(p, max_bytes=MAX_SPEC_BYTES, example="a spec such as layouts/qwen72b.yaml")
+    loaded = parse_spec_lines(text, str(p))
+    return replace(loaded, spec=_relative_to(loaded.spec, p.parent))
 
 
 def _relative_to(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
@@ -151,6 +281,45 @@ def _relative_to(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
         return spec
     hardware = spec.hardware.model_copy(update={"calibration": str(spec_dir / cal)})
     return spec.model_copy(update={"hardware": hardware})
+
+
+def spec_from_json(data: Any, source: str) -> SweepSpec:
+    """A spec stored as JSON (in a run of the results store), validated again: a store written by an
+    older orch, or altered, gives one line instead of a traceback."""
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise SpecError(
+            f"{source}: the stored spec no longer validates ({where}: {err['msg']}); "
+            "rerun from the spec file with `orch sweep SPEC`"
+        ) from None
+
+
+def revalidated(spec: SweepSpec, flags: str) -> SweepSpec:
+    """A spec changed in code (command-line overrides; model_copy skips validation), validated again
+    with the file's rules: `--rates nan` is refused like `rates_per_s: [.nan]`."""
+    data = spec.model_dump(mode="json")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        err = max(exc.errors(), key=lambda e: len(_data_path(e["loc"], data)))
+        path = _data_path(tuple(err["loc"]), data)
+        raise SpecError(f"{flags}: {_dotted(path)}: {_message(err, path, data)}") from None
+
+
+def with_workload(spec: SweepSpec, *, rates: list[float] | None, num_requests: int | None) -> SweepSpec:
+    """The spec with --rates and --num-requests folded in (a request count replaces the duration)."""
+    update: dict[str, Any] = {}
+    if rates:
+        update["rates_per_s"] = list(rates)
+    if num_requests is not None:
+        update.update(num_requests=num_requests, duration_s=None)
+    if not update:
+        return spec
+    changed = spec.model_copy(update={"workload": spec.workload.model_copy(update=update)})
+    return revalidated(changed, "--rates/--num-requests")
 
 
 def spec_json_schema() -> dict[str, Any]:

@@ -15,11 +15,25 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.catalog.loader import flatten_constants
+from orchestrator.catalog.constants import flatten_constants
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
+from orchestrator.spec.checks import (
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_NODES,
+    MAX_RATE_PER_S,
+    MAX_TOKENS,
+    check_env,
+    check_extra_args_secrets,
+    check_host,
+    check_runtime_env,
+    check_secret_refs,
+    json_metadata,
+)
 
-_CONFIG = ConfigDict(extra="forbid", frozen=True)
+# allow_inf_nan=False: every float of the spec is finite (".inf" and ".nan" are valid YAML floats).
+_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _Spec(BaseModel):
@@ -61,19 +75,21 @@ class ModelSpec(_Spec):
         "bf16", description="Data type the weights are served in."
     )
     quant_group_size: int | None = Field(
-        None, gt=0, description="Quantization group size along the input dimension (e.g. 128 for int4)."
+        None, gt=0, le=1 << 20,
+        description="Quantization group size along the input dimension (e.g. 128 for int4).",
     )
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = Field(
         "auto", description="KV cache data type; 'auto' follows the activations."
     )
     max_model_len: int | None = Field(
-        None, gt=0, description="Maximum context length in tokens; default: the model's own."
+        None, gt=0, le=MAX_TOKENS, description="Maximum context length in tokens; default: the model's own."
     )
     expert_stats_path: str | None = Field(
         None, description="MoE only: per-expert token counts (CSV or JSON, docs/expert-stats.md)."
     )
     expert_popularity_sigma: float | None = Field(
-        None, ge=0, description="MoE only: lognormal sigma of the assumed expert popularity (0 = uniform)."
+        None, ge=0, le=10,
+        description="MoE only: lognormal sigma of the assumed expert popularity (0 = uniform)."
     )
 
     @model_validator(mode="after")
@@ -87,8 +103,10 @@ class HardwareSpec(_Spec):
     """The GPUs the layouts are placed on."""
 
     gpu: str = Field(description="GPU preset name, e.g. 'h100-sxm'.")
-    nodes: int = Field(1, gt=0, description="Number of nodes.")
-    gpus_per_node: int | None = Field(None, gt=0, description="Override of the preset's GPUs per node.")
+    nodes: int = Field(1, gt=0, le=MAX_NODES, description="Number of nodes.")
+    gpus_per_node: int | None = Field(
+        None, gt=0, le=256, description="Override of the preset's GPUs per node."
+    )
     overrides: dict[str, float | dict[str, float]] = Field(
         default_factory=dict,
         description="GPU preset constants to override (docs/calibration.md lists them), e.g. "
@@ -110,6 +128,22 @@ class HardwareSpec(_Spec):
         return value
 
 
+class SecretRef(_Spec):
+    """Where one secret value comes from. The spec, the store and every artifact hold only this reference."""
+
+    env: str | None = Field(
+        None, description="Local and Ray targets, and compiled scripts: the environment variable (of orch's "
+        "own process, or of the node's shell) that holds the value at deploy time; default: the same name.",
+    )
+    secret: str | None = Field(
+        None, description="Kubernetes: the name of the Secret (valueFrom.secretKeyRef.name); "
+        "required on the kubernetes target and for Kubernetes artifacts.",
+    )
+    key: str | None = Field(
+        None, description="Kubernetes: the key in that Secret; default: the variable name."
+    )
+
+
 class EngineSpec(_Spec):
     """The serving engine and its settings."""
 
@@ -118,26 +152,54 @@ class EngineSpec(_Spec):
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (0 < x <= 1)."
     )
-    max_num_seqs: int | None = Field(None, gt=0, description="Maximum sequences in one batch.")
-    max_num_batched_tokens: int | None = Field(None, gt=0, description="Maximum tokens in one step.")
+    max_num_seqs: int | None = Field(None, gt=0, le=MAX_COUNT, description="Maximum sequences in one batch.")
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Maximum tokens in one step."
+    )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
     extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")
     env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment of the engine processes."
+        default_factory=dict,
+        description="Extra environment of the engine processes. Names must be identifiers; names that look "
+        "like credentials (*TOKEN*, *KEY*, *SECRET*, *PASSWORD*) are refused: use env_from_secret.",
+    )
+    env_from_secret: dict[str, SecretRef] = Field(
+        default_factory=dict,
+        description="Environment variables whose values are secrets, by reference only: "
+        "{HF_TOKEN: {env: HF_TOKEN, secret: hf-token, key: token}}. The value is never stored or written.",
     )
     time_scale: float = Field(
-        1.0, gt=0, le=1, description="sim only: wall seconds per simulated second (0.25 runs 4x faster "
+        1.0, ge=0.001, le=1, description="sim only: wall seconds per simulated second (0.25 runs 4x faster "
         "than real time; results are reported in simulated time)."
     )
     num_redundant_experts: int = Field(
-        0, ge=0, description="MoE with EP: extra expert slots over all EP ranks (EPLB), a multiple of them."
+        0, ge=0, le=MAX_COUNT,
+        description="MoE with EP: extra expert slots over all EP ranks (EPLB), a multiple of them.",
     )
     runtime_reserve_bytes: float | None = Field(
-        None, ge=0, description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."
+        None, ge=0, le=1e13,
+        description="Memory per GPU kept for activations, CUDA graphs and buffers (a guess)."
     )
     startup_s: float | None = Field(
-        None, gt=0, description="Time allowed for the engine to become ready, in seconds."
+        None, gt=0, le=MAX_DURATION_S, description="Time allowed for the engine to become ready, in seconds."
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        check_env(env)
+        return env
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args(cls, args: list[str]) -> list[str]:
+        check_extra_args_secrets(args)
+        return args
+
+    @model_validator(mode="after")
+    def _secrets(self) -> EngineSpec:
+        check_secret_refs(self.env_from_secret, self.env)
+        return self
 
 
 class LocalTarget(_Spec):
@@ -145,8 +207,14 @@ class LocalTarget(_Spec):
 
     kind: Literal["local"] = Field("local", description="Discriminator.")
     host: str = Field("127.0.0.1", description="Address the servers bind to.")
-    base_port: int = Field(8000, gt=0, lt=65536, description="First port; replicas count up from it.")
+    base_port: int = Field(8000, gt=0, le=65525, description="First port; replicas count up from it.")
     workdir: str | None = Field(None, description="Directory for logs and scripts; default a temp dir.")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, host: str) -> str:
+        check_host(host)
+        return host
 
 
 class RayTarget(_Spec):
@@ -156,6 +224,12 @@ class RayTarget(_Spec):
     address: str = Field("auto", description="Ray cluster address, e.g. 'ray://head:10001' or 'auto'.")
     namespace: str | None = Field(None, description="Ray namespace.")
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env.")
+
+    @field_validator("runtime_env")
+    @classmethod
+    def _runtime_env(cls, runtime_env: dict[str, Any]) -> dict[str, Any]:
+        check_runtime_env(runtime_env)
+        return runtime_env
 
 
 class KubernetesTarget(_Spec):
@@ -169,10 +243,13 @@ class KubernetesTarget(_Spec):
     node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Pod tolerations.")
     use_helm: bool = Field(True, description="Deploy through the Helm chart (else direct objects).")
-    ready_timeout_s: float = Field(1800.0, gt=0, description="Time allowed for pods to become ready.")
+    ready_timeout_s: float = Field(
+        1800.0, gt=0, le=MAX_DURATION_S, description="Time allowed for pods to become ready."
+    )
     unschedulable_timeout_s: float = Field(
         300.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="How long a pod may stay Unschedulable (say, while an autoscaler adds a node) before "
         "the layout fails.",
     )
@@ -190,10 +267,12 @@ class TokenDistribution(_Spec):
     """A distribution of token counts, sampled per request with the workload seed."""
 
     kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(description="Distribution family.")
-    mean: float = Field(gt=0, description="Mean token count (uniform: midpoint).")
-    stddev: float = Field(0.0, ge=0, description="Standard deviation (normal, lognormal).")
-    min: int = Field(1, gt=0, description="Smallest count; samples are clipped to [min, max].")
-    max: int | None = Field(None, gt=0, description="Largest count; uniform samples from [min, max].")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean token count (uniform: midpoint).")
+    stddev: float = Field(0.0, ge=0, le=MAX_TOKENS, description="Standard deviation (normal, lognormal).")
+    min: int = Field(1, gt=0, le=MAX_TOKENS, description="Smallest count; samples are clipped to [min, max].")
+    max: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Largest count; uniform samples from [min, max]."
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> TokenDistribution:
@@ -204,7 +283,7 @@ class TokenDistribution(_Spec):
         return self
 
 
-TokenCount = Annotated[int, Field(gt=0)] | TokenDistribution
+TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)] | TokenDistribution
 
 
 class WorkloadSpec(_Spec):
@@ -215,20 +294,27 @@ class WorkloadSpec(_Spec):
     )
     input_tokens: TokenCount = Field(1024, description="Prompt tokens: a number or a distribution.")
     output_tokens: TokenCount = Field(256, description="Output tokens: a number or a distribution.")
-    prefix_tokens: int | None = Field(None, gt=0, description="prefix only: tokens shared by prompts.")
+    prefix_tokens: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="prefix only: tokens shared by prompts."
+    )
     dataset_path: str | None = Field(None, description="Dataset or trace file (sharegpt, trace).")
     arrival: Literal["poisson", "gamma", "constant"] = Field("poisson", description="Arrival process.")
     burstiness: float = Field(
-        1.0, gt=0, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
+        1.0, ge=0.001, le=1000, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
     )
-    rates_per_s: list[Annotated[float, Field(gt=0)]] = Field(
-        min_length=1, description="Request rates to measure each layout at, in requests per second."
+    rates_per_s: list[Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)]] = Field(
+        min_length=1, max_length=1000,
+        description="Request rates to measure each layout at, in requests per second.",
     )
-    num_requests: int | None = Field(None, gt=0, description="Requests per load point.")
-    duration_s: float | None = Field(None, gt=0, description="Length of each load point in seconds.")
-    warmup_s: float = Field(0.0, ge=0, description="Seconds at the start excluded from metrics.")
-    seed: int = Field(0, description="Seed of prompts, lengths and arrival times.")
-    max_concurrency: int | None = Field(None, gt=0, description="Cap on requests in flight.")
+    num_requests: int | None = Field(None, gt=0, le=MAX_COUNT, description="Requests per load point.")
+    duration_s: float | None = Field(
+        None, gt=0, le=MAX_DURATION_S, description="Length of each load point in seconds."
+    )
+    warmup_s: float = Field(
+        0.0, ge=0, le=MAX_DURATION_S, description="Seconds at the start excluded from metrics."
+    )
+    seed: int = Field(0, ge=0, lt=2**63, description="Seed of prompts, lengths and arrival times.")
+    max_concurrency: int | None = Field(None, gt=0, le=MAX_COUNT, description="Cap on requests in flight.")
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:
@@ -236,11 +322,33 @@ class WorkloadSpec(_Spec):
             raise ValueError(f"workload kind '{self.kind}' needs 'dataset_path'")
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give 'num_requests' or 'duration_s' (or both)")
+        if self.num_requests is None and self.duration_s is not None:
+            # Arrival times are drawn up front: rate x duration of them must fit in memory.
+            expected = max(self.rates_per_s) * self.duration_s
+            if expected > MAX_COUNT:
+                raise ValueError(
+                    f"duration_s {self.duration_s:g} at {max(self.rates_per_s):g}/s is about {expected:.3g} "
+                    f"requests per load point, more than {MAX_COUNT:,}; shorten it or set num_requests"
+                )
+        if self.warmup_s > 0:
+            # The shortest load point: the highest rate sends num_requests soonest.
+            lengths = [self.duration_s] if self.duration_s is not None else []
+            if self.num_requests is not None:
+                lengths.append(self.num_requests / max(self.rates_per_s))
+            shortest = min(lengths)
+            if self.warmup_s >= shortest:
+                raise ValueError(
+                    f"warmup_s ({self.warmup_s:g}) must be shorter than each load point (the shortest lasts "
+                    f"about {shortest:.3g} s); lower warmup_s or raise duration_s / num_requests"
+                )
         return self
 
 
 def _ms(metric: str, pct: str) -> Any:
-    return Field(None, gt=0, description=f"Upper bound on the {pct} of {metric}, in milliseconds.")
+    return Field(
+        None, gt=0, le=MAX_DURATION_S * 1000,
+        description=f"Upper bound on the {pct} of {metric}, in milliseconds.",
+    )
 
 
 class SLOSpec(_Spec):
@@ -291,8 +399,15 @@ class SweepSpec(_Spec):
     objective: Objective = Field("goodput_per_gpu", description="What the winner maximises.")
     layouts: list[LayoutField] = Field(min_length=1, description="Candidate layouts, e.g. [tp8, tp4x2].")
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description="Free-form eval metadata: eval run id, dataset, checkpoint ..."
+        default_factory=dict,
+        description="Free-form eval metadata: eval run id, dataset, checkpoint ... JSON values only; "
+        "YAML dates and timestamps become ISO 8601 strings.",
     )
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> Any:
+        return json_metadata(value) if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _unique_layouts(self) -> SweepSpec:
@@ -301,4 +416,11 @@ class SweepSpec(_Spec):
             if layout in seen:
                 raise ValueError(f"layout {layout} is listed twice")
             seen.add(layout)
+        if isinstance(self.target, KubernetesTarget):
+            for name, ref in self.engine.env_from_secret.items():
+                if ref.secret is None:
+                    raise ValueError(
+                        f"engine.env_from_secret.{name}: the kubernetes target needs 'secret' "
+                        "(the name of the Secret holding the value)"
+                    )
         return self

@@ -1,4 +1,6 @@
-"""SQLite results store. Every write commits, so an interrupted sweep keeps what it measured.
+"""SQLite results store. Every write commits, so an interrupted sweep keeps what it measured; a sweep's
+writes also go to a journal beside the store first (store/journal.py), so that a store that fails
+under the sweep loses nothing either. Read-only commands open it read-only and never create it.
 
 Tables: meta (schema version), runs (spec, hashes, versions, hardware seen, eval metadata, selection),
 layouts (plan, launch argv, status and reason), points (one load point's metrics and verdict),
@@ -11,14 +13,27 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import quote
 
-from orchestrator.errors import OrchError
+from orchestrator.errors import OrchError, StoreError
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.store.faults import (
+    BUSY_TIMEOUT_S,
+    diagnose,
+    is_fault,
+    open_failed,
+    read_failed,
+    retrying,
+    write_failed,
+)
+from orchestrator.store.journal import Journal, journal_path, journaled_runs
+from orchestrator.store.writes import Writes
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 DEFAULT_STORE = "orch-results.db"
@@ -111,174 +126,147 @@ def record_from_json(text: str) -> RequestRecord:
     return RequestRecord(**d)
 
 
-class Store:
-    def __init__(self, path: str | Path = DEFAULT_STORE) -> None:
+class Store(Writes):
+    """Open with `readonly=True` in commands that only read: a missing path is then an error, never a
+    new empty store. A sweep calls `journal_run(run_id)` first, so each of its writes reaches the
+    journal beside the store before the store, and `recover(run)` replays it when resuming."""
+
+    def __init__(
+        self,
+        path: str | Path = DEFAULT_STORE,
+        *,
+        readonly: bool = False,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
         self.path = Path(path)
+        self.readonly = readonly
+        self.busy_timeout_s = busy_timeout_s
+        self._journal: Journal | None = None
+        self._replayed: set[str] = set()
+        if self.path.exists() and not self.path.is_file():
+            raise StoreError(f"--store {self.path}: not a regular file; give the path of a results store")
+        if readonly and not self.path.exists():
+            raise StoreError(
+                f"--store {self.path}: no results store there (orch sweep writes one); give --store PATH"
+            )
         try:
-            self.conn = sqlite3.connect(self.path)
-        except sqlite3.Error as exc:
-            raise OrchError(f"--store {self.path}: cannot open the results store: {exc}") from None
-        self.conn.executescript(_SCHEMA)
-        found = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if found is None:
-            self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            self.conn.commit()
-        elif int(found[0]) != SCHEMA_VERSION:
-            raise OrchError(
+            if readonly:
+                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+                self.conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s)
+            else:
+                self.conn = sqlite3.connect(self.path, timeout=busy_timeout_s)
+            if not readonly:
+                retrying(lambda: self.conn.executescript(_SCHEMA))
+            found = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if found is None and not readonly:
+                with self.conn:
+                    self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"--store {self.path}: {open_failed(self.path, exc)}") from None
+        if found is not None and found[0] != str(SCHEMA_VERSION):
+            raise StoreError(
                 f"--store {self.path}: schema version {found[0]}, this orch writes "
                 f"{SCHEMA_VERSION}; use another --store file"
             )
+        if found is None and readonly:
+            raise StoreError(f"--store {self.path}: not an orch results store (it has no schema version)")
 
     def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
         self.conn.close()
 
-    # -- writes -------------------------------------------------------------------------------------
-    def create_run(
-        self,
-        *,
-        run_id: str,
-        spec_path: str | None,
-        spec_json: dict[str, Any],
-        spec_hash: str,
-        engine: str,
-        engine_version: str | None,
-        model: str,
-        model_config_hash: str | None,
-        orch_version: str,
-        hardware: dict[str, Any],
-        metadata: dict[str, Any],
-    ) -> None:
-        self.conn.execute(
-            "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                time.time(),
-                None,
-                "running",
-                spec_path,
-                json.dumps(spec_json),
-                spec_hash,
-                engine,
-                engine_version,
-                model,
-                model_config_hash,
-                orch_version,
-                json.dumps(hardware),
-                json.dumps(metadata),
-                None,
-            ),
-        )
-        self.conn.commit()
+    # -- the journal -----------------------------------------------------------------------------
+    def journal_run(self, run_id: str) -> Path:
+        """From now on every write of `run_id` goes to its journal first (a journal left by an
+        earlier attempt of the run is replayed into the store first)."""
+        if self.readonly:
+            raise StoreError(f"--store {self.path}: opened read-only")
+        self._replay(run_id)
+        self._journal = Journal(self.path, run_id)
+        self._journal.open()
+        return self._journal.path
 
-    def set_layout(
-        self,
-        run_id: str,
-        layout: str,
-        gpus: int,
-        status: str,
-        *,
-        reason: str | None = None,
-        plan: dict[str, Any] | None = None,
-        launch: dict[str, Any] | None = None,
-    ) -> None:
-        now = time.time()
-        self.conn.execute(
-            "INSERT INTO layouts VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(run_id, layout) DO UPDATE SET "
-            "status=excluded.status, reason=excluded.reason, "
-            "plan_json=COALESCE(excluded.plan_json, plan_json), "
-            "launch_json=COALESCE(excluded.launch_json, launch_json), finished_at=excluded.finished_at",
-            (
-                run_id,
-                layout,
-                gpus,
-                status,
-                reason,
-                json.dumps(plan) if plan else None,
-                json.dumps(launch) if launch else None,
-                now,
-                now if status != "pending" else None,
-            ),
-        )
-        self.conn.commit()
+    def recover(self, ref: str) -> str | None:
+        """Before resuming run `ref`: replay its journal, if one is beside the store, and say which run
+        it was. The store may have lost the run altogether (deleted, truncated): the journal has it."""
+        try:
+            run_id: str | None = self.run(ref).run_id
+        except OrchError:
+            found = [
+                r for r in journaled_runs(self.path) if r == ref or (len(ref) >= 6 and r.startswith(ref))
+            ]
+            run_id = found[0] if len(found) == 1 else None
+        if run_id is not None:
+            self._replay(run_id)
+        return run_id
 
-    def add_point(
-        self,
-        run_id: str,
-        layout: str,
-        label: str,
-        rate: float | None,
-        passed: bool | None,
-        verdict: str | None,
-        metrics: dict[str, Any],
-        records: Sequence[RequestRecord],
-    ) -> None:
+    def _replay(self, run_id: str) -> None:
+        if run_id in self._replayed:
+            return
+        entries = list(Journal(self.path, run_id).entries())
+        if entries:
+            try:
+                with self.conn:
+                    for op, args in entries:
+                        if op == "create_run" and self._has_run(run_id):
+                            continue
+                        getattr(self, f"_apply_{op}")(**args)
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(
+                    f"--store {self.path}: cannot replay the journal {journal_path(self.path, run_id)} "
+                    f"into it ({diagnose(self.path, exc)}); make the store writable and retry"
+                ) from None
+        self._replayed.add(run_id)
+
+    def _has_run(self, run_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is not None
+
+    def _write(self, run_id: str, op: str, args: dict[str, Any]) -> None:
+        """Journal (fsync'd), then commit to the store, retrying a busy store a few times."""
+        journal = self._journal if self._journal is not None and self._journal.run_id == run_id else None
+        journal_failed: OSError | None = None
+        if journal is not None:
+            try:
+                journal.append(op, args)
+            except OSError as exc:
+                journal_failed = exc
+        try:
+            retrying(lambda: self._commit(op, args))
+        except sqlite3.DatabaseError as exc:
+            if not is_fault(exc):
+                raise
+            raise StoreError(write_failed(self.path, run_id, exc, journal, journal_failed)) from None
+        if journal is not None and journal_failed is not None:
+            raise StoreError(
+                f"cannot write the journal {journal.path} ({journal_failed.strerror or journal_failed}); "
+                f"everything measured so far is in the store {self.path}; free space, then finish with: "
+                f"orch sweep --resume {run_id} --store {self.path}"
+            )
+        if journal is not None and op == "finish_run" and args["status"] == "done":
+            journal.remove()  # the store holds the whole run now
+            self._journal = None
+
+    def _commit(self, op: str, args: dict[str, Any]) -> None:
         with self.conn:
-            self.conn.execute(
-                "DELETE FROM records WHERE run_id=? AND layout=? AND label=?", (run_id, layout, label)
-            )
-            self.conn.execute(
-                "INSERT OR REPLACE INTO points VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    run_id,
-                    layout,
-                    label,
-                    rate,
-                    None if passed is None else int(passed),
-                    verdict,
-                    json.dumps(metrics, default=_json_default),
-                    time.time(),
-                ),
-            )
-            self.conn.executemany(
-                "INSERT INTO records VALUES (?,?,?,?,?)",
-                [(run_id, layout, label, r.request_id, record_to_json(r)) for r in records],
-            )
-
-    def add_consistency(
-        self,
-        run_id: str,
-        layout_a: str,
-        layout_b: str,
-        result: dict[str, Any],
-        *,
-        passed: bool | None,
-        max_divergence: float | None,
-    ) -> None:
-        self.conn.execute(
-            "INSERT INTO consistency VALUES (?,?,?,?,?,?,?)",
-            (
-                run_id,
-                layout_a,
-                layout_b,
-                time.time(),
-                None if passed is None else int(passed),
-                max_divergence,
-                json.dumps(result, default=_json_default),
-            ),
-        )
-        self.conn.commit()
-
-    def add_engine_metrics(self, run_id: str, layout: str, label: str, series: dict[str, Any]) -> None:
-        """One load point's scraped engine metrics (loadgen.engine_metrics.series_to_dict)."""
-        self.conn.execute(
-            "INSERT OR REPLACE INTO engine_metrics VALUES (?,?,?,?)",
-            (run_id, layout, label, json.dumps(series, default=_json_default)),
-        )
-        self.conn.commit()
-
-    def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
-        self.conn.execute(
-            "UPDATE runs SET finished_at=?, status=?, selection_json=? WHERE run_id=?",
-            (time.time(), status, json.dumps(selection) if selection else None, run_id),
-        )
-        self.conn.commit()
+            getattr(self, f"_apply_{op}")(**args)
 
     # -- reads --------------------------------------------------------------------------------------
+    def _read(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except sqlite3.DatabaseError as exc:
+            if not is_fault(exc):
+                raise
+            raise StoreError(read_failed(self.path, exc, self._journal)) from None
+
     def runs(self) -> list[RunRow]:
-        rows = self.conn.execute(
-            "SELECT run_id, created_at, finished_at, status, spec_path, spec_hash, engine, model, "
-            "metadata_json, selection_json FROM runs ORDER BY created_at DESC"
-        ).fetchall()
+        rows = self._read(
+            lambda: self.conn.execute(
+                "SELECT run_id, created_at, finished_at, status, spec_path, spec_hash, engine, model, "
+                "metadata_json, selection_json FROM runs ORDER BY created_at DESC"
+            ).fetchall()
+        )
         return [
             RunRow(
                 r[0],
@@ -303,14 +291,16 @@ class Store:
         raise OrchError(f"run {run_id!r} is not in {self.path}; recent runs: {known} (orch runs)")
 
     def spec_json(self, run_id: str) -> dict[str, Any]:
-        row = self.conn.execute("SELECT spec_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        row = self._read(
+            lambda: self.conn.execute("SELECT spec_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        )
         result: dict[str, Any] = json.loads(row[0])
         return result
 
     def run_info(self, run_id: str) -> dict[str, Any]:
-        cur = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,))
+        cur = self._read(lambda: self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)))
         names = [c[0] for c in cur.description]
-        row = cur.fetchone()
+        row = self._read(cur.fetchone)
         out = dict(zip(names, row, strict=True))
         for key in ("spec_json", "hardware_json", "metadata_json", "selection_json"):
             if out.get(key):
@@ -320,11 +310,13 @@ class Store:
         return out
 
     def layouts(self, run_id: str) -> list[LayoutRow]:
-        rows = self.conn.execute(
-            "SELECT layout, gpus, status, reason, plan_json, launch_json FROM layouts "
-            "WHERE run_id=? ORDER BY rowid",
-            (run_id,),
-        ).fetchall()
+        rows = self._read(
+            lambda: self.conn.execute(
+                "SELECT layout, gpus, status, reason, plan_json, launch_json FROM layouts "
+                "WHERE run_id=? ORDER BY rowid",
+                (run_id,),
+            ).fetchall()
+        )
         return [
             LayoutRow(
                 r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None, json.loads(r[5]) if r[5] else None
@@ -337,18 +329,20 @@ class Store:
         args: tuple[Any, ...] = (run_id,)
         if layout is not None:
             q, args = q + " AND layout=?", (run_id, layout)
-        rows = self.conn.execute(q + " ORDER BY rowid", args).fetchall()
+        rows = self._read(lambda: self.conn.execute(q + " ORDER BY rowid", args).fetchall())
         return [
             PointRow(r[0], r[1], r[2], None if r[3] is None else bool(r[3]), r[4], json.loads(r[5]))
             for r in rows
         ]
 
     def consistency(self, run_id: str) -> list[ConsistencyRow]:
-        rows = self.conn.execute(
-            "SELECT layout_a, layout_b, passed, max_divergence, result_json FROM consistency "
-            "WHERE run_id=? ORDER BY rowid",
-            (run_id,),
-        ).fetchall()
+        rows = self._read(
+            lambda: self.conn.execute(
+                "SELECT layout_a, layout_b, passed, max_divergence, result_json FROM consistency "
+                "WHERE run_id=? ORDER BY rowid",
+                (run_id,),
+            ).fetchall()
+        )
         return [
             ConsistencyRow(r[0], r[1], None if r[2] is None else bool(r[2]), r[3], json.loads(r[4]))
             for r in rows
@@ -356,19 +350,26 @@ class Store:
 
     def engine_metrics(self, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         """(layout, load point label) -> the scraped series; empty for runs from before the table."""
-        rows = self.conn.execute(
-            "SELECT layout, label, series_json FROM engine_metrics WHERE run_id=? ORDER BY rowid", (run_id,)
-        ).fetchall()
+        if self.readonly and not self._has_table("engine_metrics"):  # a store from before the table
+            return {}
+        rows = self._read(
+            lambda: self.conn.execute(
+                "SELECT layout, label, series_json FROM engine_metrics WHERE run_id=? ORDER BY rowid",
+                (run_id,),
+            ).fetchall()
+        )
         return {(r[0], r[1]): json.loads(r[2]) for r in rows}
 
+    def _has_table(self, name: str) -> bool:
+        query = "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?"
+        return self._read(lambda: self.conn.execute(query, (name,)).fetchone()) is not None
+
     def records(self, run_id: str) -> Iterator[tuple[str, str, RequestRecord]]:
-        for layout, label, text in self.conn.execute(
-            "SELECT layout, label, record_json FROM records WHERE run_id=? ORDER BY rowid", (run_id,)
-        ):
-            yield layout, label, record_from_json(text)
-
-
-def _json_default(obj: object) -> object:
-    if isinstance(obj, float):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+        cur = self._read(
+            lambda: self.conn.execute(
+                "SELECT layout, label, record_json FROM records WHERE run_id=? ORDER BY rowid", (run_id,)
+            )
+        )
+        while batch := self._read(lambda: cur.fetchmany(1000)):
+            for layout, label, text in batch:
+                yield layout, label, record_from_json(text)

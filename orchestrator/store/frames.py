@@ -40,7 +40,7 @@ def resolve_run(store: Store, run_id: str) -> str:
 
 def _frame(path: str | Path, rows_of: Any, run_id: str | None) -> Any:
     pd = _pandas()
-    store = Store(path)
+    store = Store(path, readonly=True)  # a read never creates a store
     try:
         rows = rows_of(store) if run_id is None else rows_of(store, resolve_run(store, run_id))
     finally:
@@ -55,9 +55,15 @@ def runs_frame(path: str | Path) -> Any:
         out = []
         for r in store.runs():
             row: dict[str, Any] = {
-                "run_id": r.run_id, "created_at": r.created_at, "finished_at": r.finished_at,
-                "status": r.status, "spec_path": r.spec_path, "spec_hash": r.spec_hash,
-                "engine": r.engine, "model": r.model, "winner": (r.selection or {}).get("winner"),
+                "run_id": r.run_id,
+                "created_at": r.created_at,
+                "finished_at": r.finished_at,
+                "status": r.status,
+                "spec_path": r.spec_path,
+                "spec_hash": r.spec_hash,
+                "engine": r.engine,
+                "model": r.model,
+                "winner": (r.selection or {}).get("winner"),
             }
             row |= {f"metadata.{k}": v for k, v in r.metadata.items()}
             out.append(row)

@@ -177,3 +177,26 @@ def test_extension_values_reach_every_pod(helm: str, tmp_path: Path) -> None:
         assert spec["affinity"] == values["affinity"]
         assert spec["securityContext"] == {"fsGroup": 1000}
         assert spec["imagePullSecrets"] == [{"name": "registry"}]
+
+
+@pytest.mark.parametrize("text", ["tp8", "tp8pp2"])
+def test_chart_renders_secret_references(helm: str, text: str, tmp_path: Path) -> None:
+    """engine.env_from_secret: the chart renders the same secretKeyRef entries as compile.k8s, and HF_TOKEN
+    once (the spec's reference replaces the default hf-token Secret)."""
+    from dataclasses import replace
+
+    from orchestrator.engines.base import SecretEnv
+
+    refs = (
+        SecretEnv("HF_TOKEN", "HF_TOKEN", "hf-creds", "token"), SecretEnv("API_KEY", "API_KEY", "api", "k")
+    )
+    plan = vllm_plan(text)
+    plan = replace(plan, replicas=tuple(
+        replace(r, processes=tuple(replace(p, secret_env=refs) for p in r.processes)) for r in plan.replicas
+    ))
+    layout, opts = parse_layout(text), options()
+    values = _values_file(helm_values(plan, layout, opts), tmp_path)
+    rendered = _by_kind(_render(helm, values, opts.namespace, *LWS_API))
+    assert rendered == _by_kind(build_objects(plan, layout, opts))
+    text_out = yaml.safe_dump(list(rendered.values()))
+    assert "hf-creds" in text_out and "name: hf-token" not in text_out

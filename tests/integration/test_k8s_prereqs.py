@@ -1,6 +1,7 @@
 """k8s/: the cluster prerequisites of orch's nightly job. Core kinds pass kubernetes-validate --strict
-(tier `k8s`); the rest is checked without tools: the Role covers every object orch compiles, the
-CronJob runs sweep -> compare -> promote on the results volume, the spec loads with orch's loader."""
+(tier `k8s`); the rest is checked without tools: the Role grants exactly what the kubernetes target
+calls, the CronJob runs gc -> sweep -> compare -> promote from a CPU pod on the results volume, the spec
+loads with orch's loader and targets the cluster."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from k8s_plans import missing_tool, options, vllm_plan
 
+from orchestrator.compile import compile_layout
 from orchestrator.compile.k8s import build_objects
-from orchestrator.compile.k8s_ray import ray_service
 from orchestrator.layout import parse_layout
 from orchestrator.spec import load_spec
 
@@ -65,26 +66,38 @@ def test_kustomization_applies_every_file_and_everything_is_in_one_namespace() -
     assert not [o for o in _objects() if o["kind"].startswith("Cluster")]  # namespace-scoped RBAC only
 
 
-def test_role_covers_every_object_orch_compiles() -> None:
-    rules = _one("Role")["rules"]
+# What orchestrator/deploy/k8s.py calls (create_/read_/list_/delete_namespaced_*): the per-run ConfigMap
+# owns the run's objects; pods, events and logs are only read to explain a failed start.
+TARGET_NEEDS = {
+    ("", "configmaps"): {"create", "get", "list", "delete"},
+    ("", "services"): {"create", "get", "list", "delete"},
+    ("apps", "deployments"): {"create", "get", "list", "delete"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"create", "get", "list", "delete"},
+    ("", "pods"): {"get", "list"},
+    ("", "pods/log"): {"get", "list"},
+    ("", "events"): {"get", "list"},
+}
 
-    def allowed(group: str, resource: str, verb: str) -> bool:
-        return any(
-            group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules
-        )
 
+def _grants() -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in _one("Role")["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def test_role_grants_exactly_what_the_kubernetes_target_calls() -> None:
+    grants = _grants()
+    assert grants == TARGET_NEEDS  # nothing more: no watch/patch, no secrets, no port-forward in-cluster
     objs = [
         *build_objects(vllm_plan("tp4x2"), parse_layout("tp4x2"), options()),
         *build_objects(vllm_plan("tp8pp2"), parse_layout("tp8pp2"), options()),
-        ray_service(vllm_plan("tp8"), parse_layout("tp8"), options()),
     ]
-    kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"].lower() + "s") for o in objs}
-    assert {k for _, k in kinds} == {"deployments", "leaderworkersets", "services", "rayservices"}
-    for group, resource in kinds:
-        for verb in ("create", "get", "patch", "delete", "watch"):
-            assert allowed(group, resource, verb), (group, resource, verb)
-    for resource, verb in (("pods", "watch"), ("pods/log", "get"), ("events", "list")):
-        assert allowed("", resource, verb), (resource, verb)
+    for obj in objs:  # every object a sweep applies can be created and removed again
+        key = (obj["apiVersion"].rpartition("/")[0], obj["kind"].lower() + "s")
+        assert {"create", "delete"} <= grants[key], key
     binding = _one("RoleBinding")
     assert binding["subjects"][0]["name"] == _one("ServiceAccount")["metadata"]["name"]
 
@@ -94,14 +107,20 @@ def test_nightly_cronjob_sweeps_compares_and_promotes_latest() -> None:
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"  # one writer of the SQLite store at a time
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == _one("ServiceAccount")["metadata"]["name"]
-    script = pod["containers"][0]["args"][0]
+    container = pod["containers"][0]
+    script = container["args"][0]
     steps = [line.strip() for line in script.splitlines() if line.strip().startswith(("orch ", "if "))]
-    assert steps[0] == 'orch sweep /spec/spec.yaml --store "$STORE"'
+    assert steps[0] == "orch gc /spec/spec.yaml"  # what an interrupted night left goes first
+    assert steps[1] == 'orch sweep /spec/spec.yaml --store "$STORE"'
     assert "STORE=/results/orch-results.db" in script
-    assert "orch compare" in steps[1] and steps[2].startswith("orch promote latest --store")
-    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert "orch compare" in steps[2] and steps[3].startswith("orch promote latest --store")
+    # orch runs on CPU; the engines' GPU pods are created by the sweep.
+    resources = container["resources"]
+    assert not any("gpu" in k for part in resources.values() for k in part), resources
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["results"] == "/results" and mounts["spec"] == "/spec"
+    assert "model-cache" not in volumes and "dshm" not in volumes
     assert (
         volumes["results"]["persistentVolumeClaim"]["claimName"]
         == _one("PersistentVolumeClaim")["metadata"]["name"]
@@ -109,8 +128,17 @@ def test_nightly_cronjob_sweeps_compares_and_promotes_latest() -> None:
     assert volumes["spec"]["configMap"]["name"] == _one("ConfigMap")["metadata"]["name"]
 
 
-def test_the_nightly_spec_loads(tmp_path: Path) -> None:
+def test_the_nightly_spec_loads_and_targets_this_namespace(tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(_one("ConfigMap")["data"]["spec.yaml"])
     spec = load_spec(path)
-    assert spec.target.kind == "local" and [str(x) for x in spec.layouts] == ["tp8", "tp4x2", "tp2x4"]
+    target = spec.target
+    assert target.kind == "kubernetes"
+    assert target.namespace == _one("Role")["metadata"]["namespace"]  # the Role covers where it deploys
+    assert target.access == "service" and ":" in target.image and not target.image.endswith(":latest")
+    assert [str(x) for x in spec.layouts] == ["tp8", "tp4x2", "tp8pp2"]
+    kinds = set()
+    for text in ("tp8", "tp4x2", "tp8pp2"):
+        plan = compile_layout(spec, parse_layout(text), "vllm").plan
+        kinds |= {o["kind"] for o in build_objects(plan, parse_layout(text), options())}
+    assert kinds == {"Deployment", "LeaderWorkerSet", "Service"}

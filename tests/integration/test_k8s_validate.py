@@ -157,3 +157,27 @@ def test_ray_service_schema_rejects() -> None:
     rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = -1
     with pytest.raises(js.ValidationError):
         js.validate(rs, RAY_SERVICE)
+
+
+@pytest.mark.parametrize(
+    ("spec_name", "text", "engine"),
+    [("qwen72b.yaml", "tp4x2", "vllm"), ("deepseek-v3.yaml", "tp8pp2x2", "vllm"),
+     ("deepseek-v3.yaml", "dp16epx2", "sglang")],
+)  # fmt: skip
+def test_orch_compile_k8s_output_applies(spec_name: str, text: str, engine: str, tmp_path: Path) -> None:
+    """What `orch compile --format k8s` prints (the CLI's own YAML text) passes strict validation; the
+    LeaderWorkerSet also passes the CRD schema."""
+    spec = Path(__file__).resolve().parents[2] / "layouts" / spec_name
+    out = subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", "compile", str(spec),
+         "--layout", text, "--engine", engine, "--format", "k8s", "--image", f"{engine}/engine:v1.2.3"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    for obj in objs:
+        if obj["kind"] == "LeaderWorkerSet":
+            _jsonschema().validate(obj, LEADER_WORKER_SET)
+    result = _kube_validate(_core(objs), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ERROR" not in result.stdout and "WARN" not in result.stdout, result.stdout

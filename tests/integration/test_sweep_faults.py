@@ -1,4 +1,5 @@
-"""Faults during a sweep: an engine killed mid-benchmark, and Ctrl-C mid-sweep then --resume.
+"""Faults during a sweep: an engine killed mid-benchmark, Ctrl-C mid-sweep then --resume, a second
+Ctrl-C during teardown, and a kill -9 of orch itself.
 
 Afterwards no engine process of the sweep is alive (checked by PID, from /proc), the store is
 consistent and the sweep can be finished."""
@@ -6,6 +7,7 @@ consistent and the sweep can be finished."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -106,3 +108,90 @@ def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path, 
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp2": "measured", "tp1x2": "measured"}
+
+
+def _sweep_until_serving(spec: str, db: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start `orch sweep` and return once the first layout's simulated servers run (by PID)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from orchestrator.cli import main; main()",
+            "sweep",
+            spec,
+            "--store",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    launched: list[int] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not launched and proc.poll() is None:
+        time.sleep(0.5)
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                row = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchone()
+            if row and row[0]:
+                replicas = json.loads(row[0])["replicas"]
+                ports = [r["processes"][0]["ports"][0] for r in replicas]
+                time.sleep(3)  # let them become healthy and start measuring
+                launched = [pid for port in ports for pid in _sim_pids(f"--port {port}")]
+    assert launched, "the first layout's servers never started"
+    return proc, launched
+
+
+def _gone(pids: list[int], within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not any(_alive(p) for p in pids)
+
+
+def test_kill_9_of_orch_takes_its_engines_and_resume_finishes(tmp_path: Path) -> None:
+    spec = _write(
+        tmp_path, layouts=["tp1x2"], workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]}
+    )  # type: ignore[dict-item]
+    db = tmp_path / "r.db"
+    proc, launched = _sweep_until_serving(spec, db)
+    assert len(launched) == 4  # two replicas: each server and its supervisor
+    proc.kill()  # SIGKILL: orch runs no teardown of its own
+    proc.communicate(timeout=60)
+    assert _gone(launched, within_s=60), "engines outlived a kill -9 of orch"
+    with sqlite3.connect(db) as conn:
+        run_id, status = conn.execute("SELECT run_id, status FROM runs").fetchone()
+    assert status == "running"  # nothing could mark it; the layout is still pending
+    out = _orch("sweep", "--resume", run_id, "--store", str(db), "--json", "--num-requests", "12")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout)["layouts"][0]["status"] == "measured"
+
+
+SIGTERM_BLOCKED = "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+
+
+def test_second_ctrl_c_during_teardown_still_stops_every_engine(tmp_path: Path) -> None:
+    # Engines that do not stop on SIGTERM keep teardown in its grace period (10 s) long enough for a
+    # second Ctrl-C to land in it; it must not abandon them (they die by SIGKILL before orch exits).
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SIGTERM_BLOCKED)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    engine = {**SPEC["engine"], "env": env}  # type: ignore[dict-item]
+    spec = _write(
+        tmp_path,
+        engine=engine,
+        layouts=["tp1x2"],
+        workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]},
+    )  # type: ignore[dict-item]
+    db = tmp_path / "r.db"
+    proc, launched = _sweep_until_serving(spec, db)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(2)  # teardown has sent SIGTERM and waits out the grace period
+    assert all(_alive(p) for p in launched) and proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "orch sweep --resume" in err
+    # Without held signals orch would exit now and leave them to the supervisor's own grace period.
+    assert _gone(launched, within_s=3), "a second Ctrl-C abandoned engines in teardown"

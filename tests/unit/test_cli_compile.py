@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
 
@@ -34,3 +36,49 @@ def test_compile_force_emits_with_a_warning_and_a_fitting_layout_needs_none() ->
     ok = _orch("compile", SPEC, "--layout", "tp8", "--engine", "vllm")
     assert ok.returncode == 0, ok.stderr
     assert " -tp 8 " in ok.stdout and "rejected" not in ok.stderr
+
+
+def test_compile_helm_values_and_k8s_take_the_flags_and_apply_as_they_are() -> None:
+    values_out = _orch(
+        "compile", SPEC, "--layout", "tp4x2", "--engine", "vllm", "--format", "helm-values",
+        "--image", "vllm/vllm-openai:v0.32.0", "--namespace", "llm", "--name", "q72",
+    )  # fmt: skip
+    assert values_out.returncode == 0, values_out.stderr
+    values = yaml.safe_load(values_out.stdout)
+    assert values["name"] == "q72" and values["image"] == "vllm/vllm-openai:v0.32.0"
+    assert values["replicas"] == 2 and values["gpusPerPod"] == 4
+    assert values["gpuProduct"] == "NVIDIA-H100-80GB-HBM3"  # qwen72b.yaml runs on h100-sxm
+    deepseek = str(ROOT / "layouts" / "deepseek-v3.yaml")  # 4 nodes of 8 H200
+    k8s_out = _orch("compile", deepseek, "--layout", "tp8pp2x2", "--engine", "vllm", "--format", "k8s")
+    assert k8s_out.returncode == 0, k8s_out.stderr
+    objs = list(yaml.safe_load_all(k8s_out.stdout))
+    assert [o["kind"] for o in objs] == ["LeaderWorkerSet", "Service"]
+    assert objs[0]["metadata"]["name"] == "deepseek-v3-tp8pp2x2"
+    assert objs[0]["metadata"]["namespace"] == "default"
+    leader = objs[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert leader["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    engine = leader["containers"][0]
+    assert engine["image"].startswith("vllm/vllm-openai:v") and "0.0.0.0" in engine["command"]
+    assert "is a default" in k8s_out.stderr
+
+
+def test_compile_k8s_from_a_kubernetes_target_and_the_refusals(tmp_path: Path) -> None:
+    spec = yaml.safe_load(Path(SPEC).read_text())
+    spec["target"] = {"kind": "kubernetes", "namespace": "serving", "image": "vllm/vllm-openai:v0.32.0"}
+    path = tmp_path / "k.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ok = _orch("compile", str(path), "--layout", "tp8", "--engine", "vllm", "--format", "k8s")
+    assert ok.returncode == 0, ok.stderr
+    deploy, svc = yaml.safe_load_all(ok.stdout)
+    assert deploy["metadata"]["namespace"] == svc["metadata"]["namespace"] == "serving"
+    assert "note:" not in ok.stderr
+    latest = _orch("compile", SPEC, "-l", "tp8", "--format", "k8s", "--image", "vllm/vllm-openai:latest")
+    assert latest.returncode == 2 and latest.stdout == ""
+    (line,) = latest.stderr.strip().splitlines()
+    assert "--image" in line and "no pinned tag" in line
+    sglang = _orch("compile", SPEC, "--layout", "tp8", "--engine", "sglang", "--format", "ray-serve")
+    assert sglang.returncode == 2 and "Ray Serve LLM runs vLLM" in sglang.stderr
+    ray = _orch("compile", SPEC, "--layout", "tp4x2", "--engine", "vllm", "--format", "ray-serve")
+    assert ray.returncode == 0, ray.stderr
+    llm = yaml.safe_load(ray.stdout)["applications"][0]["args"]["llm_configs"][0]
+    assert llm["engine_kwargs"]["tensor_parallel_size"] == 4

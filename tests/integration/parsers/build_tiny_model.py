@@ -2,6 +2,9 @@
 
 A byte-level BPE trained on a few generated sentences, wrapped as a fast tokenizer with a chat template;
 hidden 128, 2 layers, 4 heads, 2 KV heads, bf16. Takes seconds; argv[1] is the output directory.
+argv[2] (optional) picks other shapes for vLLM's config checks of the big layouts: `wide` (16 heads,
+8 KV heads, 4 layers, 32k context: TP up to 16 and PP up to 4 divide it) or `moe` (the same as a Mixtral
+with 32 experts, top-2: EP up to 32).
 """
 
 from __future__ import annotations
@@ -11,7 +14,13 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 
 def main() -> None:
@@ -28,11 +37,26 @@ def main() -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="</s>")
     fast.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
     fast.save_pretrained(out)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, torch_dtype="bfloat16")
+    kind = sys.argv[2] if len(sys.argv) > 2 else "llama"
+    common = {"vocab_size": len(fast), "bos_token_id": fast.bos_token_id, "eos_token_id": fast.eos_token_id,
+              "torch_dtype": "bfloat16"}
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+    if kind == "llama":
+        cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, max_position_embeddings=1024, **common)
+        model = LlamaForCausalLM(cfg)
+    elif kind == "wide":
+        cfg = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=16,
+                          num_key_value_heads=8, max_position_embeddings=32768, **common)
+        model = LlamaForCausalLM(cfg)
+    elif kind == "moe":
+        cfg = MixtralConfig(hidden_size=256, intermediate_size=64, num_hidden_layers=4,
+                            num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=32768,
+                            num_local_experts=32, num_experts_per_tok=2, **common)
+        model = MixtralForCausalLM(cfg)
+    else:
+        raise SystemExit(f"unknown kind {kind!r}: llama, wide or moe")
+    model.to(torch.bfloat16).save_pretrained(out)
     print("built", out)
 
 

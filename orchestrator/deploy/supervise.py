@@ -1,0 +1,99 @@
+"""The supervisor the local target puts between orch and each engine process, so that engines die
+with orch however orch ends, `kill -9` included.
+
+orch starts this file (by path, in a new session) with a pipe on its stdin whose only write end orch
+holds. It starts the engine in its own process group (no new session), so a signal orch sends to the
+group reaches the supervisor, the engine and every worker the engine spawned. Then it waits:
+- the engine exits: end what the engine left in the group, then exit the way the engine did (same
+  code, same signal), so orch sees the engine's status as its own child's;
+- stdin reaches EOF while the engine runs: the kernel closes the pipe when orch's process ends,
+  whatever killed it. SIGTERM to the group, a grace period, SIGKILL to the group (itself included).
+
+Why not only PR_SET_PDEATHSIG on the engine: it reaches the engine alone (its workers survive) and
+it fires when the forking *thread* ends, not the process. It is still set on the engine here (this
+process is single-threaded), for the case where the supervisor itself is killed.
+
+Standard library only, and run with `python -I`: it must start fast and not import orch.
+Usage: python -I supervise.py GRACE_S -- ARGV...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+_PR_SET_PDEATHSIG = 1
+POLL_S = 0.2
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """SIGTERM/SIGINT to the group are for the engine; a caught (not ignored) signal returns to its
+    default in the engine at exec, so the engine still ends on them."""
+
+
+def _death_signal_setter() -> Callable[[], None] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):  # not Linux: the pipe alone has to do
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # runs in the forked child, before exec
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def _end_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(0, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(POLL_S / 2)
+    os.killpg(0, signal.SIGKILL)  # the engine's workers too; this process ends here
+
+
+def _exit_like(code: int) -> None:
+    if code >= 0:
+        sys.exit(code)
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+    sys.exit(128 - code)  # a signal whose default is not to end the process
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: supervise.py GRACE_S -- ARGV...", file=sys.stderr)
+        sys.exit(2)
+    grace_s, cmd = float(argv[1]), argv[3:]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _ignore)
+    preexec = _death_signal_setter()
+    try:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=preexec)
+    except OSError as exc:
+        print(f"orch: could not start {cmd[0]}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(127)
+    while True:
+        ready, _, _ = select.select([0], [], [], POLL_S)
+        code = child.poll()
+        if code is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(0, signal.SIGTERM)  # workers the engine left behind; this process ignores it
+            _exit_like(code)
+        if ready and not os.read(0, 4096):
+            _end_group(grace_s, child)  # orch is gone
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,108 @@
+"""`orch validate`: everything `orch plan`, `compile` and `sweep` would refuse about a spec, found before
+any of them runs: catalog names (with the known ones), config and data files, request lengths against the
+context, engine argv, weights, and the plan itself."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines.base import check_extra_args
+from orchestrator.engines.from_spec import engine_options, placement
+from orchestrator.errors import SpecError
+from orchestrator.plan.experts import load_expert_stats
+from orchestrator.spec.load import LoadedSpec, load_spec_lines
+from orchestrator.spec.models import SweepSpec, TokenDistribution
+
+PREFIX_TOKENS_DEFAULT = 512  # what the prefix workload uses when prefix_tokens is unset
+
+
+def _longest(value: int | TokenDistribution) -> int:
+    if isinstance(value, int):
+        return value
+    return value.max if value.max is not None else round(value.mean)
+
+
+def _check_dataset(loaded: LoadedSpec, must_exist: bool) -> None:
+    path = loaded.spec.workload.dataset_path
+    if path is None:
+        return
+    try:
+        mode = Path(path).expanduser().stat().st_mode
+    except FileNotFoundError:
+        if must_exist:
+            raise loaded.error("workload.dataset_path", f"{path}: no such file") from None
+        return
+    except OSError as exc:
+        raise loaded.error("workload.dataset_path", f"{path}: cannot read: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        # Reading a FIFO would block the sweep; a directory is a typo.
+        raise loaded.error("workload.dataset_path", f"{path}: not a regular file; pass the dataset file")
+
+
+def check_spec(loaded: LoadedSpec, *, full: bool = True) -> None:
+    """Raise the first problem as `file:line: field: message` (SpecError, exit code 2).
+
+    full=False skips what only some commands need: the real engine's weights, a dataset that is not
+    there yet, and the plan (plan and simulate compute it themselves).
+    """
+    spec = loaded.spec
+    model_field = "model.name" if spec.model.name is not None else "model.config_path"
+    try:
+        cfg = load_model(spec.model.name or spec.model.config_path or "")
+    except SpecError as exc:
+        raise loaded.error(model_field, str(exc)) from None
+    try:
+        load_gpu(spec.hardware.gpu)
+    except SpecError as exc:
+        raise loaded.error("hardware.gpu", str(exc)) from None
+    try:
+        load_gpu(spec.hardware.gpu, dict(spec.hardware.overrides))
+    except SpecError as exc:
+        raise loaded.error("hardware.overrides", str(exc)) from None
+    if spec.model.expert_stats_path is not None and cfg.is_moe:
+        try:
+            load_expert_stats(spec.model.expert_stats_path, num_experts=cfg.num_routed_experts)
+        except SpecError as exc:
+            raise loaded.error("model.expert_stats_path", str(exc)) from None
+    w = spec.workload
+    context = spec.model.max_model_len or cfg.max_position_embeddings
+    prefix = (w.prefix_tokens or PREFIX_TOKENS_DEFAULT) if w.kind == "prefix" else 0
+    longest = prefix + _longest(w.input_tokens) + _longest(w.output_tokens)
+    if w.kind in ("random", "prefix") and longest > context:
+        where = "model.max_model_len" if spec.model.max_model_len else "the model's context"
+        raise loaded.error(
+            "workload.input_tokens",
+            f"requests of up to {longest:,} tokens (prompt and output) exceed {where} of {context:,}; "
+            "shorten them or raise model.max_model_len",
+        )
+    _check_dataset(loaded, must_exist=full)
+    try:
+        check_extra_args(tuple(spec.engine.extra_args))
+    except SpecError as exc:
+        raise loaded.error("engine.extra_args", str(exc)) from None
+    try:
+        placement(spec)
+    except SpecError as exc:
+        raise loaded.error("hardware", str(exc)) from None
+    if not full:
+        return
+    try:
+        engine_options(spec)  # the weights a real engine loads (model.path)
+    except SpecError as exc:
+        raise loaded.error("model.path", str(exc)) from None
+    from orchestrator.plan.run import make_plan  # the whole cost model: only validate needs it here
+
+    try:
+        make_plan(spec)
+    except SpecError as exc:
+        raise SpecError(f"{loaded.source}: plan: {exc}") from None
+
+
+def load_checked_spec(path: str | Path) -> SweepSpec:
+    """load_spec, then the checks every command needs (check_spec with full=False): catalog and file
+    problems name the spec file and line too."""
+    loaded = load_spec_lines(path)
+    check_spec(loaded, full=False)
+    return loaded.spec
