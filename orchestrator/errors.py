@@ -59,3 +59,10 @@ class SLONotMet(OrchError):
     """`orch bench --slo`: a load point missed the SLO (with --search: no rate met it)."""
 
     exit_code = 7
+
+
+class DecisionNotSound(OrchError):
+    """`orch sweep`: some load points could not be judged (e.g. the served simulation lost its clock)
+    even after re-measuring, so the winner printed may not be the right one."""
+
+    exit_code = 8

@@ -1,8 +1,14 @@
 """SLO verdicts per layout and the winner, with a reason for every loser (DESIGN.md "Selection").
 
-A layout's score is taken at its highest passing load point: goodput per GPU (default objective),
-output tokens/s per GPU, or the lowest TTFT p99 for `min_latency`. Layouts whose scores are within
-`tie_tolerance` of the best are a tie, broken by fewer GPUs, then lower TTFT p99.
+A layout's score is taken at its highest passing load point (its SLO capacity when the sweep
+searched for it): goodput per GPU (default objective), output tokens/s per GPU, or the lowest TTFT
+p99 for `min_latency`. Every score carries an interval: the bootstrap interval over requests at
+that point (loadgen/intervals.py), and, for a searched capacity, widened by how far the capacity
+itself is uncertain (from the highest rate that passes with its whole interval inside the SLO to the
+lowest that fails with its whole interval outside). Layouts whose intervals overlap the best
+layout's are a tie, broken by fewer GPUs, then lower TTFT p99. Points stored without intervals (runs
+from before) fall back to a fixed `TIE_TOLERANCE` band. A point that could not be judged
+("unreliable") makes the decision not sound: `Selection.unjudged` names each.
 """
 
 from __future__ import annotations
@@ -11,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-TIE_TOLERANCE = 0.05  # relative; below it two layouts are within measurement noise
-Status = Literal["rejected", "failed", "measured", "pending"]
+TIE_TOLERANCE = 0.05  # relative; only for stored points without intervals
+Status = Literal["rejected", "failed", "measured", "pending", "pruned"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,12 @@ class PointOutcome:
     output_tokens_per_s_per_gpu: float
     ttft_p99_ms: float | None
     itl_p99_ms: float | None
+    intervals: dict[str, Any] | None = None  # loadgen.intervals.bootstrap_intervals
+    slo_margin: str | None = None  # holds | close | breaks
+
+    @property
+    def judged(self) -> bool:
+        return not self.verdict.startswith("unreliable")
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,7 @@ class LayoutOutcome:
     status: Status
     reason: str | None
     points: tuple[PointOutcome, ...]
+    searched: bool = False  # the points are a capacity search (not a fixed grid)
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,8 @@ class Verdict:
     ttft_p99_ms: float | None
     itl_p99_ms: float | None
     reason: str  # why it won, tied or lost
+    score_interval: tuple[float, float] | None = None
+    capacity_interval: tuple[float, float | None] | None = None  # req/s, searched layouts only
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,11 @@ class Selection:
     winner: str | None
     tie_with: tuple[str, ...]
     verdicts: tuple[Verdict, ...]
+    unjudged: tuple[str, ...] = ()  # "layout label" of each point that could not be judged
+
+    @property
+    def sound(self) -> bool:
+        return not self.unjudged
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,7 +82,12 @@ class Selection:
             "winner": self.winner,
             "tie_with": list(self.tie_with),
             "verdicts": [asdict(v) for v in self.verdicts],
+            "unjudged": list(self.unjudged),
+            "sound": self.sound,
         }
+
+
+_INTERVAL_KEY = {"throughput_per_gpu": "output_throughput_per_gpu", "min_latency": "ttft_p99_ms"}
 
 
 def _score(p: PointOutcome, objective: str) -> float:
@@ -74,11 +99,47 @@ def _score(p: PointOutcome, objective: str) -> float:
 
 
 def _best_point(points: Sequence[PointOutcome]) -> PointOutcome | None:
-    """The passing point at the highest rate (the last passing point for concurrency sweeps)."""
-    passing = [p for p in points if p.passed]
+    """The passing point at the highest rate below every failing rate (the last passing point for
+    concurrency sweeps); a pass above a failure is noise and does not count."""
+    fails = [p.rate for p in points if not p.passed and p.judged and p.rate is not None]
+    first_fail = min(fails) if fails else None
+    passing = [p for p in points if p.passed and (first_fail is None or (p.rate or 0.0) < first_fail)]
     if not passing:
         return None
     return max(passing, key=lambda p: (p.rate if p.rate is not None else 0.0, p.goodput_per_gpu))
+
+
+def capacity_interval(points: Sequence[PointOutcome], best: PointOutcome) -> tuple[float, float | None]:
+    """(highest rate that passes with every SLO interval inside its bound, lowest rate above the
+    capacity that fails with an interval wholly outside; else the highest failing rate, None if none)."""
+    cap = best.rate or 0.0
+    sure = [p.rate for p in points if p.passed and p.slo_margin == "holds" and (p.rate or 0.0) <= cap]
+    low = max((r for r in sure if r is not None), default=0.0)
+    above = [p for p in points if not p.passed and p.judged and (p.rate or 0.0) > cap]
+    broken = [p.rate for p in above if p.slo_margin == "breaks" and p.rate is not None]
+    if broken:
+        return low, min(broken)
+    rates = [p.rate for p in above if p.rate is not None]
+    return low, (max(rates) if rates else None)
+
+
+def score_interval(
+    o: LayoutOutcome, p: PointOutcome, objective: str, score: float
+) -> tuple[tuple[float, float] | None, tuple[float, float | None] | None]:
+    """The score's interval (None without stored intervals) and, for a search, the capacity's."""
+    key = _INTERVAL_KEY.get(objective, "goodput_per_gpu")
+    iv = (p.intervals or {}).get(key)
+    if not iv:
+        return None, None
+    lo, hi = (-iv[1], -iv[0]) if objective == "min_latency" else (iv[0], iv[1])
+    lo, hi = min(lo, score), max(hi, score)
+    if not o.searched or not p.rate or objective == "min_latency":
+        return (lo, hi), None
+    cap_lo, cap_hi = capacity_interval(o.points, p)
+    # a throughput at capacity scales with the rate: the capacity's uncertainty carries into the score
+    lo *= cap_lo / p.rate
+    hi *= (cap_hi / p.rate) if cap_hi is not None else 1.0
+    return (lo, hi), (cap_lo, cap_hi)
 
 
 def select(
@@ -88,19 +149,15 @@ def select(
 ) -> Selection:
     scored: list[tuple[LayoutOutcome, PointOutcome, float]] = []
     losers: list[Verdict] = []
+    unjudged = tuple(f"{o.layout} {p.label}" for o in outcomes for p in o.points if not p.judged)
     for o in outcomes:
         if o.status != "measured":
-            what = "rejected by the planner" if o.status == "rejected" else o.status
+            what = {"rejected": "rejected by the planner", "pruned": "pruned by the model"}.get(
+                o.status, o.status
+            )
             losers.append(
                 Verdict(
-                    o.layout,
-                    o.gpus,
-                    False,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
+                    o.layout, o.gpus, False, None, None, None, None, None,
                     f"{what}: {o.reason or 'no reason recorded'}",
                 )
             )
@@ -113,35 +170,52 @@ def select(
                 if worst
                 else "no load point was measured"
             )
+            if o.searched and worst is not None:
+                lowest = min(o.points, key=lambda p: p.rate or 0.0)
+                why = (
+                    f"capacity 0: fails the SLO down to {lowest.label} "
+                    f"({lowest.verdict.removeprefix('SLO not met: ')})"
+                )
             losers.append(Verdict(o.layout, o.gpus, False, None, None, None, None, None, why))
             continue
         scored.append((o, best, _score(best, objective)))
     if not scored:
-        return Selection(objective, None, (), tuple(losers))
-    top = max(s for _, _, s in scored)
+        return Selection(objective, None, (), tuple(losers), unjudged)
+    intervals = {o.layout: score_interval(o, p, objective, s) for o, p, s in scored}
+    with_iv = all(intervals[o.layout][0] is not None for o, _, _ in scored)
+    top_o, _, top = max(scored, key=lambda t: t[2])
+    top_iv = intervals[top_o.layout][0]
 
-    def close(s: float) -> bool:
+    def close(o: LayoutOutcome, s: float) -> bool:
+        iv = intervals[o.layout][0]
+        if with_iv and iv is not None and top_iv is not None:
+            return iv[1] >= top_iv[0]  # intervals overlap the best layout's
         return abs(top - s) <= tie_tolerance * max(abs(top), 1e-12)
 
-    tied = [(o, p, s) for o, p, s in scored if close(s)]
+    tied = [(o, p, s) for o, p, s in scored if close(o, s)]
     tied.sort(key=lambda t: (t[0].gpus, t[1].ttft_p99_ms if t[1].ttft_p99_ms is not None else float("inf")))
     winner = tied[0]
+    rule = "intervals overlap" if with_iv else f"within {tie_tolerance:.0%} (no intervals stored)"
     verdicts: list[Verdict] = []
     for o, p, s in sorted(scored, key=lambda t: -t[2]):
+        iv, cap_iv = intervals[o.layout]
+        shown = f"{s:.4g}" + (f" [{iv[0]:.4g}, {iv[1]:.4g}]" if iv else "")
         if o is winner[0]:
-            reason = f"best {objective} {s:.4g} at {p.label}"
+            reason = f"best {objective} {shown} at {p.label}"
             if len(tied) > 1:
                 others = ", ".join(t[0].layout for t in tied[1:])
-                reason += (
-                    f"; tie within {tie_tolerance:.0%} with {others}, broken by fewer GPUs then TTFT p99"
-                )
-        elif close(s):
-            reason = f"tied with {winner[0].layout} ({objective} {s:.4g}) but lost the tie-break"
+                reason += f"; tie ({rule}) with {others}, broken by fewer GPUs then TTFT p99"
+        elif close(o, s):
+            reason = f"tied with {winner[0].layout} ({objective} {shown}, {rule}) but lost the tie-break"
         else:
-            reason = f"{objective} {s:.4g} at {p.label} < winner's {winner[2]:.4g}"
+            reason = f"{objective} {shown} at {p.label} < winner's {winner[2]:.4g}"
+            if iv and intervals[winner[0].layout][0]:
+                reason += " (intervals apart)"
         verdicts.append(
-            Verdict(o.layout, o.gpus, True, p.label, p.rate, s, p.ttft_p99_ms, p.itl_p99_ms, reason)
+            Verdict(
+                o.layout, o.gpus, True, p.label, p.rate, s, p.ttft_p99_ms, p.itl_p99_ms, reason, iv, cap_iv
+            )
         )
     return Selection(
-        objective, winner[0].layout, tuple(t[0].layout for t in tied[1:]), tuple(verdicts + losers)
+        objective, winner[0].layout, tuple(t[0].layout for t in tied[1:]), tuple(verdicts + losers), unjudged
     )

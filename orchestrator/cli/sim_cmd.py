@@ -57,9 +57,13 @@ def simulate_command(
     levels = _ints(concurrency, "--concurrency")
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
+    rate_list = _rates(rates) or list(spec.workload.rates_per_s or ())
+    if levels is None and not rate_list:
+        raise SpecError(
+            f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); give --rates"
+        )
     loads: list[tuple[float | None, int | None]] = (
-        [(None, c) for c in levels] if levels is not None
-        else [(r, None) for r in _rates(rates) or list(spec.workload.rates_per_s)])
+        [(None, c) for c in levels] if levels is not None else [(r, None) for r in rate_list])
     if num_requests is not None:
         _ints(str(num_requests), "--num-requests")
         if num_requests < 1:

@@ -16,7 +16,7 @@ from orchestrator.cli import RUN_HELP, app, err_console, make_console
 from orchestrator.cli.consistency_cmd import consistency_lines
 from orchestrator.cli.sim_cmd import _rates
 from orchestrator.deploy.targets import check_runs_here
-from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
+from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.metrics import finite
@@ -24,7 +24,7 @@ from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions, SweepResult, outcomes_from_store
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.promote import resolve_run
-from orchestrator.report.compare import compare_runs
+from orchestrator.report.compare import comparability, compare_runs
 from orchestrator.report.data import load_report
 from orchestrator.selection import select
 from orchestrator.spec.load import revalidated, spec_from_json
@@ -118,7 +118,8 @@ def _engine(m: dict[str, Any]) -> str:
 
 def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
     table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
-    for col in (
+    virtual = (store.extras(result.run_id, "sweep").get("sweep") or {}).get("mode") == "virtual"
+    cols = [
         "layout",
         "GPUs",
         "status",
@@ -127,26 +128,29 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         "ITL p99 ms",
         "TPOT p50 ms",
         "out tok/s/GPU",
-        "goodput req/s",
-        "predicted TTFT p99 / TPOT p50 (err)",
-        "engine KV peak, run/wait mean, preempt",
-        "SLO",
-    ):
+        "goodput/GPU [95%]",
+    ]
+    if not virtual:  # in virtual time the prediction is the measurement
+        cols.append("predicted TTFT p99 / TPOT p50 (err)")
+        cols.append("engine KV peak, run/wait mean, preempt")
+    cols.append("SLO")
+    for col in cols:
         table.add_column(
             col,
             justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
-            no_wrap=col == "layout",
+            no_wrap=col != "SLO",  # the verdict text wraps; numbers and headers stay on one line
             overflow="fold",
         )
     for o in result.outcomes:
         if not o.points:
             table.add_row(
-                o.layout, str(o.gpus), o.status, "-", "-", "-", "-", "-", "-", "-", "-", (o.reason or "")[:80]
+                o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), (o.reason or "")[:80]
             )
-        for p in store.points(result.run_id, o.layout):
+        for p in sorted(store.points(result.run_id, o.layout), key=lambda p: p.rate or 0.0):
             m = p.metrics
             per_gpu = m.get("per_gpu") or {}
-            table.add_row(
+            iv = (m.get("intervals") or {}).get("goodput_per_gpu")
+            cells = [
                 o.layout,
                 str(o.gpus),
                 o.status,
@@ -155,12 +159,21 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
                 _num((m.get("itl_chunk_ms") or {}).get("p99"), 1),
                 _num((m.get("tpot_ms") or {}).get("p50"), 1),
                 _num(per_gpu.get("output_throughput"), 1),
-                _num(m.get("goodput")),
-                _predicted(m),
-                _engine(m),
-                "pass" if p.passed else f"fail: {p.verdict}",
-            )
+                _num(None if m.get("goodput") is None else m["goodput"] / o.gpus, 3)
+                + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""),
+            ]
+            if not virtual:
+                cells += [_predicted(m), _engine(m)]
+            table.add_row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
     console.print(table)
+    caps = _capacity_lines(result, store)
+    if caps:
+        console.print("SLO capacity (highest request rate meeting the SLO, by bracketing and bisection):")
+        for line in caps:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    extras = store.extras(result.run_id)
+    for line in _objective_lines(extras) + _timing_lines(extras):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     sel = result.selection
     for v in sel.verdicts:
         mark = (
@@ -169,6 +182,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             else ("[yellow]tie[/]" if v.layout in sel.tie_with else "[red]loses[/]")
         )
         console.print(f"  {v.layout}: {mark}: {escape(v.reason)}", highlight=False)
+    if not sel.sound:
+        console.print(f"[bold red]{escape(unsound_message(result))}[/]", highlight=False)
     if sel.winner is None:
         console.print("[bold red]no layout meets the SLO[/]")
     else:
@@ -179,12 +194,117 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         )
 
 
+def unsound_message(result: SweepResult) -> str:
+    bad = result.selection.unjudged
+    return (
+        f"decision not sound: {len(bad)} load point(s) could not be judged even when measured again "
+        f"({', '.join(bad)}); rerun on an idle machine (run {result.run_id})"
+    )
+
+
+def _mode_note(spec: SweepSpec, served: bool) -> str:
+    if spec.engine.name != "sim":
+        return ""
+    if not served:
+        return (
+            " (simulated engine in virtual time: predicted, not measured on GPUs; "
+            f"deterministic for workload seed {spec.workload.seed})"
+        )
+    scale = spec.engine.time_scale
+    return " (simulated engine served over HTTP: predicted, not measured on GPUs" + (
+        f"; run at time scale {scale:g}, reported in simulated time)" if scale != 1 else ")"
+    )
+
+
+def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
+    lines = []
+    cap_iv = {v.layout: v.capacity_interval for v in result.selection.verdicts}
+    for key, cap in store.extras(result.run_id, "capacity/").items():
+        iv = cap_iv.get(key.removeprefix("capacity/"))
+        sure = f" [{iv[0]:g}, {'-' if iv[1] is None else f'{iv[1]:g}'}]" if iv else ""
+        pts = ", ".join(
+            f"{p['rate']:g}{'' if p['passed'] else ('?' if not p['judged'] else 'x')}" for p in cap["points"]
+        )
+        lines.append(
+            f"  {key.removeprefix('capacity/')}: {_capacity_text(cap, sure)}; seed {cap['seed_per_s']:g}/s "
+            f"from {cap['seed_source']}; measured {pts} (x fails, ? unjudged)"
+        )
+    return lines
+
+
+def _capacity_text(cap: dict[str, Any], sure: str) -> str:
+    lo, hi = cap["bracket_per_s"]
+    if cap["capacity_per_s"] is None:
+        return f"capacity 0 req/s: fails the SLO down to the search minimum ({cap['limiting']})"
+    if hi is None:
+        return f"capacity >= {lo:g} req/s ({cap['stopped_because']})"
+    return f"capacity {lo:g} req/s{sure}, fails at {hi:g} ({cap['limiting']})"
+
+
+def _objective_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for layout, obj in (extras.get("objectives") or {}).items():
+        parts = []
+        cur = obj.get("currency") or ""
+        cap = obj.get("at_capacity")
+        if cap:
+            parts.append(
+                f"at capacity {_num(cap.get('tokens_per_s_per_gpu'), 1)} tok/s/GPU, "
+                f"{_num(cap.get('tokens_per_s_per_user'), 1)} tok/s/user"
+                + (f", {_num(cap.get('cost_per_million_output_tokens'), 3)} {cur}/M output tokens"
+                   if "cost_per_million_output_tokens" in cap else "")
+            )
+        at = obj.get("at_interactivity")
+        if at:
+            target = f"at >= {at['target_tokens_per_s_per_user']:g} tok/s/user"
+            parts.append(
+                f"{target}: {at['verdict']}" if "verdict" in at else
+                f"{target}: {_num(at.get('tokens_per_s_per_gpu'), 1)} tok/s/GPU ({at.get('label')})"
+                + (f", {_num(at.get('cost_per_million_output_tokens'), 3)} {cur}/M output tokens"
+                   if "cost_per_million_output_tokens" in at else "")
+            )
+        if parts:
+            lines.append(f"  {layout}: " + "; ".join(parts))
+    front = (extras.get("pareto") or {}).get("frontier") or []
+    if lines:
+        lines.insert(0, "objectives (interactivity = 1000 / TPOT p50 ms):")
+    if front:
+        lines.append(
+            "Pareto frontier (tok/s/user, tok/s/GPU): "
+            + ", ".join(
+                f"{f['layout']} {f['label']} "
+                f"({f['tokens_per_s_per_user']:.1f}, {f['tokens_per_s_per_gpu']:.1f})"
+                for f in front
+            )
+        )
+    return lines
+
+
+def _timing_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
+    t = (extras.get("sweep") or {}).get("timing")
+    if not t:
+        return []
+    ratio = f" ({t['exhaustive_s'] / t['wall_s']:.1f}x this sweep's time)" if t["wall_s"] > 0 else ""
+    return [
+        f"time to decision: {t['wall_s']:.1f} s for {t['points_measured']} load points on "
+        f"{t['layouts_measured']} layouts; an exhaustive grid: {t['exhaustive_points']} points on "
+        f"{t['exhaustive_layouts']} layouts, about {t['exhaustive_s']:.0f} s{ratio}"
+    ]
+
+
 def _json_out(result: SweepResult, store: Store) -> str:
     return json.dumps(
         finite(
             {
                 "run_id": result.run_id,
                 "store": str(store.path),
+                **store.extras(result.run_id, "sweep"),
+                **store.extras(result.run_id, "objectives"),
+                **store.extras(result.run_id, "pareto"),
+                "capacity": {
+                    k.removeprefix("capacity/"): v
+                    for k, v in store.extras(result.run_id, "capacity/").items()
+                },
                 "selection": result.selection.to_dict(),
                 "layouts": [
                     {
@@ -247,6 +367,15 @@ def sweep_command(
         str | None, typer.Option("--resume", help="Finish an interrupted run (id, prefix or latest).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Also deploy layouts the planner rejects.")] = False,
+    served: Annotated[
+        bool,
+        typer.Option(
+            "--served", help="engine sim: run real OpenAI servers over HTTP instead of virtual time."
+        ),
+    ] = False,
+    measure_all: Annotated[
+        bool, typer.Option("--measure-all", help="Also measure layouts predicted to lose clearly.")
+    ] = False,
     workdir: Annotated[
         str | None, typer.Option("--workdir", help="Logs directory; default a temp dir.")
     ] = None,
@@ -285,7 +414,13 @@ def sweep_command(
         num_requests = None
     check_runs_here(spec, shown_path or "the stored spec")
     options = SweepOptions(
-        layouts=chosen, rates=rate_list, num_requests=num_requests, force=force, workdir=workdir
+        layouts=chosen,
+        rates=rate_list,
+        num_requests=num_requests,
+        force=force,
+        workdir=workdir,
+        served=served,
+        measure_all=measure_all,
     )
     console = make_console(stderr=True)
     with Progress(
@@ -305,17 +440,13 @@ def sweep_command(
                 f"orch sweep --resume {sweep.run_id} --store {store.path}", markup=False
             )
             raise typer.Exit(130) from None
-    scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
-    note = (
-        " (simulated engine: predicted, not measured on GPUs"
-        + (f"; run at time scale {scale:g}, reported in simulated time)" if scale != 1 else ")")
-        if spec.engine.name == "sim"
-        else ""
-    )
+    note = _mode_note(spec, sweep.served)
     if as_json:
         typer.echo(_json_out(result, store))
     else:
         print_result(result, store, make_console(), scale_note=note)
+    if not result.selection.sound:
+        raise DecisionNotSound(unsound_message(result))
     if result.selection.winner is None:
         raise NoLayoutMeetsSLO(f"no layout meets the SLO in run {result.run_id}; see the reasons above")
 
@@ -353,7 +484,8 @@ def report_command(
     if as_json:
         typer.echo(json.dumps({**json.loads(_json_out(result, store)), "consistency": checks}, indent=2))
     else:
-        print_result(result, store, make_console())
+        mode = (store.extras(run.run_id, "sweep").get("sweep") or {}).get("mode", "served")
+        print_result(result, store, make_console(), scale_note=_mode_note(spec, mode == "served"))
         for c in checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
 
@@ -367,8 +499,12 @@ def compare_command(
     ] = "5%",
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option("--allow-mismatch", help="Compare even when spec hashes, engines or hardware differ."),
+    ] = False,
 ) -> None:
-    """What changed between two runs; exit code 1 on a regression (the nightly CI verdict)."""
+    """What changed between two runs; exit code 1 on a regression beyond noise (the nightly CI verdict)."""
     text = threshold.strip().rstrip("%")
     try:
         limit = float(text) / (100 if threshold.strip().endswith("%") else 1)
@@ -378,6 +514,14 @@ def compare_command(
         raise SpecError("--threshold must not be negative")
     store = Store(store_path, readonly=True)
     a, b = resolve_run(store, run_a), resolve_run(store, run_b)
+    mismatch = comparability(store, a, b)
+    if mismatch and not allow_mismatch:
+        raise SpecError(
+            f"runs {a} and {b} are not comparable: {'; '.join(mismatch)}; "
+            "pass --allow-mismatch to compare anyway"
+        )
+    for why in mismatch:
+        err_console.print(f"[bold yellow]warning:[/] comparing anyway although {why}", highlight=False)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]
     if as_json:
@@ -388,6 +532,7 @@ def compare_command(
                         "baseline": a,
                         "run": b,
                         "threshold": limit,
+                        "mismatch": mismatch,
                         "regression": bool(regressions),
                         "changes": [c.__dict__ for c in changes],
                     }

@@ -1,16 +1,17 @@
 """Rate search: the highest request rate whose load point meets the SLO.
 
-Bracket, then bisect. From `start_rate`, double while the point passes (or halve while it fails)
-until one passing and one failing rate bracket the answer; then bisect between them until the
-bracket is narrower than `rel_tol` of the passing rate, or `max_runs` load points have been run.
-The run function is injected (rate -> Metrics), so the search is tested against a fake latency model
-and driven by the real runner in `orch bench --search`. It assumes that passing is monotone in the
-rate; measurement noise near the boundary can make the answer a little low, never a failing rate.
+Bracket, then bisect. From `start_rate`, multiply by `growth` (2) while the point passes (or divide
+while it fails) until one passing and one failing rate bracket the answer; then bisect between them
+until the bracket is narrower than `rel_tol` of the passing rate, or `max_runs` load points have been
+run. `next_rate` is the whole rule as a pure function of the points so far, so `orch bench --search`
+(async, `search_rate`) and `orch sweep`'s per-layout capacity search (synchronous, resumable from the
+stored points) step the same way. It assumes passing is monotone in the rate; measurement noise near
+the boundary can make the answer a little low, never a failing rate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.loadgen.metrics import Metrics, parse_slo, slo_violations
@@ -50,6 +51,47 @@ def verdict(metrics: Metrics, slo: Mapping[str, float], max_error_rate: float = 
     return "SLO not met: " + ", ".join(f"{k} {v:.1f} > {b:g}" for k, v, b in broken) if broken else ""
 
 
+def bracket(tried: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None]:
+    """(highest passing rate below the lowest failing one, lowest failing rate); None where absent."""
+    fails = [r for r, ok in tried if not ok]
+    hi = min(fails) if fails else None
+    passes = [r for r, ok in tried if ok and (hi is None or r < hi)]
+    return (max(passes) if passes else None), hi
+
+
+def check_bounds(start_rate: float, min_rate: float, max_rate: float, rel_tol: float, max_runs: int,
+                 growth: float = 2.0) -> None:
+    if not 0 < min_rate <= start_rate <= max_rate or rel_tol <= 0 or max_runs < 2 or growth <= 1:
+        raise ValueError(
+            "need 0 < min_rate <= start_rate <= max_rate, rel_tol > 0, max_runs >= 2 and growth > 1"
+        )
+
+
+def next_rate(
+    tried: Sequence[tuple[float, bool]], *, start_rate: float, min_rate: float, max_rate: float,
+    rel_tol: float, max_runs: int, growth: float = 2.0,
+) -> tuple[float | None, str]:
+    """The next rate to measure given (rate, passed) so far, or (None, why the search stops)."""
+    if not tried:
+        return start_rate, ""
+    lo, hi = bracket(tried)
+    if lo is not None and hi is not None and (hi - lo) <= rel_tol * lo:
+        return None, f"bracket [{lo:g}, {hi:g}]/s within {rel_tol:.0%}"
+    if len(tried) >= max_runs:
+        where = "while bracketing" if lo is None or hi is None else f"; bracket [{lo:g}, {hi:g}]/s"
+        return None, f"max_runs ({max_runs}) reached" + (" " + where if lo is None or hi is None else where)
+    if hi is None:
+        assert lo is not None
+        if lo >= max_rate:
+            return None, f"passes at max_rate ({max_rate:g}/s)"
+        return min(lo * growth, max_rate), ""
+    if lo is None:
+        if hi <= min_rate:
+            return None, f"fails down to min_rate ({min_rate:g}/s)"
+        return max(hi / growth, min_rate), ""
+    return (lo + hi) / 2, ""
+
+
 async def search_rate(
     run: RunFn,
     slo: Mapping[str, float],
@@ -62,50 +104,24 @@ async def search_rate(
     max_error_rate: float = 0.01,
     on_point: Callable[[SearchPoint], None] | None = None,
     check: CheckFn | None = None,
+    growth: float = 2.0,
 ) -> SearchResult:
     """Highest rate in [min_rate, max_rate] that passes `verdict` (or `check`); see the module docstring."""
     if not slo and check is None:
         raise ValueError("a rate search needs an SLO or a check")
     parse_slo(slo)
-    if not 0 < min_rate <= start_rate <= max_rate or rel_tol <= 0 or max_runs < 2:
-        raise ValueError("need 0 < min_rate <= start_rate <= max_rate, rel_tol > 0 and max_runs >= 2")
+    check_bounds(start_rate, min_rate, max_rate, rel_tol, max_runs, growth)
     points: list[SearchPoint] = []
-
-    async def probe(rate: float) -> bool:
+    while True:
+        rate, why_stop = next_rate([(p.rate, p.passed) for p in points], start_rate=start_rate,
+                                   min_rate=min_rate, max_rate=max_rate, rel_tol=rel_tol,
+                                   max_runs=max_runs, growth=growth)
+        if rate is None:
+            passing = [p.rate for p in points if p.passed]
+            return SearchResult(max(passing) if passing else None, tuple(points), why_stop)
         m = await run(rate)
         why = check(rate, m) if check is not None else verdict(m, slo, max_error_rate)
         p = SearchPoint(rate, m, not why, why)
         points.append(p)
         if on_point is not None:
             on_point(p)
-        return p.passed
-
-    def done(reason: str) -> SearchResult:
-        passing = [p.rate for p in points if p.passed]
-        return SearchResult(max(passing) if passing else None, tuple(points), reason)
-
-    lo: float | None = None
-    hi: float | None = None
-    rate = start_rate
-    while lo is None or hi is None:
-        if len(points) >= max_runs:
-            return done(f"max_runs ({max_runs}) reached while bracketing")
-        if await probe(rate):
-            lo = rate
-            if rate >= max_rate:
-                return done(f"passes at max_rate ({max_rate:g}/s)")
-            rate = min(rate * 2, max_rate)
-        else:
-            hi = rate
-            if rate <= min_rate:
-                return done(f"fails down to min_rate ({min_rate:g}/s)")
-            rate = max(rate / 2, min_rate)
-    while (hi - lo) > rel_tol * lo:
-        if len(points) >= max_runs:
-            return done(f"max_runs ({max_runs}) reached; bracket [{lo:g}, {hi:g}]/s")
-        mid = (lo + hi) / 2
-        if await probe(mid):
-            lo = mid
-        else:
-            hi = mid
-    return done(f"bracket [{lo:g}, {hi:g}]/s within {rel_tol:.0%}")

@@ -1,14 +1,22 @@
-"""`orch sweep` without the printing: per layout plan -> compile -> deploy -> warm up -> bench each load
-point -> tear down -> store; then select. Results are committed after every load point, so a sweep
-interrupted at any moment resumes with `--resume RUN_ID` and loses nothing already measured."""
+"""`orch sweep` without the printing: per layout plan -> measure -> store; then select.
+
+Two ways to measure, one loop over load points (`_measure`: the spec's rate grid, or the capacity
+search of pipeline/capacity.py) and one metric code (RequestRecords -> loadgen.metrics):
+- virtual (the default for `engine: sim` on the local target): the simulated engine in virtual time,
+  no servers; deterministic for a workload seed, seconds per layout.
+- served (`--served`, and always for vllm/sglang or Ray/Kubernetes targets): compile -> deploy ->
+  warm up -> bench each load point over HTTP with the load generator -> tear down.
+Results are committed after every load point, so a sweep interrupted at any moment resumes with
+`--resume RUN_ID` and loses nothing already measured (a capacity search resumes from its points)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,32 +28,39 @@ from orchestrator.engines.from_spec import engine_options, placement, secret_env
 from orchestrator.engines.sim import sim_args_from_spec
 from orchestrator.errors import DeployError, OrchError, StoreError
 from orchestrator.layout import Layout
-from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
-from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
-from orchestrator.loadgen.engine_metrics import (
-    DEFAULT_INTERVAL_S,
-    series_to_dict,
-    summarize_series,
-    with_engine_metrics,
-)
+from orchestrator.loadgen.bench import LoadPoint, PointResult
+from orchestrator.loadgen.client import ClientConfig
+from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, summarize_series
+from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
-from orchestrator.pipeline.harness import read_counters, unreliable_because
-from orchestrator.pipeline.predict import predicted_metrics
+from orchestrator.loadgen.spec_workload import slo_bounds
+from orchestrator.pipeline.capacity import (
+    GROWTH_FROM_PLANNER,
+    GROWTH_FROM_SIMULATOR,
+    Probe,
+    search_capacity,
+)
+from orchestrator.pipeline.derived import derive
+from orchestrator.pipeline.outcomes import FINAL_STATUSES, outcomes_from_store, point_outcome
+from orchestrator.pipeline.predict import (
+    planned_capacity_rate,
+    predicted_metrics,
+    virtual_point,
+)
 from orchestrator.pipeline.provenance import hardware_seen, model_config_hash, new_run_id, orch_version
-from orchestrator.pipeline.timescale import unscale
+from orchestrator.pipeline.prune import dominated, exhaustive_grid_points, timing
+from orchestrator.pipeline.served import bench_point, warm_up
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
-from orchestrator.selection import LayoutOutcome, PointOutcome, Selection, select
+from orchestrator.selection import LayoutOutcome, Selection, select
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import Store
 from orchestrator.store.run_ids import checked_run_id
 
 DEFAULT_READY_TIMEOUT_S = 900.0
-WARMUP_MAX_TOKENS = 8
 
 
 class Observer(Protocol):
@@ -73,6 +88,8 @@ class SweepOptions:
     force: bool = False
     workdir: str | None = None
     ready_timeout_s: float | None = None
+    served: bool = False  # engine: sim over HTTP instead of in virtual time
+    measure_all: bool = False  # also measure layouts the simulator predicts to lose clearly
     engine_metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics scrapes, in measured (simulated) time
 
 
@@ -81,30 +98,6 @@ class SweepResult:
     run_id: str
     selection: Selection
     outcomes: tuple[LayoutOutcome, ...]
-
-
-def point_outcome(
-    label: str,
-    rate: float | None,
-    passed: bool | None,
-    verdict: str | None,
-    metrics: dict[str, Any],
-    gpus: int,
-) -> PointOutcome:
-    per_gpu = metrics.get("per_gpu") or {}
-    goodput = metrics.get("goodput")
-    return PointOutcome(
-        label=label,
-        rate=rate,
-        passed=bool(passed),
-        verdict=verdict or "",
-        goodput_per_gpu=(goodput or 0.0) / gpus
-        if goodput is not None
-        else per_gpu.get("request_throughput", 0.0),
-        output_tokens_per_s_per_gpu=per_gpu.get("output_throughput", 0.0),
-        ttft_p99_ms=(metrics.get("ttft_ms") or {}).get("p99"),
-        itl_p99_ms=(metrics.get("itl_chunk_ms") or {}).get("p99"),
-    )
 
 
 class Sweep:
@@ -131,7 +124,15 @@ class Sweep:
             secret_values(secret_env(spec), os.environ)
         self.engine = get_engine(spec.engine.name)
         self.inputs = plan_inputs(spec)
-        self.scale = spec.engine.time_scale if spec.engine.name == "sim" else 1.0
+        if run_id is not None:  # a resumed run measures the way it started
+            mode = (store.extras(run_id, "sweep").get("sweep") or {}).get("mode")
+            if mode is not None:
+                self.opts = replace(self.opts, served=mode == "served")
+        self.served = served_mode(spec, self.opts.served)
+        self._predicted_capacity: dict[str, float] = {}  # virtual-time capacity per layout (served runs)
+        self._layout_s: list[float] = []  # per measured layout: deploy, warm-up, teardown (not points)
+        self._point_s: list[float] = []  # per measured load point
+        self.scale = spec.engine.time_scale if spec.engine.name == "sim" and self.served else 1.0
         base = self.opts.workdir or getattr(spec.target, "workdir", None) or tempfile.mkdtemp(prefix="orch-")
         self.workdir = Path(base) / self.run_id
         self.engine_series: dict[str, Any] = {}  # the last load point's scraped /metrics
@@ -155,36 +156,103 @@ class Sweep:
                 hardware=hardware_seen(),
                 metadata=dict(spec.metadata),
             )
+            self.store.set_extra(self.run_id, "sweep", {"mode": "served" if self.served else "virtual"})
         layouts = list(self.opts.layouts or spec.layouts)
         done = {row.layout: row for row in self.store.layouts(self.run_id)}
+        started = time.monotonic()
         try:
-            for layout in layouts:
-                prior = done.get(str(layout))
-                if prior is not None and prior.status in ("rejected", "failed", "measured"):
+            todo = [
+                x for x in layouts
+                if (prior := done.get(str(x))) is None or prior.status not in FINAL_STATUSES
+            ]
+            pruned = self._prune(todo)
+            for layout in todo:
+                if (why := pruned.get(str(layout))) is not None:
+                    self.store.set_layout(self.run_id, str(layout), layout.gpus, "pruned", reason=why)
+                    self.obs.layout_done(str(layout), "pruned", why)
                     continue
+                t0 = time.monotonic()
+                n_points = len(self._point_s)
                 self._one_layout(layout)
+                if len(self._point_s) > n_points:
+                    self._layout_s.append(time.monotonic() - t0 - sum(self._point_s[n_points:]))
         except KeyboardInterrupt:
             self.store.finish_run(self.run_id, "interrupted", None)
             raise
         result = self.result([str(x) for x in layouts])
+        self._record_timing(time.monotonic() - started, layouts)
+        derive(self.store, self.run_id, self.spec, result.selection)
         self.store.finish_run(self.run_id, "done", result.selection.to_dict())
         return result
+
+    def _prune(self, layouts: Sequence[Layout]) -> dict[str, str]:
+        """Layouts the simulator predicts to lose clearly (pipeline/prune.py); served runs only: in
+        virtual time the prediction is the measurement, so everything is measured."""
+        if not self.served or self.opts.measure_all or len(layouts) < 2:
+            return {}
+        predicted = []
+        for layout in layouts:
+            row = self._plan(layout)
+            if row.rejected_because and not self.opts.force:
+                continue
+            self.obs.phase(str(layout), "predict (virtual time)")
+            predicted.append(self._predict(layout, row))
+        return dominated(predicted, self.spec.objective)
+
+    def _predict(self, layout: Layout, row: PlanRow) -> LayoutOutcome:
+        """The layout's load points (grid or capacity search) through the simulator, not stored."""
+        name, run = str(layout), self._virtual_point(layout)
+        results: dict[float, PointResult] = {}
+
+        def probe(rate: float) -> Probe:
+            results[rate] = run(rate)[0]
+            return _probe_of(results[rate], rate)
+
+        grid = self.opts.rates or self.spec.workload.rates_per_s
+        if grid:
+            for rate in grid:
+                probe(rate)
+        else:
+            seed, source, growth = self._planner_seed(row)
+            cap = search_capacity(name, probe, self.spec.workload.search, seed, source, growth)
+            if cap.capacity_per_s is not None:
+                self._predicted_capacity[name] = cap.capacity_per_s
+        points = tuple(
+            point_outcome(r.point.label, rate, r.passed, r.verdict, finite(r.metrics.to_dict()), layout.gpus)
+            for rate, r in results.items()
+        )
+        return LayoutOutcome(name, layout.gpus, "measured", None, points, searched=not grid)
+
+    def _record_timing(self, wall_s: float, layouts: Sequence[Layout]) -> None:
+        w = self.spec.workload
+        rows = {r.layout: r for r in self.store.layouts(self.run_id)}
+        candidates = sum(1 for x in layouts if (r := rows.get(str(x))) is not None and r.status != "rejected")
+        searched = not (self.opts.rates or w.rates_per_s)
+        rates = [p.rate for p in self.store.points(self.run_id) if p.rate is not None]
+        grid = exhaustive_grid_points(rates, w.search.tolerance_frac, searched)
+        t = timing(wall_s, self._layout_s, self._point_s, candidates, grid, searched)
+        sweep = self.store.extras(self.run_id, "sweep").get("sweep") or {}
+        self.store.set_extra(self.run_id, "sweep", {**sweep, "timing": asdict(t)})
 
     def result(self, layouts: Sequence[str] | None = None) -> SweepResult:
         outcomes = outcomes_from_store(self.store, self.run_id, layouts)
         return SweepResult(self.run_id, select(outcomes, self.spec.objective), tuple(outcomes))
 
-    def _one_layout(self, layout: Layout) -> None:
-        name = str(layout)
-        obs, spec = self.obs, self.spec
-        obs.phase(name, "plan")
-        row = plan_layout(
+    def _plan(self, layout: Layout) -> PlanRow:
+        w = self.spec.workload
+        return plan_layout(
             self.inputs,
             layout,
-            prompt_tokens=_mean(spec.workload.input_tokens),
-            context_tokens=_mean(spec.workload.input_tokens) + _mean(spec.workload.output_tokens) // 2,
-            itl_bound_ms=itl_bound_ms(spec),
+            prompt_tokens=_mean(w.input_tokens),
+            context_tokens=_mean(w.input_tokens) + _mean(w.output_tokens) // 2,
+            itl_bound_ms=itl_bound_ms(self.spec),
         )
+
+    def _one_layout(self, layout: Layout) -> None:
+        name = str(layout)
+        obs = self.obs
+        obs.phase(name, "plan")
+        row = self._plan(layout)
         plan_d = finite(row.to_dict())
         if row.rejected_because and not self.opts.force:
             reason = "; ".join(row.rejected_because)
@@ -192,7 +260,11 @@ class Sweep:
             obs.layout_done(name, "rejected", reason)
             return
         try:
-            self._deploy_and_measure(layout, row, plan_d)
+            if self.served:
+                self._deploy_and_measure(layout, row, plan_d)
+            else:
+                self.store.set_layout(self.run_id, name, layout.gpus, "pending", plan=plan_d)
+                self._measure(layout, row, self._virtual_point(layout))
         except StoreError:
             raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
         except (DeployError, OrchError, OSError) as exc:
@@ -228,77 +300,115 @@ class Sweep:
                 for ep in dep.endpoints
             )
             obs.phase(name, "warm-up")
-            asyncio.run(_warm_up(clients))
-            measured = {p.label for p in self.store.points(self.run_id, name)}
-            for rate in self.opts.rates or spec.workload.rates_per_s:
-                point = LoadPoint(rate=rate)
-                if point.label in measured:
-                    continue
-                obs.phase(name, f"bench {point.label}")
-                result = self._bench_point(clients, layout, rate)
+            asyncio.run(warm_up(clients))
+
+            def served_point(rate: float) -> tuple[PointResult, dict[str, Any]]:
+                n = self.opts.num_requests
+                result, series = bench_point(
+                    spec, self.obs, clients, layout, rate, n, self.scale, self.opts.engine_metrics_interval_s
+                )
+                self.engine_series = series  # stored after the point (_measure): the point comes first
                 target.check_alive(dep)
-                metrics = finite(result.metrics.to_dict())
-                metrics["predicted"] = finite(
-                    predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests)
-                )
-                metrics["engine"] = finite(summarize_series(self.engine_series))
-                # The point first: if the store fails, the journal has the measurement itself.
-                self.store.add_point(
-                    self.run_id, name, point.label, rate, result.passed, result.verdict, metrics,
-                    result.records,
-                )
-                self.store.add_engine_metrics(self.run_id, name, point.label, self.engine_series)
-                obs.point_done(name, result)
+                return result, {
+                    "predicted": predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests),
+                    "engine": summarize_series(series),
+                }
+
+            self._measure(layout, row, served_point)
             obs.phase(name, "teardown")
 
-    def _bench_point(self, clients: tuple[ClientConfig, ...], layout: Layout, rate: float) -> PointResult:
-        w, s = self.spec.workload, self.scale
+    # -- the load points of one layout: the spec's grid or the capacity search --------------------
+    def _measure(self, layout: Layout, row: PlanRow, point_fn: PointFn) -> None:
+        name, spec = str(layout), self.spec
+        stored = {p.label: p for p in self.store.points(self.run_id, name)}
+
+        def probe(rate: float) -> Probe:
+            label = LoadPoint(rate=rate).label
+            prior = stored.get(label)
+            if prior is None:
+                self.obs.phase(name, f"bench {label}")
+                t0 = time.monotonic()
+                result, extra = point_fn(rate)
+                first = result.verdict or ""
+                if first.startswith("unreliable"):  # not judged: measure it once more
+                    self.obs.phase(name, f"bench {label} again ({first[:40]}...)")
+                    result, extra = point_fn(rate)
+                    extra = {**extra, "remeasured_because": first}
+                self._point_s.append(time.monotonic() - t0)
+                metrics = {**finite(result.metrics.to_dict()), **finite(extra)}
+                metrics.update(self._judge(result, layout))
+                # The point first: if the store fails, the journal has the measurement itself.
+                self.store.add_point(
+                    self.run_id, name, label, rate, result.passed, result.verdict, metrics, result.records
+                )
+                if self.engine_series:
+                    self.store.add_engine_metrics(self.run_id, name, label, self.engine_series)
+                    self.engine_series = {}
+                self.obs.point_done(name, result)
+                passed, why = bool(result.passed), result.verdict or ""
+            else:
+                passed, why = bool(prior.passed), prior.verdict or ""
+            return Probe(rate, passed, why, judged=not why.startswith("unreliable"))
+
+        grid = self.opts.rates or spec.workload.rates_per_s
+        if grid:
+            for rate in grid:
+                probe(rate)
+            return
+        seed, source, growth = self._seed(layout, row)
+        cap = search_capacity(name, probe, spec.workload.search, seed, source, growth)
+        self.store.set_extra(self.run_id, f"capacity/{name}", cap.to_dict())
+
+    def _judge(self, result: PointResult, layout: Layout) -> dict[str, Any]:
+        """The point's bootstrap intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
         slo = slo_bounds(self.spec.slo)
-        n = self.opts.num_requests or w.num_requests
-        duration = None if self.opts.num_requests else w.duration_s
-        wall = BenchConfig(
-            targets=clients,
-            balance="least_outstanding",
-            arrival=w.arrival,
-            burstiness=w.burstiness,
-            num_requests=n,
-            duration_s=None if duration is None else duration * s,
-            max_concurrency=w.max_concurrency,
-            seed=w.seed,
-            gpus=layout.gpus,
+        iv = bootstrap_intervals(
+            result.records, warmup_s=self.spec.workload.warmup_s, gpus=layout.gpus, slo=slo,
+            seed=self.spec.workload.seed,
         )
-        label = LoadPoint(rate=rate).label
-        self.obs.point_start(str(layout), label, n)
-        urls = [c.base_url for c in clients]
-        before = read_counters(urls) if self.spec.engine.name == "sim" else None
-        work = run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), self.obs)
-        interval_wall_s = self.opts.engine_metrics_interval_s * s
-        raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
-        self.engine_series = series_to_dict(poller.samples, interval_wall_s, s)
-        records = unscale(raw.records, s)
-        measure = replace(
-            wall,
-            duration_s=duration,
-            warmup_s=w.warmup_s,
-            slo=slo,
-            max_error_rate=self.spec.slo.max_error_rate,
-        )
-        result = BenchRun(measure).measure(LoadPoint(rate=rate), records)
-        if before is not None:
-            bounds = list(slo.values()) if slo else []
-            why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)
-            if why is not None:
-                result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
-        return result
+        return {"intervals": finite(iv), "slo_margin": slo_margin(iv, slo) if slo else None}
+
+    def _seed(self, layout: Layout, row: PlanRow) -> tuple[float, str, float]:
+        """Where a layout's capacity search starts: served runs from the simulator's own capacity
+        search (seconds in virtual time, so the real engine spends its minutes near the answer),
+        virtual runs from the planner's estimate."""
+        if not self.served:
+            return self._planner_seed(row)
+        if str(layout) not in self._predicted_capacity:
+            self._predict(layout, row)
+        cap = self._predicted_capacity.get(str(layout))
+        if cap is None:
+            return self._planner_seed(row)
+        return cap, "simulator (virtual-time capacity search)", GROWTH_FROM_SIMULATOR
+
+    def _planner_seed(self, row: PlanRow) -> tuple[float, str, float]:
+        search = self.spec.workload.search
+        planned = planned_capacity_rate(row, _mean(self.spec.workload.output_tokens))
+        if planned is None:
+            return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
+        return planned, "planner (decode capacity within the ITL bound / 6)", GROWTH_FROM_PLANNER
+
+    def _virtual_point(self, layout: Layout) -> Callable[[float], tuple[PointResult, dict[str, Any]]]:
+        def run(rate: float) -> tuple[PointResult, dict[str, Any]]:
+            sp = virtual_point(self.spec, self.inputs, layout, rate, self.opts.num_requests)
+            s = sp.summary
+            sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
+                   "virtual_s": s.virtual_s}
+            return sp.result, {"measured_in": "virtual time", "sim": sim}
+
+        return run
 
 
-async def _warm_up(clients: Sequence[ClientConfig]) -> None:
-    """One short request per endpoint: first requests after start are slow on real engines."""
-    specs = [RequestSpec(f"warmup-{i}", "warm up " * 8, WARMUP_MAX_TOKENS) for i in range(len(clients))]
-    recs = await run_open_loop(list(clients), specs, [0.0] * len(specs), balance="round_robin")
-    bad = [r.error for r in recs if r.error]
-    if bad:
-        raise DeployError(f"warm-up request failed: {bad[0]} (the engine is up but does not serve)")
+PointFn = Callable[[float], tuple[PointResult, dict[str, Any]]]
+
+
+def served_mode(spec: SweepSpec, served_flag: bool) -> bool:
+    """Virtual time only where it is the same engine: the simulator on the local target."""
+    return served_flag or spec.engine.name != "sim" or spec.target.kind != "local"
+
+
+def _probe_of(result: PointResult, rate: float) -> Probe:
+    return Probe(rate, bool(result.passed), result.verdict or "")
 
 
 def _mean(value: object) -> int:
@@ -309,20 +419,5 @@ def _mean(value: object) -> int:
     return mean_tokens(value)
 
 
-def outcomes_from_store(
-    store: Store, run_id: str, layouts: Sequence[str] | None = None
-) -> list[LayoutOutcome]:
-    rows = store.layouts(run_id)
-    if layouts is not None:
-        order = {name: i for i, name in enumerate(layouts)}
-        rows = sorted((r for r in rows if r.layout in order), key=lambda r: order[r.layout])
-    out = []
-    for r in rows:
-        points = tuple(
-            point_outcome(p.label, p.rate, p.passed, p.verdict, p.metrics, r.gpus)
-            for p in store.points(run_id, r.layout)
-        )
-        status = r.status if r.status in ("rejected", "failed", "measured") else "failed"
-        reason = r.reason if r.status != "pending" else "interrupted before it finished"
-        out.append(LayoutOutcome(r.layout, r.gpus, status, reason, points))  # type: ignore[arg-type]
-    return out
+_warm_up = warm_up  # consistency/run.py imports it from here
+__all__ = ["Observer", "Sweep", "SweepOptions", "SweepResult", "outcomes_from_store", "point_outcome"]

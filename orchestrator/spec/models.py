@@ -286,6 +286,38 @@ class TokenDistribution(_Spec):
 TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)] | TokenDistribution
 
 
+class SearchSpec(_Spec):
+    """How the sweep finds a layout's SLO capacity: bracket from a seed rate, then bisect."""
+
+    tolerance_frac: float = Field(
+        0.05, gt=0, lt=1, description="Stop when the bracket is narrower than this share of the capacity."
+    )
+    max_points: int = Field(12, ge=2, le=1000, description="Most load points measured per layout.")
+    min_rate_per_s: float = Field(
+        0.05, gt=0, le=MAX_RATE_PER_S, description="Lowest rate tried; failing here is capacity 0."
+    )
+    max_rate_per_s: float = Field(1000.0, gt=0, le=MAX_RATE_PER_S, description="Highest rate tried.")
+    start_rate_per_s: float | None = Field(
+        None, gt=0, le=MAX_RATE_PER_S,
+        description="First rate tried; default: the simulator's or planner's prediction.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchSpec:
+        if self.min_rate_per_s >= self.max_rate_per_s:
+            raise ValueError(
+                f"min_rate_per_s ({self.min_rate_per_s:g}) must be below max_rate_per_s "
+                f"({self.max_rate_per_s:g})"
+            )
+        start = self.start_rate_per_s
+        if start is not None and not self.min_rate_per_s <= start <= self.max_rate_per_s:
+            raise ValueError(
+                f"start_rate_per_s ({start:g}) must lie within [min_rate_per_s, max_rate_per_s] "
+                f"= [{self.min_rate_per_s:g}, {self.max_rate_per_s:g}]"
+            )
+        return self
+
+
 class WorkloadSpec(_Spec):
     """The requests sent to each layout and how they arrive."""
 
@@ -302,9 +334,13 @@ class WorkloadSpec(_Spec):
     burstiness: float = Field(
         1.0, ge=0.001, le=1000, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
     )
-    rates_per_s: list[Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)]] = Field(
-        min_length=1, max_length=1000,
-        description="Request rates to measure each layout at, in requests per second.",
+    rates_per_s: list[Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)]] | None = Field(
+        None, min_length=1, max_length=1000,
+        description="Request rates to measure each layout at, in requests per second; without them the "
+        "sweep searches each layout's SLO capacity (see 'search').",
+    )
+    search: SearchSpec = Field(
+        default_factory=lambda: SearchSpec(), description="The capacity search (used without rates_per_s)."
     )
     num_requests: int | None = Field(None, gt=0, le=MAX_COUNT, description="Requests per load point.")
     duration_s: float | None = Field(
@@ -324,18 +360,21 @@ class WorkloadSpec(_Spec):
             raise ValueError("give 'num_requests' or 'duration_s' (or both)")
         if self.num_requests is None and self.duration_s is not None:
             # Arrival times are drawn up front: rate x duration of them must fit in memory.
-            expected = max(self.rates_per_s) * self.duration_s
+            # A capacity search may go up to its highest rate.
+            highest = max(self.rates_per_s) if self.rates_per_s else self.search.max_rate_per_s
+            expected = highest * self.duration_s
             if expected > MAX_COUNT:
                 raise ValueError(
-                    f"duration_s {self.duration_s:g} at {max(self.rates_per_s):g}/s is about {expected:.3g} "
+                    f"duration_s {self.duration_s:g} at {highest:g}/s is about {expected:.3g} "
                     f"requests per load point, more than {MAX_COUNT:,}; shorten it or set num_requests"
                 )
         if self.warmup_s > 0:
             # The shortest load point: the highest rate sends num_requests soonest.
             lengths = [self.duration_s] if self.duration_s is not None else []
-            if self.num_requests is not None:
+            if self.num_requests is not None and self.rates_per_s:
+                # (A search's rates are not known yet; the grid's are.)
                 lengths.append(self.num_requests / max(self.rates_per_s))
-            shortest = min(lengths)
+            shortest = min(lengths, default=float("inf"))
             if self.warmup_s >= shortest:
                 raise ValueError(
                     f"warmup_s ({self.warmup_s:g}) must be shorter than each load point (the shortest lasts "
@@ -403,6 +442,20 @@ class SweepSpec(_Spec):
         description="Free-form eval metadata: eval run id, dataset, checkpoint ... JSON values only; "
         "YAML dates and timestamps become ISO 8601 strings.",
     )
+    cost_per_gpu_hour: float | None = Field(
+        None, gt=0, description="Price of one GPU for an hour; gives cost per million output tokens."
+    )
+    currency: str | None = Field(None, min_length=1, description="Currency of cost_per_gpu_hour, e.g. USD.")
+    interactivity_tokens_per_s_per_user: float | None = Field(
+        None, gt=0, description="Interactivity target: output tokens/s each user sees (1000 / TPOT ms); "
+        "the sweep reports throughput per GPU at the highest load that still gives it."
+    )
+
+    @model_validator(mode="after")
+    def _priced(self) -> SweepSpec:
+        if self.cost_per_gpu_hour is not None and self.currency is None:
+            raise ValueError("cost_per_gpu_hour needs a currency, e.g. currency: USD")
+        return self
 
     @field_validator("metadata", mode="before")
     @classmethod

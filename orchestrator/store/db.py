@@ -6,7 +6,10 @@ Tables: meta (schema version), runs (spec, hashes, versions, hardware seen, eval
 layouts (plan, launch argv, status and reason), points (one load point's metrics and verdict),
 records (every RequestRecord as JSON), consistency (one `orch consistency` comparison of two layouts),
 engine_metrics (the engines' /metrics scraped during one load point; added later: CREATE IF NOT EXISTS
-gives older stores the table without a schema bump). DataFrames: orchestrator.store.frames.
+gives older stores the table without a schema bump), run_extras (per run, named JSON documents the
+sweep derives: "sweep" (mode, timing), "capacity/<layout>" (the capacity search), "objectives",
+"pareto" (the frontier over every point); see docs/decision.md; also added without a schema bump).
+DataFrames: orchestrator.store.frames.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ CREATE TABLE IF NOT EXISTS records (
     record_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_by_point ON records (run_id, layout, label);
+CREATE TABLE IF NOT EXISTS run_extras (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, value_json TEXT NOT NULL, PRIMARY KEY (run_id, key)
+);
 CREATE TABLE IF NOT EXISTS consistency (
     run_id TEXT NOT NULL, layout_a TEXT NOT NULL, layout_b TEXT NOT NULL, created_at REAL NOT NULL,
     passed INTEGER, max_divergence REAL, result_json TEXT NOT NULL
@@ -347,6 +353,20 @@ class Store(Writes):
             ConsistencyRow(r[0], r[1], None if r[2] is None else bool(r[2]), r[3], json.loads(r[4]))
             for r in rows
         ]
+
+    def extras(self, run_id: str, prefix: str = "") -> dict[str, dict[str, Any]]:
+        """The run's derived documents (capacity, objectives, pareto ...) whose key starts with `prefix`."""
+        if self.readonly and not self._has_table("run_extras"):
+            return {}  # a store older than the table, opened read-only
+
+        def read() -> dict[str, dict[str, Any]]:
+            rows = self.conn.execute(
+                "SELECT key, value_json FROM run_extras WHERE run_id=? AND key LIKE ? ORDER BY rowid",
+                (run_id, prefix.replace("%", "") + "%"),
+            ).fetchall()
+            return {k: json.loads(v) for k, v in rows}
+
+        return self._read(read)
 
     def engine_metrics(self, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         """(layout, load point label) -> the scraped series; empty for runs from before the table."""

@@ -243,6 +243,15 @@ class Writes:
             (run_id, layout, label, json.dumps(series)),
         )
 
+    def set_extra(self, run_id: str, key: str, value: dict[str, Any]) -> None:
+        """A named document the sweep derives for the run (capacity, objectives, pareto ...)."""
+        self._write(run_id, "set_extra", _jsonable({"run_id": run_id, "key": key, "value": value}))
+
+    def _apply_set_extra(self, *, run_id: str, key: str, value: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO run_extras VALUES (?,?,?)", (run_id, key, json.dumps(value))
+        )
+
     def finish_run(self, run_id: str, status: str, selection: dict[str, Any] | None) -> None:
         args = {"run_id": run_id, "status": status, "selection": selection, "finished_at": time.time()}
         self._write(run_id, "finish_run", _jsonable(args))

@@ -172,7 +172,7 @@ def test_sweep_measures_deployments_and_leader_worker_sets(fake_api: Any, tmp_pa
     store = tmp_path / "results.db"
     # tp4: one pod; tp2x2: two pods behind two port-forwards; tp4pp2: a LeaderWorkerSet leader + worker.
     spec = _spec(tmp_path, ["tp4", "tp2x2", "tp4pp2"], nodes=2)
-    out = _orch(api, "sweep", str(spec), "--store", str(store))
+    out = _orch(api, "sweep", "--measure-all", str(spec), "--store", str(store))
     assert out.returncode in (0, 3), out.stderr[-3000:]
     layouts = _layouts(store)
     assert {k: v[0] for k, v in layouts.items()} == {
@@ -202,7 +202,7 @@ def test_each_failure_is_explained_and_nothing_is_left(fake_api: Any, tmp_path: 
     store = tmp_path / "results.db"
     # startup_s bounds readiness: long enough for the healthy tp2 on a busy machine, short for never-ready.
     spec = _spec(tmp_path, ["tp4", "tp2"], startup_s=8, unschedulable_timeout_s=1)
-    out = _orch(api, "sweep", str(spec), "--store", str(store))
+    out = _orch(api, "sweep", "--measure-all", str(spec), "--store", str(store))
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     layouts = _layouts(store)
     status, reason = layouts["tp4"]

@@ -48,7 +48,7 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> No
     spec = _write(tmp_path, engine=engine, layouts=["tp2"])
     db = str(tmp_path / "r.db")
     workdir = tmp_path / "w"
-    out = _orch("sweep", spec, "--store", db, "--json", "--workdir", str(workdir))
+    out = _orch("sweep", spec, "--served", "--store", db, "--json", "--workdir", str(workdir))
     assert out.returncode == 3, out.stderr[-2000:]  # the only layout failed: nobody meets the SLO
     data = json.loads(out.stdout)
     layout = data["layouts"][0]
@@ -75,6 +75,7 @@ def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path, 
             "from orchestrator.cli import main; main()",
             "sweep",
             spec,
+            "--served",
             "--store",
             str(db),
             "--json",

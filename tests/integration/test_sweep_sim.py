@@ -1,4 +1,4 @@
-"""`orch sweep` end to end on the simulated engine: real servers, real HTTP, real SQLite."""
+"""`orch sweep` end to end on the simulated engine: real servers, real HTTP (`--served`), real SQLite."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def _write(tmp_path: Path, **changes: object) -> str:
 
 def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> None:
     db = str(tmp_path / "r.db")
-    out = _orch("sweep", _write(tmp_path), "--store", db, "--json", "--workdir", str(tmp_path / "w"))
+    out = _orch(
+        "sweep", _write(tmp_path), "--served", "--store", db, "--json", "--workdir", str(tmp_path / "w")
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     layouts = {x["layout"]: x for x in data["layouts"]}

@@ -24,7 +24,8 @@ def test_real_cpu_sweep_measures_every_layout_and_stores_it(tmp_path: Path) -> N
     spec_path.write_text(yaml.safe_dump(spec))
     db = tmp_path / "r.db"
     out = orch("sweep", str(spec_path), "--engine", "vllm", "--layouts", ",".join(LAYOUTS), "--json",
-               "--num-requests", "12", "--store", str(db), "--workdir", str(tmp_path / "w"))  # fmt: skip
+               "--measure-all", "--num-requests", "12", "--store", str(db),
+               "--workdir", str(tmp_path / "w"))  # fmt: skip
     assert out.returncode in (0, 3), out.stderr[-4000:]
     assert "Traceback" not in out.stderr
     data = json.loads(out.stdout)

@@ -1,3 +1,5 @@
+import pytest
+
 from orchestrator.selection import LayoutOutcome, PointOutcome, select
 
 
@@ -39,3 +41,48 @@ def test_tie_within_noise_goes_to_fewer_gpus_then_lower_ttft() -> None:
 def test_nobody_passes_is_an_answer() -> None:
     sel = select([LayoutOutcome("tp8", 8, "failed", "engine died: CUDA OOM", ())])
     assert sel.winner is None and "engine died" in sel.verdicts[0].reason
+
+
+def _iv(label: str, rate: float, passed: bool, g: float, lo: float, hi: float, margin: str) -> PointOutcome:
+    return PointOutcome(label, rate, passed, "" if passed else "SLO not met: itl_p99_ms 120 > 100", g,
+                        g * 200, 100.0, 40.0, {"goodput_per_gpu": [lo, hi]}, margin)
+
+
+def test_layouts_tie_when_their_intervals_overlap_not_at_a_fixed_band() -> None:
+    # 20% apart but noisy: the intervals overlap, so it is a tie (a fixed 5% band would call a winner)
+    a = LayoutOutcome("tp8", 8, "measured", None, (_iv("r4", 4, True, 0.60, 0.45, 0.75, "holds"),))
+    b = LayoutOutcome("tp4", 4, "measured", None, (_iv("r4", 4, True, 0.50, 0.40, 0.62, "holds"),))
+    sel = select([a, b])
+    assert sel.winner == "tp4" and sel.tie_with == ("tp8",)
+    assert "intervals overlap" in {v.layout: v.reason for v in sel.verdicts}["tp4"]
+    # 2% apart but precise: the intervals are apart, so the better one wins outright
+    c = LayoutOutcome("tp8", 8, "measured", None, (_iv("r4", 4, True, 0.510, 0.508, 0.512, "holds"),))
+    d = LayoutOutcome("tp4", 4, "measured", None, (_iv("r4", 4, True, 0.500, 0.498, 0.502, "holds"),))
+    sel2 = select([c, d])
+    assert sel2.winner == "tp8" and sel2.tie_with == ()
+    loser = {v.layout: v for v in sel2.verdicts}["tp4"]
+    assert "intervals apart" in loser.reason and loser.score_interval == (0.498, 0.502)
+
+
+def test_a_searched_capacity_widens_the_score_by_its_own_uncertainty() -> None:
+    pts = (
+        _iv("r2", 2.0, True, 0.20, 0.19, 0.21, "holds"),
+        _iv("r3", 3.0, True, 0.30, 0.29, 0.31, "close"),  # the capacity, but close to the SLO
+        _iv("r3.2", 3.2, False, 0.1, 0.1, 0.1, "close"),
+        _iv("r4", 4.0, False, 0.1, 0.1, 0.1, "breaks"),
+    )
+    sel = select([LayoutOutcome("tp8", 8, "measured", None, pts, searched=True)])
+    v = sel.verdicts[0]
+    assert v.best_rate == 3.0 and v.capacity_interval == (2.0, 4.0)
+    assert v.score_interval is not None
+    assert v.score_interval[0] == pytest.approx(0.29 * 2 / 3)
+    assert v.score_interval[1] == pytest.approx(0.31 * 4 / 3)
+
+
+def test_an_unjudged_point_makes_the_decision_not_sound() -> None:
+    bad = PointOutcome("r4", 4, False, "unreliable: the simulated servers lost 20% of their clock", 0.0, 0.0,
+                       None, None)
+    a = LayoutOutcome("tp8", 8, "measured", None, (_p("r2", 2, True, 0.2), bad))
+    sel = select([a])
+    assert sel.winner == "tp8" and not sel.sound and sel.unjudged == ("tp8 r4",)
+    assert select([LayoutOutcome("tp8", 8, "measured", None, (_p("r2", 2, True, 0.2),))]).sound

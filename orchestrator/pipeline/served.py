@@ -1,0 +1,92 @@
+"""The served measurement of a load point: the load generator against real OpenAI servers over HTTP
+(vLLM, SGLang, or the simulated engine's server with `orch sweep --served`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from orchestrator.errors import DeployError
+from orchestrator.layout import Layout
+from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
+from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, with_engine_metrics
+from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.pipeline.harness import read_counters, unreliable_because
+from orchestrator.pipeline.timescale import unscale
+from orchestrator.spec.models import SweepSpec
+
+WARMUP_MAX_TOKENS = 8
+
+
+class Observer(Protocol):
+    def point_start(self, layout: str, label: str, total: int | None) -> None: ...
+
+    def begin(self, label: str, total: int | None) -> None: ...
+
+    def append(self, rec: RequestRecord, /) -> None: ...
+
+
+def bench_point(
+    spec: SweepSpec,
+    obs: Observer,
+    clients: tuple[ClientConfig, ...],
+    layout: Layout,
+    rate: float,
+    num_requests: int | None,
+    scale: float,
+    engine_metrics_interval_s: float = DEFAULT_INTERVAL_S,
+) -> tuple[PointResult, dict[str, Any]]:
+    """One load point over HTTP, with the engines' /metrics scraped meanwhile (the series is the
+    second result). A simulated server at time scale s gets s times the rate and its records are
+    mapped back to simulated seconds; its clock is checked (harness.py) before judging."""
+    w, s = spec.workload, scale
+    slo = slo_bounds(spec.slo)
+    n = num_requests or w.num_requests
+    duration = None if num_requests else w.duration_s
+    wall = BenchConfig(
+        targets=clients,
+        balance="least_outstanding",
+        arrival=w.arrival,
+        burstiness=w.burstiness,
+        num_requests=n,
+        duration_s=None if duration is None else duration * s,
+        max_concurrency=w.max_concurrency,
+        seed=w.seed,
+        gpus=layout.gpus,
+    )
+    label = LoadPoint(rate=rate).label
+    obs.point_start(str(layout), label, n)
+    urls = [c.base_url for c in clients]
+    before = read_counters(urls) if spec.engine.name == "sim" else None
+    work = run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), obs)
+    interval_wall_s = engine_metrics_interval_s * s
+    raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
+    series = series_to_dict(poller.samples, interval_wall_s, s)
+    records = unscale(raw.records, s)
+    measure = replace(
+        wall,
+        duration_s=duration,
+        warmup_s=w.warmup_s,
+        slo=slo,
+        max_error_rate=spec.slo.max_error_rate,
+    )
+    result = BenchRun(measure).measure(LoadPoint(rate=rate), records)
+    if before is not None:
+        bounds = list(slo.values()) if slo else []
+        why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)
+        if why is not None:
+            result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
+    return result, series
+
+
+async def warm_up(clients: Sequence[ClientConfig]) -> None:
+    """One short request per endpoint: first requests after start are slow on real engines."""
+    specs = [RequestSpec(f"warmup-{i}", "warm up " * 8, WARMUP_MAX_TOKENS) for i in range(len(clients))]
+    recs = await run_open_loop(list(clients), specs, [0.0] * len(specs), balance="round_robin")
+    bad = [r.error for r in recs if r.error]
+    if bad:
+        raise DeployError(f"warm-up request failed: {bad[0]} (the engine is up but does not serve)")

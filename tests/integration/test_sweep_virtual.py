@@ -1,0 +1,132 @@
+"""`orch sweep` in virtual time (the default for engine: sim): deterministic, searches capacity, and
+agrees with the same sweep served over HTTP (`--served`) on the same workload seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
+
+
+def _sweep(tmp_path: Path, name: str, spec: str, *extra: str) -> dict:  # type: ignore[type-arg]
+    out = _orch("sweep", spec, "--store", str(tmp_path / f"{name}.db"), "--json", *extra)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data: dict = json.loads(out.stdout)  # type: ignore[type-arg]
+    return data
+
+
+def _points(data: dict) -> dict[tuple[str, str], dict]:  # type: ignore[type-arg]
+    return {(x["layout"], p["label"]): p for x in data["layouts"] for p in x["points"]}
+
+
+def test_two_virtual_sweeps_give_identical_results(tmp_path: Path) -> None:
+    spec = _write(tmp_path, layouts=["tp2", "tp1x2"])
+    a, b = _sweep(tmp_path, "a", spec), _sweep(tmp_path, "b", spec)
+    assert a["run_id"] != b["run_id"]
+    assert a["selection"] == b["selection"] and a["selection"]["winner"] in ("tp2", "tp1x2")
+    pa, pb = _points(a), _points(b)
+    assert pa.keys() == pb.keys() and pa
+    for key in pa:
+        assert pa[key]["metrics"] == pb[key]["metrics"], key
+        assert pa[key]["metrics"]["measured_in"] == "virtual time"
+
+
+def test_capacity_search_is_the_default_without_rates(tmp_path: Path) -> None:
+    workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
+    workload.update(num_requests=120, output_tokens=64,
+                    search={"tolerance_frac": 0.1, "max_points": 10, "min_rate_per_s": 0.5})
+    spec = _write(tmp_path, workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp1x2", "tp2"])
+    data = _sweep(tmp_path, "c", spec)
+    caps = data["capacity"]
+    assert set(caps) == {"tp1x2", "tp2"}
+    for name, cap in caps.items():
+        lo, hi = cap["bracket_per_s"]
+        assert lo is not None and hi is not None and (hi - lo) <= 0.1 * lo * 1.001, cap
+        passed = {p["rate"]: p["passed"] for p in cap["points"]}
+        assert passed[lo] is True and passed[hi] is False
+        assert cap["seed_source"].startswith("planner")
+        stored = {p["rate"] for (lay, _), p in _points(data).items() if lay == name}
+        assert stored == set(passed), name  # every point of the curve is stored
+    best = {v["layout"]: v for v in data["selection"]["verdicts"]}
+    winner = data["selection"]["winner"]
+    assert best[winner]["best_rate"] == caps[winner]["capacity_per_s"]
+
+
+def test_an_slo_no_load_meets_is_capacity_zero_with_the_limiting_metric(tmp_path: Path) -> None:
+    workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
+    spec = _write(tmp_path, workload=workload, slo={"ttft_p99_ms": 0.5}, layouts=["tp2"])
+    out = _orch("sweep", spec, "--store", str(tmp_path / "z.db"))
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "tp2: capacity 0 req/s: fails the SLO down to the search minimum (ttft_p99_ms" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_served_and_virtual_sweeps_agree(tmp_path: Path) -> None:
+    """Same spec and seed, both measured by loadgen.metrics: served over HTTP at time scale 1 against
+    virtual time. Tolerance: TPOT p50 within 15% + 1 ms (the served path adds the HTTP client's and the
+    event loop's per-token cost, tests/integration/test_sim_server.py measures it), output tokens/s
+    within 10% (set by the arrival schedule below capacity), and the same SLO verdict and winner."""
+    workload = {**SPEC["workload"], "num_requests": 40, "output_tokens": 48, "rates_per_s": [3]}  # type: ignore[dict-item]
+    spec = _write(tmp_path, workload=workload, layouts=["tp2", "tp1x2"])
+    virtual = _sweep(tmp_path, "v", spec)
+    served = _sweep(tmp_path, "s", spec, "--served", "--workdir", str(tmp_path / "w"))
+    pv, ps = _points(virtual), _points(served)
+    assert pv.keys() == ps.keys()
+    for key, v in pv.items():
+        s = ps[key]
+        if (s["verdict"] or "").startswith("unreliable"):
+            pytest.skip(f"{key}: the machine was too busy for the served simulation to keep its clock")
+        mv, ms = v["metrics"], s["metrics"]
+        assert ms["tpot_ms"]["p50"] == pytest.approx(mv["tpot_ms"]["p50"], rel=0.15, abs=1.0), key
+        assert ms["output_throughput"] == pytest.approx(mv["output_throughput"], rel=0.10), key
+        assert ms["n_completed"] == mv["n_completed"] and s["passed"] == v["passed"], key
+    assert served["selection"]["winner"] == virtual["selection"]["winner"]
+
+
+def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(tmp_path: Path) -> None:
+    # One GPU (tp1) gives twice the goodput per GPU of tp2 below capacity: tp2 loses clearly.
+    spec = _write(tmp_path, layouts=["tp1", "tp2"])
+    pruned = _sweep(tmp_path, "p", spec, "--served")
+    layouts = {x["layout"]: x for x in pruned["layouts"]}
+    assert layouts["tp2"]["status"] == "pruned" and layouts["tp2"]["points"] == []
+    assert "more than 1.5x below tp1" in layouts["tp2"]["reason"]
+    assert pruned["selection"]["winner"] == "tp1"
+    timing = pruned["sweep"]["timing"]
+    assert timing["layouts_measured"] == 1 and timing["exhaustive_layouts"] == 2
+    assert timing["exhaustive_s"] > 0
+    forced = _sweep(tmp_path, "f", spec, "--served", "--measure-all")
+    assert {x["layout"]: x["status"] for x in forced["layouts"]} == {"tp1": "measured", "tp2": "measured"}
+
+
+def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path: Path) -> None:
+    from orchestrator.pipeline.sweep import Sweep
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.db import Store
+
+    class Quiet:
+        def __getattr__(self, name: str) -> object:
+            return lambda *a, **k: None
+
+    workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
+    workload.update(num_requests=60, search={"tolerance_frac": 0.2, "max_points": 8, "min_rate_per_s": 0.5})
+    spec_path = _write(tmp_path, workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp2", "tp1x2"])
+    db = tmp_path / "r.db"
+    store = Store(db)
+    sweep = Sweep(load_spec(spec_path), store, Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
+    full = Sweep(load_spec(spec_path), Store(tmp_path / "full.db"), Quiet()).run()  # type: ignore[arg-type]
+    store.create_run(run_id=sweep.run_id, spec_path=spec_path, spec_json=sweep.spec.model_dump(mode="json"),
+                     spec_hash="h", engine="sim", engine_version=None, model="qwen2.5-7b",
+                     model_config_hash=None, orch_version="t", hardware={}, metadata={})
+    store.set_extra(sweep.run_id, "sweep", {"mode": "virtual"})
+    sweep._one_layout(sweep.spec.layouts[0])
+    first = [(p.label, p.metrics) for p in store.points(sweep.run_id, "tp2")]
+    store.finish_run(sweep.run_id, "interrupted", None)
+    store.close()
+    out = _orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert set(data["capacity"]) == {"tp2", "tp1x2"} and data["sweep"]["mode"] == "virtual"
+    assert [(p.label, p.metrics) for p in Store(db).points(sweep.run_id, "tp2")] == first  # not re-measured
+    assert data["selection"]["winner"] == full.selection.winner  # same answer as an uninterrupted sweep
