@@ -11,7 +11,15 @@ from typing import Any
 
 import yaml
 
-from orchestrator.catalog.types import GPUSpec, LinkSpec, ModelConfig
+from orchestrator.catalog.constants import check_constant, check_number, flatten_constants
+from orchestrator.catalog.types import (
+    GPU_CONSTANTS,
+    LINK_CONSTANTS,
+    LINKS,
+    GPUSpec,
+    LinkSpec,
+    ModelConfig,
+)
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import MAX_DATA_FILE_BYTES, read_user_text
 
@@ -189,8 +197,7 @@ def load_model(name_or_path: str) -> ModelConfig:
 
 # ----------------------------------------------------------------------------- GPUs
 
-_GPU_FLOAT_FIELDS = ("memory_bytes", "hbm_bytes_per_s", "bf16_flops_per_s", "fp8_flops_per_s",
-                     "hbm_efficiency", "compute_efficiency")
+_GPU_FLOAT_FIELDS = tuple(k for k in GPU_CONSTANTS if k != "gpus_per_node")
 _GPU_FIELDS = {f.name for f in fields(GPUSpec)}
 
 
@@ -218,14 +225,12 @@ def gpu_names() -> list[str]:
     return sorted(_gpu_table())
 
 
-def _number(value: Any, where: str, *, allow_zero: bool = True) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(f"{where}: expected a number, got {value!r}") from None
-    if x != x or x < 0 or (x == 0 and not allow_zero):
-        raise SpecError(f"{where}: must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
-    return x
+def canonical_gpu(name: str) -> str:
+    """The preset name behind a name or alias (case-insensitive)."""
+    canonical = _gpu_aliases().get(name.strip().lower())
+    if canonical is None:
+        raise _unknown("GPU", name, gpu_names())
+    return canonical
 
 
 def _link(value: Any, where: str) -> LinkSpec:
@@ -233,17 +238,19 @@ def _link(value: Any, where: str) -> LinkSpec:
         return value
     if not isinstance(value, dict):
         raise SpecError(f"{where}: expected a mapping with bandwidth_bytes_per_s and latency_s")
-    unknown = set(value) - {"name", "bandwidth_bytes_per_s", "latency_s"}
+    unknown = set(value) - {"name", *LINK_CONSTANTS}
     if unknown:
         raise SpecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     for key in ("bandwidth_bytes_per_s", "latency_s"):
         if key not in value:
             raise SpecError(f"{where}: missing field {key!r}")
+    ar = value.get("allreduce_latency_s")
     return LinkSpec(
         name=str(value.get("name", where.rsplit(".", 1)[-1])),
-        bandwidth_bytes_per_s=_number(value["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s",
+        bandwidth_bytes_per_s=check_number(value["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s",
                                       allow_zero=False),
-        latency_s=_number(value["latency_s"], f"{where}.latency_s"),
+        latency_s=check_number(value["latency_s"], f"{where}.latency_s"),
+        allreduce_latency_s=None if ar is None else check_number(ar, f"{where}.allreduce_latency_s"),
     )
 
 
@@ -256,48 +263,47 @@ def _gpu_from_entry(name: str, entry: dict[str, Any], where: str) -> GPUSpec:
     unknown = set(entry) - _GPU_FIELDS - {"aliases"}
     if unknown:
         raise SpecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    nums = {k: _number(entry[k], f"{where}.{k}", allow_zero=k == "fp8_flops_per_s")
-            for k in _GPU_FLOAT_FIELDS if k in entry}
+    nums = {k: check_constant(k, entry[k], f"{where}.{k}") for k in _GPU_FLOAT_FIELDS if k in entry}
     per_node = entry["gpus_per_node"]
-    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0:
+    if isinstance(per_node, bool) or not isinstance(per_node, int | float) or per_node <= 0 \
+            or per_node != int(per_node):
         raise SpecError(f"{where}.gpus_per_node: must be a positive integer, got {per_node!r}")
-    for k in ("hbm_efficiency", "compute_efficiency"):
-        if k in nums and not 0 < nums[k] <= 1:
-            raise SpecError(f"{where}.{k}: must be in (0, 1], got {nums[k]}")
     return GPUSpec(
         name=name,
-        gpus_per_node=per_node,
+        gpus_per_node=int(per_node),
         intra_node=_link(entry["intra_node"], f"{where}.intra_node"),
         inter_node=_link(entry["inter_node"], f"{where}.inter_node"),
         source=str(entry.get("source", "vendor datasheet")),
+        profile=str(entry.get("profile", "")),
         **nums,
     )
 
 
-def load_gpu(name: str, overrides: dict[str, Any] | None = None) -> GPUSpec:
-    """A GPU preset by name or alias (case-insensitive), with optional field overrides.
-
-    Overrides use GPUSpec field names; `intra_node`/`inter_node` may be partial mappings.
+def load_gpu(name: str, overrides: dict[str, Any] | None = None, *, profile: dict[str, float] | None = None,
+             profile_name: str = "") -> GPUSpec:
+    """A GPU preset by name or alias (case-insensitive), then a calibration profile's constants, then
+    the spec's overrides (which win). Both take the keys of `override_keys()`, links nested or dotted.
     """
-    key = name.strip().lower()
-    canonical = _gpu_aliases().get(key)
-    if canonical is None:
-        raise _unknown("GPU", name, gpu_names())
+    canonical = canonical_gpu(name)
     entry = dict(_gpu_table()[canonical])
     where = f"{_GPUS_FILE.name}:{canonical}"
     base = _gpu_from_entry(canonical, entry, where)
-    if not overrides:
+    if not overrides and not profile:
         return base
-    unknown = set(overrides) - _GPU_FIELDS
-    if unknown:
-        bad = sorted(unknown)[0]
-        close = difflib.get_close_matches(bad, sorted(_GPU_FIELDS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise SpecError(f"GPU override: unknown field {bad!r}{hint}")
-    merged = {**entry, **overrides}
-    for link in ("intra_node", "inter_node"):
-        if link in overrides and isinstance(overrides[link], dict):
-            merged[link] = {**entry[link], **overrides[link]}
-    spec = _gpu_from_entry(str(overrides.get("name", canonical)), merged, f"{canonical} (with overrides)")
-    return replace(spec, source=str(overrides.get("source", f"{base.source}; overridden: "
-                                                             f"{', '.join(sorted(overrides))}")))
+    layers = [(f"calibrated ({profile_name or 'profile'})", flatten_constants(profile or {}, "calibration")),
+              ("overridden", flatten_constants(overrides or {}, "hardware.overrides"))]
+    merged: dict[str, Any] = {**entry}
+    for link in LINKS:
+        merged[link] = dict(entry[link])
+    notes = []
+    for label, flat in layers:
+        for key, value in flat.items():
+            if "." in key:
+                link, sub = key.split(".", 1)
+                merged[link][sub] = value
+            else:
+                merged[key] = int(value) if key == "gpus_per_node" else value
+        if flat:
+            notes.append(f"{label}: {', '.join(sorted(flat))}")
+    spec = _gpu_from_entry(canonical, merged, f"{canonical} ({' and '.join(n.split(':')[0] for n in notes)})")
+    return replace(spec, source=f"{base.source}; " + "; ".join(notes), profile=profile_name)

@@ -50,7 +50,10 @@ class LinkSpec:
 
     name: str
     bandwidth_bytes_per_s: float
-    latency_s: float
+    latency_s: float  # per hop of a ring / per message
+    # Measured time of one all-reduce call apart from its bytes (launch, sync; e.g. vLLM's custom
+    # all-reduce on NVLink). When set it replaces the ring's 2(n-1) hop latencies.
+    allreduce_latency_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -65,5 +68,26 @@ class GPUSpec:
     inter_node: LinkSpec
     # Guesses unless calibrated; printed with every result.
     hbm_efficiency: float = 0.8
-    compute_efficiency: float = 0.5
+    compute_efficiency: float = 0.5  # dense GEMMs and attention
+    # Routed experts run as grouped GEMMs with few tokens per expert, far below dense efficiency.
+    moe_compute_efficiency: float = 0.2
+    # Fixed cost of one engine step beside bandwidth and FLOPs: scheduling, sampling, kernel launches.
+    step_overhead_s: float = 0.0
     source: str = "vendor datasheet"
+    profile: str = ""  # calibration profile applied, if any
+
+
+# Constants a spec may override (hardware.overrides) or a calibration profile may set.
+# Efficiencies are fractions in (0, 1]; latencies and the step overhead may be 0; the rest > 0.
+GPU_CONSTANTS = ("memory_bytes", "hbm_bytes_per_s", "bf16_flops_per_s", "fp8_flops_per_s",
+                 "hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
+                 "gpus_per_node")
+LINK_CONSTANTS = ("bandwidth_bytes_per_s", "latency_s", "allreduce_latency_s")
+LINKS = ("intra_node", "inter_node")
+EFFICIENCIES = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency")
+MAY_BE_ZERO = ("fp8_flops_per_s", "step_overhead_s", "latency_s", "allreduce_latency_s")
+
+
+def override_keys() -> list[str]:
+    """Every key `hardware.overrides` accepts, links as `intra_node.bandwidth_bytes_per_s`."""
+    return [*GPU_CONSTANTS, *(f"{link}.{k}" for link in LINKS for k in LINK_CONSTANTS)]

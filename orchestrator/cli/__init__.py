@@ -60,6 +60,7 @@ def _root(
 
 # Command modules register themselves on `app` when imported (one line each, sorted).
 import orchestrator.cli.bench_cmd  # noqa: E402
+import orchestrator.cli.calibrate_cmd  # noqa: E402
 import orchestrator.cli.catalog_cmd  # noqa: E402
 import orchestrator.cli.compile_cmd  # noqa: E402
 import orchestrator.cli.consistency_cmd  # noqa: E402

@@ -19,6 +19,7 @@ from orchestrator.engines.base import (
     check_extra_args,
 )
 from orchestrator.layout import Layout
+from orchestrator.plan.from_spec import effective_constants
 from orchestrator.spec.models import SweepSpec
 
 PYTHON = "python"  # the local target runs it with the interpreter orch runs in
@@ -33,7 +34,7 @@ def sim_args_from_spec(spec: SweepSpec) -> tuple[str, ...]:
             "--time-scale", repr(spec.engine.time_scale)]
     if hw.gpus_per_node:
         args += ["--gpus-per-node", str(hw.gpus_per_node)]
-    for key, value in sorted(hw.overrides.items()):
+    for key, value in sorted(effective_constants(spec).items()):
         args += ["--gpu-override", f"{key}={value!r}"]
     if model.quant_group_size:
         args += ["--quant-group-size", str(model.quant_group_size)]

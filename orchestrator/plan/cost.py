@@ -17,6 +17,7 @@ from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.comm import allreduce_time_s, p2p_time_s
 from orchestrator.plan.memory import (
+    EMBEDDING_BYTES_PER_VALUE,
     kv_bytes_per_token_per_gpu,
     split_stages,
     weight_bytes_per_gpu,
@@ -35,15 +36,16 @@ class StepParts:
     tp_comm_s: float
     ep_comm_s: float
     pp_comm_s: float
-    total_s: float  # sum over stages of max(read, compute) + communication
+    total_s: float  # sum over stages of max(read, compute) + communication + the step overhead
     bound: str  # "memory" or "compute": what the slowest stage is limited by
+    overhead_s: float = 0.0  # fixed per-step cost (scheduling, sampling, launches)
 
     def to_ms_dict(self) -> dict[str, float | str]:
         return {
             "weight_read_ms": self.weight_read_s * 1e3, "kv_read_ms": self.kv_read_s * 1e3,
             "compute_ms": self.compute_s * 1e3, "tp_comm_ms": self.tp_comm_s * 1e3,
             "ep_comm_ms": self.ep_comm_s * 1e3, "pp_comm_ms": self.pp_comm_s * 1e3,
-            "total_ms": self.total_s * 1e3, "bound": self.bound,
+            "overhead_ms": self.overhead_s * 1e3, "total_ms": self.total_s * 1e3, "bound": self.bound,
         }
 
 
@@ -51,14 +53,17 @@ class StepParts:
 class StageCost:
     """Per-GPU coefficients of one PP stage."""
 
-    dense_weight_bytes: float  # read every step
+    dense_weight_bytes: float  # held; read every step except the input embedding (a lookup)
     expert_weight_bytes: float  # routed experts held; the touched fraction of them is read
     kv_bytes_per_token: float  # per context token read
     dense_flops_per_token: float  # 2 * non-routed flop params / tp
     expert_flops_per_routed_token: float  # 2 * one expert * moe layers / (ranks sharing the experts)
-    attn_flops_per_pair: float  # per (new token, context token) pair
+    attn_flops_per_pair: float  # per (new token, context token) pair, the form prefill runs
     allreduces: int  # 2 per layer under TP
     moe_layers: int
+    lookup_bytes: float = 0.0  # input embedding table on this GPU: held, but a step reads only B rows
+    lookup_row_bytes: float = 0.0  # one embedding row's share on this GPU (d * 2 / tp)
+    decode_attn_flops_per_pair: float = 0.0  # MLA decode runs the absorbed form: more FLOPs per pair
 
 
 def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
@@ -73,12 +78,15 @@ class LayoutCost:
     gpu: GPUSpec
     stages: tuple[StageCost, ...]
     hbm_bytes_per_s: float  # effective: datasheet x efficiency
-    flops_per_s: float  # effective
+    flops_per_s: float  # effective, dense GEMMs (fp8 peak for fp8 weights)
     tp_link: LinkSpec
     ep_link: LinkSpec
     pp_link: LinkSpec
     activation_bytes: float
     expert_imbalance: float  # busiest EP rank's load / mean (1.0 without EP)
+    attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
+    expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
+    step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
 
     # -- one stage ---------------------------------------------------------------------------------
     def touched_fraction(self, moe_tokens: float) -> float:
@@ -89,13 +97,20 @@ class LayoutCost:
         return touched_fraction(cfg.num_routed_experts, cfg.num_experts_per_token, moe_tokens)
 
     def _stage(self, st: StageCost, tokens: float, kv_tokens: float, attn_pairs: float,
-               touched: float, moe_tokens_per_rank: float) -> tuple[float, float, float, float, float]:
+               touched: float, moe_tokens_per_rank: float,
+               prefill_pairs: float) -> tuple[float, float, float, float, float]:
         """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage."""
-        w = (st.dense_weight_bytes + st.expert_weight_bytes * touched) / self.hbm_bytes_per_s
+        lookup = min(st.lookup_bytes, tokens * st.lookup_row_bytes)
+        w = (st.dense_weight_bytes - st.lookup_bytes + lookup
+             + st.expert_weight_bytes * touched) / self.hbm_bytes_per_s
         kv = st.kv_bytes_per_token * kv_tokens / self.hbm_bytes_per_s
-        flops = (st.dense_flops_per_token * tokens + st.attn_flops_per_pair * attn_pairs
-                 + st.expert_flops_per_routed_token * moe_tokens_per_rank * self.expert_imbalance)
-        comp = flops / self.flops_per_s
+        decode_pairs = max(attn_pairs - prefill_pairs, 0.0)
+        attn = (st.attn_flops_per_pair * min(prefill_pairs, attn_pairs)
+                + (st.decode_attn_flops_per_pair or st.attn_flops_per_pair) * decode_pairs)
+        comp = (st.dense_flops_per_token * tokens / self.flops_per_s
+                + attn / (self.attn_flops_per_s or self.flops_per_s)
+                + st.expert_flops_per_routed_token * moe_tokens_per_rank * self.expert_imbalance
+                / (self.expert_flops_per_s or self.flops_per_s))
         tp = st.allreduces * allreduce_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
                                               self.layout.tp, self.tp_link)
         ep = 0.0
@@ -106,13 +121,15 @@ class LayoutCost:
                                                    self.ep_link.bandwidth_bytes_per_s)
         return w, kv, comp, tp, ep
 
-    def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float) -> tuple[float, ...]:
+    def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
+                      prefill_pairs: float = 0.0) -> tuple[float, ...]:
         """Time of each stage for one step of `tokens` new tokens (used by the simulator for PP)."""
         moe_tokens, per_rank = self._moe_tokens(tokens)
         touched = self.touched_fraction(moe_tokens)
         out = []
         for st in self.stages:
-            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank)
+            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
+                                              prefill_pairs)
             out.append(max(w + kv, comp) + tp + ep)
         return tuple(out)
 
@@ -126,25 +143,29 @@ class LayoutCost:
         return tokens, tokens * self.cfg.num_experts_per_token
 
     # -- whole replica -----------------------------------------------------------------------------
-    def step(self, tokens: float, kv_tokens: float, attn_pairs: float) -> StepParts:
-        """One step of one micro-batch through all stages.
+    def step(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
+             prefill_pairs: float = 0.0) -> StepParts:
+        """One step of one micro-batch through all stages, plus the fixed step overhead.
 
         tokens: new tokens computed (decodes + prefill chunk); kv_tokens: context tokens whose KV is
-        read; attn_pairs: sum over new tokens of the context each attends to.
+        read; attn_pairs: sum over new tokens of the context each attends to; prefill_pairs: the part of
+        attn_pairs that belongs to prefill chunks (MLA runs those in the cheaper non-absorbed form).
         """
         moe_tokens, per_rank = self._moe_tokens(tokens)
         touched = self.touched_fraction(moe_tokens)
         sw = skv = sc = stp = sep = total = 0.0
         slowest, bound = -1.0, "memory"
         for st in self.stages:
-            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank)
+            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
+                                              prefill_pairs)
             t = max(w + kv, comp) + tp + ep
             sw, skv, sc, stp, sep, total = sw + w, skv + kv, sc + comp, stp + tp, sep + ep, total + t
             if t > slowest:
                 slowest, bound = t, ("compute" if comp > w + kv else "memory")
         pp = (len(self.stages) - 1) * p2p_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
                                                  self.pp_link)
-        return StepParts(sw, skv, sc, stp, sep, pp, total + pp, bound)
+        over = self.step_overhead_s
+        return StepParts(sw, skv, sc, stp, sep, pp, total + pp + over, bound, over)
 
     def decode_round_s(self, batch: int, context_tokens: int) -> tuple[StepParts, float, int]:
         """Per-token latency of `batch` sequences decoding with `context_tokens` each.
@@ -160,52 +181,67 @@ class LayoutCost:
         parts = self.step(mb, mb * context_tokens, mb * context_tokens)
         return parts, self.round_s(m * mb, m * mb * context_tokens, m * mb * context_tokens, batch), m
 
-    def round_s(self, tokens: float, kv_tokens: float, attn_pairs: float, sequences: int) -> float:
+    def round_s(self, tokens: float, kv_tokens: float, attn_pairs: float, sequences: int, *,
+                prefill_pairs: float | None = None) -> float:
         """Time until every sequence of a batch has had its step (the simulator's step time).
 
         Under PP the batch is split into m = min(p, sequences) equal micro-batches that keep every
         stage busy: m times the slowest stage plus the p-1 transfers, and no less than one
         micro-batch's trip through all stages. Without PP it is `step(...).total_s`, computed lean
-        (no parts) because the simulator calls it once per engine step.
+        (no parts) because the simulator calls it once per engine step. The fixed step overhead is
+        paid once per round. Without `prefill_pairs`, a step with more tokens than sequences counts
+        its pairs as prefill (they dominate: a chunk attends to its whole prefix), else as decode.
         """
+        if prefill_pairs is None:
+            prefill_pairs = attn_pairs if tokens > sequences else 0.0
         p = len(self.stages)
         m = max(1, min(p, sequences))
-        t, kv, pairs = tokens / m, kv_tokens / m, attn_pairs / m
+        t, kv, pairs, pf = tokens / m, kv_tokens / m, attn_pairs / m, prefill_pairs / m
         moe_tokens, per_rank = self._moe_tokens(t)
         touched = self.touched_fraction(moe_tokens)
         total = slowest = 0.0
         for st in self.stages:
-            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank)
+            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank, pf)
             s = (w + k if w + k > comp else comp) + tp + ep
             total += s
             if s > slowest:
                 slowest = s
         if p == 1:
-            return total
+            return total + self.step_overhead_s
         pp = (p - 1) * p2p_time_s(t * self.cfg.hidden_size * self.activation_bytes, self.pp_link)
         # A round can be no shorter than one token's trip through every stage.
-        return max(m * slowest + pp, total + pp)
+        return max(m * slowest + pp, total + pp) + self.step_overhead_s
 
     def prefill(self, prompt_tokens: int) -> StepParts:
         """One prompt prefilled alone (TTFT without queueing): causal attention over T(T+1)/2 pairs."""
-        return self.step(prompt_tokens, 0, prompt_tokens * (prompt_tokens + 1) / 2)
+        pairs = prompt_tokens * (prompt_tokens + 1) / 2
+        return self.step(prompt_tokens, 0, pairs, prefill_pairs=pairs)
 
 
 def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layout: Layout, *,
                       gpus_per_node: int, weight_bytes_per_value: float, kv_bytes_per_value: float,
                       fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
-                      ) -> LayoutCost:
+                      fp8_attention: bool = False) -> LayoutCost:
     if layout.pp > counts.num_layers:
         raise SpecError(f"layout {layout}: {layout.pp} pipeline stages for {counts.num_layers} layers")
     tp = layout.tp
     expert_ranks = layout.ep_size if layout.ep else tp
     d_qk = (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) if cfg.is_mla else cfg.head_dim
     d_v = cfg.v_head_dim if cfg.is_mla else cfg.head_dim
+    # MLA decode in the absorbed form (what vLLM/SGLang run): per head, scores against the latent and
+    # rope key (kv_lora_rank + rope dims) and values from the latent (kv_lora_rank): 2(2r + rope) FLOPs
+    # per pair instead of prefill's 2(d_qk + d_v). DeepSeek-V3: 2*1088 vs 2*320, 3.4x.
+    decode_dims = (2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim) if cfg.is_mla else 0
     stages = []
-    for sp in split_stages(cfg, counts, layout.pp):
+    split = split_stages(cfg, counts, layout.pp)
+    for i, sp in enumerate(split):
         dense_b, expert_b = weight_bytes_per_gpu(sp, weight_bytes_per_value=weight_bytes_per_value, tp=tp,
                                                  expert_ranks=expert_ranks)
         routed_active = sp.moe_layers * counts.top_k * counts.routed_expert
+        first, last = i == 0, i == len(split) - 1
+        # The input embedding is a lookup of B rows, unless the same matrix is the LM head here.
+        lookup_only = first and not (last and counts.lm_head == 0)
+        lookup = counts.embedding * EMBEDDING_BYTES_PER_VALUE / tp if lookup_only else 0.0
         stages.append(StageCost(
             dense_weight_bytes=dense_b,
             expert_weight_bytes=expert_b,
@@ -215,8 +251,14 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
             attn_flops_per_pair=2.0 * cfg.num_heads * (d_qk + d_v) * sp.layers / tp,
             allreduces=2 * sp.layers if tp > 1 else 0,
             moe_layers=sp.moe_layers,
+            lookup_bytes=lookup,
+            lookup_row_bytes=cfg.hidden_size * EMBEDDING_BYTES_PER_VALUE / tp if lookup_only else 0.0,
+            decode_attn_flops_per_pair=2.0 * cfg.num_heads * decode_dims * sp.layers / tp,
         ))
-    peak = gpu.fp8_flops_per_s if fp8_compute and gpu.fp8_flops_per_s > 0 else gpu.bf16_flops_per_s
+    has_fp8 = gpu.fp8_flops_per_s > 0
+    peak = gpu.fp8_flops_per_s if fp8_compute and has_fp8 else gpu.bf16_flops_per_s
+    # Attention runs at the bf16 peak even with fp8 weights, unless FP8 attention (FP8 KV) is on.
+    attn_peak = gpu.fp8_flops_per_s if fp8_attention and has_fp8 else gpu.bf16_flops_per_s
     # PP stages sit on different nodes once a replica spans nodes; its neighbours then talk over IB.
     pp_link = _link_for(layout.gpus_per_replica, gpus_per_node, gpu)
     return LayoutCost(
@@ -228,4 +270,7 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         pp_link=pp_link,
         activation_bytes=assumptions.activation_bytes_per_value,
         expert_imbalance=expert_imbalance if layout.ep else 1.0,
+        attn_flops_per_s=attn_peak * gpu.compute_efficiency,
+        expert_flops_per_s=peak * gpu.moe_compute_efficiency,
+        step_overhead_s=gpu.step_overhead_s,
     )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from orchestrator.catalog.constants import flatten_constants
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.catalog.profiles import profile_for
+from orchestrator.catalog.types import GPUSpec
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
@@ -13,15 +16,33 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.spec.models import SweepSpec, TokenDistribution
 
 DEFAULT_INT4_GROUP_SIZE = 128
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the simulator's and vLLM's default step budget
 
 
 def mean_tokens(value: int | TokenDistribution) -> int:
     return int(value) if isinstance(value, int) else round(value.mean)
 
 
+def spec_gpu(spec: SweepSpec) -> GPUSpec:
+    """The spec's GPU preset with its calibration profile and then its overrides applied."""
+    hw = spec.hardware
+    if hw.calibration is None:
+        return load_gpu(hw.gpu, dict(hw.overrides))
+    prof = profile_for(hw.calibration, hw.gpu)
+    return load_gpu(hw.gpu, dict(hw.overrides), profile=prof.constants, profile_name=prof.name)
+
+
+def effective_constants(spec: SweepSpec) -> dict[str, float]:
+    """Calibration constants and overrides as flat dotted keys (what a simulated server is given)."""
+    hw = spec.hardware
+    out = dict(profile_for(hw.calibration, hw.gpu).constants) if hw.calibration else {}
+    out.update(flatten_constants(dict(hw.overrides), "hardware.overrides"))
+    return out
+
+
 def plan_inputs(spec: SweepSpec) -> PlanInputs:
     cfg = load_model(spec.model.name or spec.model.config_path or "")
-    gpu = load_gpu(spec.hardware.gpu, dict(spec.hardware.overrides))
+    gpu = spec_gpu(spec)
     gpn = spec.hardware.gpus_per_node or gpu.gpus_per_node
     group = spec.model.quant_group_size or DEFAULT_INT4_GROUP_SIZE
     kv_dtype = spec.model.kv_cache_dtype
@@ -37,12 +58,15 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
     return PlanInputs(
         cfg=cfg, gpu=gpu, cluster=Cluster(spec.hardware.nodes, gpn),
         weight_dtype=spec.model.weight_dtype,
+        # vLLM runs attention in FP8 only with an FP8 KV cache; fp8 weights alone keep it in bf16.
+        fp8_attention=kv_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
         weight_bytes_per_value=weight_bytes_per_value(spec.model.weight_dtype, group),
         quant_group_size=group,
         kv_bytes_per_value=kv_bytes_per_value(kv_dtype if kv_dtype != "auto" else "bf16"),
         max_model_len=spec.model.max_model_len or cfg.max_position_embeddings,
         gpu_memory_utilization=spec.engine.gpu_memory_utilization,
         max_num_seqs=spec.engine.max_num_seqs or 256,
+        max_num_batched_tokens=spec.engine.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
         assumptions=assumptions,
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,

@@ -17,9 +17,15 @@ EMBEDDING_BYTES_PER_VALUE = 2.0
 
 
 def stage_layer_counts(num_layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per PP stage, as even as possible, the extra layers on the first stages."""
+    """Layers per PP stage as vLLM splits them (vllm/distributed/utils.py get_pp_indices): an even
+    split, the r extra layers one each on the stages before the last, from the second-to-last
+    backwards (the last stage carries the final norm and LM head). 61 layers in 4: (15, 15, 16, 15).
+    """
     base, extra = divmod(num_layers, stages)
-    return tuple(base + (1 if i < extra else 0) for i in range(stages))
+    counts = [base] * stages
+    for i in range(2, extra + 2):
+        counts[-i] += 1
+    return tuple(counts)
 
 
 def stage_ranges(num_layers: int, stages: int) -> tuple[range, ...]:

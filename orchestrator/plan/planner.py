@@ -35,9 +35,11 @@ class PlanInputs:
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192  # token budget of one engine step (chunked prefill)
     assumptions: Assumptions = field(default_factory=Assumptions)
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
+    fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
 
     @property
     def counts(self) -> ParamCounts:
@@ -62,10 +64,18 @@ class DecodeEstimate:
     output_tokens_per_s_per_gpu: float
     fits_kv: bool
     touched_expert_fraction: float | None
+    # Prefill charged (decode_estimate): `itl_ms` is then the mean step over decode-only steps and
+    # steps carrying a prompt chunk of `prefill_chunk_tokens`; those take `chunk_step_ms` (the ITL tail).
+    decoding: int = 0  # sequences kept decoding (the batch, unless prefill cannot keep it full)
+    prefill_chunk_tokens: int = 0
+    chunk_step_fraction: float = 0.0
+    chunk_step_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch": self.batch, "context_tokens": self.context_tokens, "itl_ms": self.itl_ms,
+            "decoding": self.decoding, "prefill_chunk_tokens": self.prefill_chunk_tokens,
+            "chunk_step_fraction": self.chunk_step_fraction, "chunk_step_ms": self.chunk_step_ms,
             "microbatches": self.microbatches, "parts": self.parts.to_ms_dict(),
             "output_tokens_per_s_per_replica": self.output_tokens_per_s_per_replica,
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
@@ -127,6 +137,7 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
         fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
+        fp8_attention=inputs.fp8_attention,
     )
 
 
@@ -149,16 +160,46 @@ def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float
 
 
 def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
-                    kv_tokens: int) -> DecodeEstimate:
-    parts, round_s, m = cost.decode_round_s(batch, context)
-    per_replica = layout.dp * batch / round_s
-    moe_tokens = math.ceil(batch / m) * (layout.dp if layout.ep else 1)
+                    kv_tokens: int, *, prompt_tokens: int = 0, output_tokens: int | None = None,
+                    step_budget_tokens: int = 8192) -> DecodeEstimate:
+    """Tokens/s and ITL of `batch` sequences decoding at `context` tokens each.
+
+    With `output_tokens` (per request) the prefill that keeps the batch full is charged as vLLM's
+    scheduler runs it. Each step, batch/output requests finish, so P = batch * prompt/output prefill
+    tokens per step are needed. New prompts go in chunks of up to c = min(prompt, budget - batch)
+    tokens riding in decode steps: if P <= c, a fraction f = P/c of the steps carry a chunk and the
+    mean step (TPOT) is f t(batch + c) + (1 - f) t(batch), the chunk steps being the ITL tail;
+    otherwise every step carries P tokens. A batch with batch (1 + prompt/output) > budget cannot be
+    kept full: only budget / (1 + prompt/output) sequences decode.
+    """
+    decoding = batch
+    ratio = prompt_tokens / output_tokens if output_tokens and prompt_tokens else 0.0
+    if ratio:
+        decoding = max(1, min(batch, math.floor(step_budget_tokens / (1 + ratio))))
+    parts, decode_s, m = cost.decode_round_s(decoding, context)
+    mean_s, chunk_s, frac, chunk = decode_s, 0.0, 0.0, 0.0
+    if ratio:
+        needed = decoding * ratio
+        chunk = float(max(1, min(prompt_tokens, step_budget_tokens - decoding)))
+        frac = min(1.0, needed / chunk)
+        chunk = max(chunk, needed)  # several prompts per step when one chunk is not enough
+        # Averaged over a prompt, a prefill token attends to (prompt + 1) / 2 tokens; a chunk that is
+        # not a prompt's first reads the KV of the chunks before it (on average half the rest).
+        pairs = chunk * (prompt_tokens + 1) / 2
+        kv = decoding * context + max(0.0, prompt_tokens - chunk) / 2
+        chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
+                               prefill_pairs=pairs)
+        mean_s = frac * chunk_s + (1 - frac) * decode_s
+    per_replica = layout.dp * decoding / mean_s
+    moe_tokens = math.ceil(decoding / m) * (layout.dp if layout.ep else 1)
     return DecodeEstimate(
-        batch=batch, context_tokens=context, parts=parts, itl_ms=round_s * 1e3, microbatches=m,
+        batch=batch, context_tokens=context, parts=parts, itl_ms=mean_s * 1e3, microbatches=m,
         output_tokens_per_s_per_replica=per_replica,
         output_tokens_per_s_per_gpu=per_replica / layout.gpus_per_replica,
         fits_kv=batch * context <= kv_tokens,
         touched_expert_fraction=cost.touched_fraction(moe_tokens) if cost.cfg.is_moe else None,
+        decoding=decoding, prefill_chunk_tokens=round(chunk), chunk_step_fraction=frac,
+        chunk_step_ms=chunk_s * 1e3,
     )
 
 
@@ -173,7 +214,9 @@ def _search_batches(max_batch: int) -> list[int]:
 
 def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] = (1, 16, 64, 256),
                 context_tokens: int = 2048, prompt_tokens: int = 1024,
-                itl_bound_ms: float | None = None) -> PlanRow:
+                itl_bound_ms: float | None = None, output_tokens: int | None = None) -> PlanRow:
+    """Score one layout. With `output_tokens` (per request) decode estimates charge the prefill of
+    the prompts that keep the batch full (`decode_estimate`); without it they are decode alone."""
     reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
                                    group_size=inputs.quant_group_size)
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
@@ -201,18 +244,23 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
             warn.append(f"max_num_seqs {inputs.max_num_seqs} caps the batch at {max_batch} sequences "
                         f"per engine (the KV cache would hold {kv_seqs} at {context_tokens} context tokens)")
     imb = cost.expert_imbalance if layout.ep else None
-    decode = tuple(decode_estimate(cost, layout, b, context_tokens, kv_tokens) for b in batches)
+    def estimate(b: int) -> DecodeEstimate:
+        return decode_estimate(cost, layout, b, context_tokens, kv_tokens, prompt_tokens=prompt_tokens,
+                               output_tokens=output_tokens,
+                               step_budget_tokens=inputs.max_num_batched_tokens)
+
+    decode = tuple(estimate(b) for b in batches)
     prefill = cost.prefill(prompt_tokens)
     best = None
     if max_batch >= 1 and not reject:
         for b in _search_batches(max_batch):
-            est = decode_estimate(cost, layout, b, context_tokens, kv_tokens)
+            est = estimate(b)
             if itl_bound_ms is not None and est.itl_ms > itl_bound_ms:
                 break
             if best is None or est.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:
                 best = est
         if best is None and itl_bound_ms is not None:
-            one = decode_estimate(cost, layout, 1, context_tokens, kv_tokens)
+            one = estimate(1)
             warn.append(f"predicted ITL at batch 1 ({one.itl_ms:.1f} ms) exceeds the SLO bound "
                         f"{itl_bound_ms:g} ms")
     m = max(1, min(layout.pp, max_batch or 1))

@@ -23,6 +23,7 @@ class PlanResult:
     context_tokens: int
     prompt_tokens: int
     itl_bound_ms: float | None
+    output_tokens: int | None  # per request: decode estimates charge prompt/output prefill tokens
     enumerated: bool
     rows: tuple[PlanRow, ...]
 
@@ -37,9 +38,15 @@ class PlanResult:
             "max_model_len": inp.max_model_len, "batches": list(self.batches),
             "context_tokens": self.context_tokens, "prompt_tokens": self.prompt_tokens,
             "itl_bound_ms": self.itl_bound_ms, "enumerated": self.enumerated,
+            "output_tokens": self.output_tokens,
+            "prefill_tokens_per_output_token": (self.prompt_tokens / self.output_tokens
+                                                if self.output_tokens else 0.0),
+            "gpu_profile": inp.gpu.profile or None,
             "assumptions": {
                 **inp.assumptions.to_dict(), "hbm_efficiency": inp.gpu.hbm_efficiency,
                 "compute_efficiency": inp.gpu.compute_efficiency,
+                "moe_compute_efficiency": inp.gpu.moe_compute_efficiency,
+                "step_overhead_s": inp.gpu.step_overhead_s,
                 "gpu_memory_utilization": inp.gpu_memory_utilization,
             },
             "rows": [r.to_dict() for r in self.rows],
@@ -54,7 +61,9 @@ def itl_bound_ms(spec: SweepSpec) -> float | None:
 
 def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layouts: bool = False,
               batches: tuple[int, ...] = DEFAULT_BATCHES, context_tokens: int | None = None,
-              prompt_tokens: int | None = None) -> PlanResult:
+              prompt_tokens: int | None = None, charge_prefill: bool = True) -> PlanResult:
+    """Plan and rank. Decode throughput charges the workload's prefill (prompt/output tokens per
+    output token, as chunked prefill mixes them into decode steps) unless `charge_prefill` is off."""
     if any(b < 1 for b in batches):
         raise SpecError("--batch: batch sizes must be positive integers, e.g. --batch 1,64")
     if context_tokens is not None and context_tokens < 1:
@@ -70,13 +79,14 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
     else:
         chosen = layouts or list(spec.layouts)
     bound = itl_bound_ms(spec)
+    output = mean_tokens(spec.workload.output_tokens) if charge_prefill else None
     rows = []
     for lay in chosen:
         try:
             rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=context,
-                                    prompt_tokens=prompt, itl_bound_ms=bound))
+                                    prompt_tokens=prompt, itl_bound_ms=bound, output_tokens=output))
         except SpecError as exc:
             # A spec setting that this one layout cannot honour (e.g. more redundant expert slots
             # than its EP ranks can hold) rejects the layout, not the whole plan.
             rows.append(PlanRow(lay, lay.gpus, (str(exc),), ()))
-    return PlanResult(inputs, batches, context, prompt, bound, all_layouts, tuple(rank_rows(rows)))
+    return PlanResult(inputs, batches, context, prompt, bound, output, all_layouts, tuple(rank_rows(rows)))

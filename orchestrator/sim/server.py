@@ -334,6 +334,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
             "bf16" if args.kv_cache_dtype == "auto" else args.kv_cache_dtype),
         max_model_len=max_len, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=args.max_num_seqs, assumptions=assumptions,
+        fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
     )
     engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens)
     if args.time_scale <= 0:

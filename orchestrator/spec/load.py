@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +270,17 @@ def load_spec_lines(path: str | Path) -> LoadedSpec:
     """load_spec, keeping the line of every field."""
     p = Path(path)
     text = read_user_text(p, max_bytes=MAX_SPEC_BYTES, example="a spec such as layouts/qwen72b.yaml")
-    return parse_spec_lines(text, str(p))
+    loaded = parse_spec_lines(text, str(p))
+    return replace(loaded, spec=_relative_to(loaded.spec, p.parent))
+
+
+def _relative_to(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
+    """A calibration profile named by a relative path is relative to the spec file, not the shell."""
+    cal = spec.hardware.calibration
+    if cal is None or not (cal.endswith((".yaml", ".yml")) or "/" in cal) or Path(cal).is_absolute():
+        return spec
+    hardware = spec.hardware.model_copy(update={"calibration": str(spec_dir / cal)})
+    return spec.model_copy(update={"hardware": hardware})
 
 
 def spec_from_json(data: Any, source: str) -> SweepSpec:

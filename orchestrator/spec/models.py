@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.catalog.constants import flatten_constants
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.spec.checks import (
@@ -106,17 +107,25 @@ class HardwareSpec(_Spec):
     gpus_per_node: int | None = Field(
         None, gt=0, le=256, description="Override of the preset's GPUs per node."
     )
-    overrides: dict[str, float] = Field(
+    overrides: dict[str, float | dict[str, float]] = Field(
         default_factory=dict,
-        description="Numeric GPU preset fields to override, e.g. {hbm_bytes_per_s: 3.0e12}.",
+        description="GPU preset constants to override (docs/calibration.md lists them), e.g. "
+        "{hbm_efficiency: 0.6, step_overhead_s: 2e-3, intra_node: {bandwidth_bytes_per_s: 25e9, "
+        "allreduce_latency_s: 8e-6}}. Applied after the calibration profile.",
+    )
+    calibration: str | None = Field(
+        None, description="Calibration profile (orch calibrate --out FILE): a YAML path, relative to the "
+        "spec file, or a catalog profile name; its constants apply on top of the GPU preset.",
     )
 
-    @model_validator(mode="after")
-    def _positive_overrides(self) -> HardwareSpec:
-        for key, value in self.overrides.items():
-            if not value > 0:
-                raise ValueError(f"overrides.{key} must be greater than 0 (got {value!r})")
-        return self
+    @field_validator("overrides")
+    @classmethod
+    def _known_overrides(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            flatten_constants(dict(value), "overrides")
+        except SpecError as exc:
+            raise ValueError(str(exc).removeprefix("overrides.").removeprefix("overrides: ")) from None
+        return value
 
 
 class SecretRef(_Spec):

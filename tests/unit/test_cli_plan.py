@@ -24,7 +24,8 @@ def test_plan_json_carries_every_number_and_its_parts() -> None:
     assert tp8["fits"] and [d["batch"] for d in tp8["decode"]] == [1, 64]
     parts = tp8["decode"][0]["parts"]
     assert parts["bound"] == "memory"
-    summed = parts["weight_read_ms"] + parts["kv_read_ms"] + parts["tp_comm_ms"] + parts["pp_comm_ms"]
+    summed = (parts["weight_read_ms"] + parts["kv_read_ms"] + parts["tp_comm_ms"] + parts["pp_comm_ms"]
+              + parts["overhead_ms"])
     assert abs(parts["total_ms"] - summed) < 1e-9
     assert not rows["tp2x4"]["fits"] and "exceed the usable" in rows["tp2x4"]["rejected_because"][0]
     assert data["assumptions"]["runtime_reserve_bytes"] == 3e9

@@ -30,12 +30,24 @@ def test_kv_bytes_per_token_anchor() -> None:
     assert kv_bytes_per_token(QWEN, 2.0) == 327_680
 
 
-@pytest.mark.parametrize(("tp", "ms"), [(2, 21.7), (4, 10.9), (8, 5.4)])
+@pytest.mark.parametrize(("tp", "ms"), [(2, 21.3), (4, 10.7), (8, 5.3)])
 def test_weight_read_anchor_at_batch_1(tp: int, ms: float) -> None:
     cost = layout_cost(_inputs(gpu=H100_IDEAL), parse_layout(f"tp{tp}"))
     parts = cost.step(1, 0, 0)
-    # 72.7e9 params * 2 bytes / tp / 3.35e12 B/s
+    # (72.7e9 - 1.25e9 input embedding, a lookup) params * 2 bytes / tp / 3.35e12 B/s
     assert parts.weight_read_s * 1e3 == pytest.approx(ms, abs=0.05)
+
+
+def test_input_embedding_is_a_lookup_of_b_rows() -> None:
+    cost = layout_cost(_inputs(gpu=H100_IDEAL), parse_layout("tp8"))
+    counts = count_params(QWEN)
+    held = counts.total * 2 / 8  # every parameter is held ...
+    for batch in (1, 64):
+        # ... but of the 152,064 x 8,192 embedding only B rows are read: B * 8192 * 2 / 8 bytes.
+        read = (held - counts.embedding * 2 / 8 + batch * 8192 * 2 / 8) / 3.35e12
+        assert cost.step(batch, 0, 0).weight_read_s == pytest.approx(read, rel=1e-12)
+    # tp8, batch 1: 18.17 GB held, 17.86 GB read per step: 5.33 ms at 3.35 TB/s.
+    assert cost.step(1, 0, 0).weight_read_s * 1e3 == pytest.approx(5.33, abs=0.01)
 
 
 def test_efficiency_divides_the_bandwidth() -> None:
@@ -112,7 +124,8 @@ def test_moe_reads_touched_experts_only() -> None:
     st = cost.stages[0]
     assert cost.touched_fraction(1) == pytest.approx(2 / 8)
     assert cost.step(1, 0, 0).weight_read_s == pytest.approx(
-        (st.dense_weight_bytes + 0.25 * st.expert_weight_bytes) / 3.35e12)
+        (st.dense_weight_bytes - st.lookup_bytes + st.lookup_row_bytes + 0.25 * st.expert_weight_bytes)
+        / 3.35e12)
     # At serving batches nearly every expert is read.
     assert cost.touched_fraction(64) > 0.999
 

@@ -1,0 +1,90 @@
+"""`orch calibrate RUN... --out profile.yaml`: fit the guessed hardware constants to measured runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.catalog.profiles import write_profile
+from orchestrator.cli import app
+from orchestrator.errors import SpecError
+from orchestrator.store.db import DEFAULT_STORE, Store
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _print(cal: Calibration, out: str | None, console: Console) -> None:
+    table = Table(title="calibration: simulated vs measured, per point (error = predicted/measured - 1)",
+                  title_justify="left")
+    table.add_column("point")
+    for name, _ in METRICS:
+        table.add_column(f"{name} measured", justify="right")
+        table.add_column("before", justify="right")
+        table.add_column("after", justify="right")
+    for p in cal.points:
+        cells = [p.point]
+        for name, _ in METRICS:
+            meas = p.measured.get(name)
+            cells += [f"{meas:,.1f}" if meas is not None else "-", _pct(p.error(name, "before")),
+                      _pct(p.error(name, "after"))]
+        table.add_row(*cells)
+    console.print(table)
+    for name in cal.fitted:
+        kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
+        console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
+    console.print(f"median |error| over {', '.join(cal.metrics)}: "
+                  f"{_pct(cal.median_abs_error('before'))[1:]} before, "
+                  f"{_pct(cal.median_abs_error('after'))[1:]} after ({cal.iterations} iterations, "
+                  f"{cal.evaluations} simulations of every point)", highlight=False)
+    if out:
+        console.print(f"wrote {out}; use it with hardware.calibration: {out}", highlight=False)
+
+
+@app.command("calibrate")
+def calibrate_command(
+    runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Stored run ids (orch runs).")],
+    out: Annotated[str | None, typer.Option("--out", help="Write the fitted profile (YAML) here.")] = None,
+    store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    constants: Annotated[str | None, typer.Option(
+        "--constants", help="Constants to fit, e.g. hbm_efficiency,step_overhead_s "
+        "(default: hbm/compute efficiency and step overhead, + MoE efficiency for MoE models).")] = None,
+    allow_mixed: Annotated[bool, typer.Option(
+        "--allow-mixed", help="Fit one profile to runs of different models or engines.")] = False,
+    metrics: Annotated[str | None, typer.Option(
+        "--metrics", help="Fit only these measured metrics, e.g. tpot_mean_ms,output_tokens_per_s "
+        "(default: ttft_mean_ms, tpot_mean_ms, output_tokens_per_s).")] = None,
+    max_requests: Annotated[int | None, typer.Option(
+        "--max-requests", help="Simulate at most this many requests per point (faster, rougher).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fit efficiencies and the per-step overhead so the simulator reproduces measured runs."""
+    if not Path(store_path).is_file():
+        raise SpecError(f"--store {store_path}: no such results store; run orch sweep first or pass --store")
+    if max_requests is not None and max_requests < 1:
+        raise SpecError("--max-requests must be >= 1")
+    names = [c.strip() for c in constants.split(",") if c.strip()] if constants else None
+    store = Store(store_path)
+    try:
+        points = points_from_store(store, runs)
+    finally:
+        store.close()
+    console = Console(width=200, stderr=as_json)
+    with console.status("fitting (each step simulates every measured point)"):
+        cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
+                  metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)
+    if out:
+        write_profile(out, gpu=cal.gpu, engine=cal.engine, constants=cal.fitted,
+                      source=f"orch calibrate {' '.join(runs)}", extra=profile_extra(cal, runs))
+    if as_json:
+        typer.echo(json.dumps({"gpu": cal.gpu, "engine": cal.engine, "start": cal.start, "fitted": cal.fitted,
+                               **profile_extra(cal, runs)["fit"], "out": out}, indent=2))
+        return
+    _print(cal, out, console)
