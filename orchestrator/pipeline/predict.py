@@ -17,11 +17,13 @@ SOURCE = "orch simulate (virtual time)"
 
 
 def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None,
-                  num_requests: int | None, concurrency: int | None = None) -> SimPoint:
+                  num_requests: int | None, concurrency: int | None = None,
+                  sample_interval_s: float | None = None) -> SimPoint:
     """The load point through the simulated engine in virtual time: deterministic for a seed. An
     open loop at `rate` (under `workload.max_concurrency`, as the load generator caps it) or a closed
     loop of `concurrency` clients."""
-    return simulate_point(spec, inputs, layout, rate, num_requests=num_requests, concurrency=concurrency)
+    return simulate_point(spec, inputs, layout, rate, num_requests=num_requests, concurrency=concurrency,
+                          sample_interval_s=sample_interval_s)
 
 
 def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from orchestrator.errors import DeployError, OrchError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.client import ClientConfig
-from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, summarize_series
+from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, summarize_series
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
@@ -389,12 +389,20 @@ class Sweep:
         return planned, "planner (decode capacity within the ITL bound / 6)", GROWTH_FROM_PLANNER
 
     def _virtual_point(self, layout: Layout) -> Callable[[float], tuple[PointResult, dict[str, Any]]]:
+        interval = self.opts.engine_metrics_interval_s
+
         def run(rate: float) -> tuple[PointResult, dict[str, Any]]:
-            sp = virtual_point(self.spec, self.inputs, layout, rate, self.opts.num_requests)
+            sp = virtual_point(
+                self.spec, self.inputs, layout, rate, self.opts.num_requests, sample_interval_s=interval
+            )
             s = sp.summary
             sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
                    "virtual_s": s.virtual_s}
-            return sp.result, {"measured_in": "virtual time", "sim": sim}
+            # The simulator's own gauges, sampled as a /metrics scrape would read them: stored with the
+            # point like a served run's (in _measure), so reports show engine metrics either way.
+            self.engine_series = series_to_dict(list(s.engine_samples), interval)
+            engine = summarize_series(self.engine_series)
+            return sp.result, {"measured_in": "virtual time", "sim": sim, "engine": engine}
 
         return run
 

@@ -60,6 +60,11 @@ class ReportData:
         return self.run.get("engine") == "sim"
 
     @property
+    def virtual_time(self) -> bool:
+        """The sweep ran the simulator in virtual time (no servers): every point says so."""
+        return bool(self.points) and all(p.metrics.get("measured_in") == "virtual time" for p in self.points)
+
+    @property
     def layouts(self) -> list[str]:
         return [o.layout for o in self.outcomes]
 

@@ -276,6 +276,7 @@ def engine(data: ReportData) -> go.Figure | None:
                     row=r, col=1,
                 )
     fig.update_xaxes(title_text="seconds since the load point started", row=3, col=1)
-    fig.update_layout(title="Engine metrics scraped from /metrics during each load point",
+    fig.update_layout(title="Engine metrics during each load point (scraped from /metrics; in virtual time "
+                      "sampled from the simulator)",
                       **{**_LAYOUT, "height": 720})
     return fig

@@ -91,10 +91,15 @@ def _banner(data: ReportData) -> str:
         return ""
     spec = data.run.get("spec") or {}
     scale = (spec.get("engine") or {}).get("time_scale")
+    served = f"; served at time scale {scale:g}, reported in simulated time" if scale not in (None, 1) else ""
     return (
         '<div class="banner" id="simulated">Simulated engine: these numbers come from orch\'s simulator '
         "(a continuous-batching model driven by the cost model), not from GPUs"
-        + (f"; served at time scale {scale:g}, reported in simulated time" if scale not in (None, 1) else "")
+        + (
+            "; run in virtual time (no servers: the same numbers on every machine)"
+            if data.virtual_time
+            else served
+        )
         + ".</div>"
     )
 

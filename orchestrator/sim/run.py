@@ -53,7 +53,8 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
 
 
 def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None = None, *,
-                   num_requests: int | None = None, concurrency: int | None = None) -> SimPoint:
+                   num_requests: int | None = None, concurrency: int | None = None,
+                   sample_interval_s: float | None = None) -> SimPoint:
     """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients.
 
     As `orch bench` runs them: `num_requests` replaces the spec's count and duration; a closed loop
@@ -65,13 +66,13 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
         duration = None if num_requests else w.duration_s
         specs = list(workload_factory(w)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
         records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
-                                       duration_s=duration)
+                                       duration_s=duration, sample_interval_s=sample_interval_s)
         if n is not None:
             records = records[:n]
         point = LoadPoint(concurrency=concurrency)
     elif rate is not None:
         records, summary = simulate(engines, sim_requests(spec, rate, num_requests),
-                                    max_concurrency=w.max_concurrency)
+                                    max_concurrency=w.max_concurrency, sample_interval_s=sample_interval_s)
         point = LoadPoint(rate=rate)
     else:
         raise ValueError("give a rate or a concurrency")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
 
@@ -29,12 +30,17 @@ class SimRequest:
     max_tokens: int
 
 
+MAX_SAMPLES = 20_000  # engine samples per run (0.5 s apart: hours of virtual time)
+
+
 @dataclass(frozen=True)
 class SimSummary:
     steps: int
     preemptions: int
     rejected: int
     virtual_s: float
+    # The engines' own gauges at fixed virtual times, as a scrape of their /metrics would read them.
+    engine_samples: tuple[EngineSample, ...] = ()
 
 
 def _choose(engines: Sequence[EngineCore], balance: Balance, counter: int) -> int:
@@ -50,20 +56,24 @@ def _choose(engines: Sequence[EngineCore], balance: Balance, counter: int) -> in
 
 def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
              balance: Balance = "least_outstanding",
-             max_concurrency: int | None = None) -> tuple[list[RequestRecord], SimSummary]:
+             max_concurrency: int | None = None,
+             sample_interval_s: float | None = None) -> tuple[list[RequestRecord], SimSummary]:
     """Open loop: run `requests` (each sent at its arrival) to completion; one record per request,
     in request order.
 
     `max_concurrency` caps the requests in flight as the load generator's semaphore does: a request
     that arrives while every slot is taken waits, in arrival order, until one frees; that wait is its
-    `queued_s` and its TTFT starts when it is sent.
+    `queued_s` and its TTFT starts when it is sent. With `sample_interval_s`, the engines' running,
+    waiting, KV usage and preemption counter are sampled every that many virtual seconds.
     """
-    return _Run(engines, balance, max_concurrency, closed=False).go(requests, None)
+    run = _Run(engines, balance, max_concurrency, closed=False, sample_s=sample_interval_s)
+    return run.go(requests, None)
 
 
 def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
                 duration_s: float | None = None,
-                balance: Balance = "least_outstanding") -> tuple[list[RequestRecord], SimSummary]:
+                balance: Balance = "least_outstanding",
+                sample_interval_s: float | None = None) -> tuple[list[RequestRecord], SimSummary]:
     """Closed loop: `concurrency` clients, each sending its next request when its previous one ends
     (arrival times in `requests` are ignored). Without `duration_s` each request is sent once; with
     it, `requests` are cycled (ids suffixed "#k") and none is sent at or after `duration_s`. Records
@@ -71,16 +81,22 @@ def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], c
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]
-    return _Run(engines, balance, concurrency, closed=True).go(at_zero, duration_s)
+    run = _Run(engines, balance, concurrency, closed=True, sample_s=sample_interval_s)
+    return run.go(at_zero, duration_s)
 
 
 class _Run:
     """One virtual-time run: engines stepping on their own clocks, arrivals, and the client's slots."""
 
     def __init__(self, engines: Sequence[EngineCore], balance: Balance, cap: int | None,
-                 closed: bool) -> None:
+                 closed: bool, sample_s: float | None = None) -> None:
         if cap is not None and cap < 1:
             raise ValueError("max_concurrency must be >= 1")
+        if sample_s is not None and sample_s <= 0:
+            raise ValueError("sample_interval_s must be > 0")
+        self.sample_s = sample_s
+        self.next_sample = 0.0 if sample_s else math.inf
+        self.samples: list[EngineSample] = []
         self.engines, self.balance, self.cap, self.closed = engines, balance, cap or 0, closed
         self.step_ends: list[list[float]] = [[] for _ in engines]
         self.plans: list[StepPlan | None] = [None] * len(engines)
@@ -121,8 +137,11 @@ class _Run:
         rounds = 0
         now = 0.0
         i = 0
+        sampling = self.sample_s is not None
         while i < len(order) or busy:
             next_arrival = requests[order[i]].arrival_s if i < len(order) else math.inf
+            if sampling and (self.next_sample <= next_arrival or (busy and self.next_sample <= busy[0][0])):
+                self._sample(min(next_arrival, busy[0][0] if busy else math.inf))
             if busy and busy[0][0] < next_arrival:
                 now, e = pop(busy)
                 eng = engines[e]
@@ -159,9 +178,24 @@ class _Run:
         summary = SimSummary(
             steps=sum(len(s) for s in step_ends),
             preemptions=sum(eng.preemptions for eng in engines),
-            rejected=self.rejected, virtual_s=now,
+            rejected=self.rejected, virtual_s=now, engine_samples=tuple(self.samples),
         )
         return records, summary
+
+    def _sample(self, until: float) -> None:
+        """The engines' state at every sample time before the next event (it holds until then)."""
+        step = self.sample_s
+        assert step is not None
+        while self.next_sample <= until and len(self.samples) < MAX_SAMPLES:
+            t = self.next_sample
+            for k, eng in enumerate(self.engines):
+                self.samples.append(EngineSample(
+                    t_s=t, endpoint=k, running=float(len(eng.running)), waiting=float(len(eng.waiting)),
+                    kv_usage=eng.kv_usage, preemptions=float(eng.preemptions),
+                ))
+            self.next_sample = t + step
+        if len(self.samples) >= MAX_SAMPLES:
+            self.next_sample = math.inf  # a very long run: the first MAX_SAMPLES samples only
 
     def _record(self, req: SimRequest, sent_s: float, seq: Seq | None, e: int) -> RequestRecord:
         scheduled = sent_s if self.closed else req.arrival_s  # a closed-loop client schedules on send

@@ -34,6 +34,8 @@ def test_two_virtual_sweeps_give_identical_results(tmp_path: Path) -> None:
     for key in pa:
         assert pa[key]["metrics"] == pb[key]["metrics"], key
         assert pa[key]["metrics"]["measured_in"] == "virtual time"
+        # The simulator's gauges, sampled as a scrape would, are stored with every point.
+        assert pa[key]["metrics"]["engine"]["samples"] >= 1
 
 
 def test_capacity_search_is_the_default_without_rates(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -124,3 +125,26 @@ def test_cli_simulate_concurrency_levels() -> None:
     assert tput[1] > tput[0]  # more clients in flight: a larger decode batch
     bad = _orch("simulate", "layouts/qwen72b.yaml", "--concurrency", "4", "--rates", "2")
     assert bad.returncode == 2 and "not both" in bad.stderr
+
+
+def test_virtual_runs_sample_the_engine_gauges_like_a_scrape() -> None:
+    from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
+
+    engines = _engines(2)
+    recs, summary = simulate(engines, _reqs(200, gap_s=0.01), sample_interval_s=0.05)
+    samples = summary.engine_samples
+    assert samples, "no samples"
+    assert {s.endpoint for s in samples} == {0, 1}
+    times = sorted({s.t_s for s in samples})
+    assert times[0] == 0.0 and all(abs(b - a - 0.05) < 1e-9 for a, b in itertools.pairwise(times))
+    assert times[-1] <= summary.virtual_s
+    assert max(s.running or 0 for s in samples) >= 1  # requests were in flight at some sample
+    assert all(0.0 <= (s.kv_usage or 0.0) <= 1.0 for s in samples)
+    for k in (0, 1):
+        counters = [s.preemptions for s in samples if s.endpoint == k]
+        assert counters == sorted(counters)  # a counter, never decreasing
+    engine = summarize_series(series_to_dict(list(samples), 0.05))
+    assert engine["samples"] >= len(times) and engine["kv_usage_peak"] is not None
+    # Without an interval nothing is sampled, and the records are the same.
+    recs2, summary2 = simulate(_engines(2), _reqs(200, gap_s=0.01))
+    assert summary2.engine_samples == () and recs2 == recs
