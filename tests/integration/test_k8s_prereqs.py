@@ -111,7 +111,8 @@ def test_nightly_cronjob_sweeps_compares_and_promotes_latest() -> None:
     script = container["args"][0]
     steps = [line.strip() for line in script.splitlines() if line.strip().startswith(("orch ", "if "))]
     assert steps[0] == "orch gc /spec/spec.yaml"  # what an interrupted night left goes first
-    assert steps[1] == 'orch sweep /spec/spec.yaml --store "$STORE"'
+    # Every layout measured every night: a pruned one would have no number to compare.
+    assert steps[1] == 'orch sweep /spec/spec.yaml --store "$STORE" --measure-all'
     assert "STORE=/results/orch-results.db" in script
     assert "orch compare" in steps[2] and steps[3].startswith("orch promote latest --store")
     # orch runs on CPU; the engines' GPU pods are created by the sweep.

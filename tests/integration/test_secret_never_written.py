@@ -49,13 +49,16 @@ def test_planted_secret_appears_in_no_artifact(tmp_path: Path) -> None:
     db = str(tmp_path / "results.db")
     outputs: dict[str, str] = {}
 
-    def run(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(name: str, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
         out = _orch(env, *args)
         outputs[name] = out.stdout + out.stderr
-        assert out.returncode == 0, (name, out.stderr[-3000:])
+        assert out.returncode in ok, (name, out.stderr[-3000:])
         return out
 
-    sweep = run("sweep", "sweep", str(spec), "--store", db, "--json", "--workdir", str(tmp_path / "work"))
+    # Served: real engine processes get the secret in their environment (and write logs). A busy
+    # machine may leave a point unjudged (exit 8); the artifacts are written either way.
+    sweep = run("sweep", "sweep", str(spec), "--served", "--store", db, "--json",
+                "--workdir", str(tmp_path / "work"), ok=(0, 8))
     run_id = json.loads(sweep.stdout)["run_id"]
     shell = run("compile-shell", "compile", str(spec), "--layout", "tp2", "--engine", "vllm")
     run("compile-json", "compile", str(spec), "--layout", "tp2", "--format", "json")
