@@ -26,7 +26,7 @@ from orchestrator.engines import get_engine
 from orchestrator.engines.base import secret_values
 from orchestrator.engines.from_spec import engine_options, placement, secret_env
 from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError, StoreError
+from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.client import ClientConfig
@@ -252,7 +252,13 @@ class Sweep:
         name = str(layout)
         obs = self.obs
         obs.phase(name, "plan")
-        row = self._plan(layout)
+        try:
+            row = self._plan(layout)
+        except SpecError as exc:  # the cost model cannot describe it (e.g. expert slots that do not divide)
+            reason = str(exc)
+            self.store.set_layout(self.run_id, name, layout.gpus, "rejected", reason=reason)
+            obs.layout_done(name, "rejected", reason)
+            return
         plan_d = finite(row.to_dict())
         if row.rejected_because and not self.opts.force:
             reason = "; ".join(row.rejected_because)

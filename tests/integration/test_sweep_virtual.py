@@ -135,3 +135,15 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path:
     assert set(data["capacity"]) == {"tp2", "tp1x2"} and data["sweep"]["mode"] == "virtual"
     assert [(p.label, p.metrics) for p in Store(db).points(sweep.run_id, "tp2")] == first  # not re-measured
     assert data["selection"]["winner"] == full.selection.winner  # same answer as an uninterrupted sweep
+
+
+def test_a_layout_the_cost_model_refuses_is_rejected_not_a_crash(tmp_path: Path) -> None:
+    # DeepSeek-V3's example spec asks for 32 redundant experts: a 32-rank EP layout has no room for
+    # them. The planner raises for that layout; the sweep records it as rejected and goes on.
+    root = Path(__file__).resolve().parents[2]
+    out = _orch("sweep", str(root / "layouts" / "deepseek-v3.yaml"), "--layouts", "epx32",
+                "--store", str(tmp_path / "r.db"), "--json")
+    assert out.returncode == 3, out.stderr[-3000:]  # the only layout is rejected: no layout meets the SLO
+    assert "Traceback" not in out.stderr
+    (layout,) = json.loads(out.stdout)["layouts"]
+    assert layout["status"] == "rejected" and "redundant experts" in layout["reason"]
