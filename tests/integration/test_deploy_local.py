@@ -171,6 +171,8 @@ def _as_ctrl_c(signum: int, frame: object) -> None:  # what the CLI installs for
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_signals_during_teardown_are_held_until_it_is_done(sig: signal.Signals) -> None:
     before = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    # Python's Ctrl-C handler, also when pytest runs in a background job that inherited SIGINT ignored.
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         done = []
         with pytest.raises(KeyboardInterrupt), signals_deferred():
@@ -183,6 +185,7 @@ def test_signals_during_teardown_are_held_until_it_is_done(sig: signal.Signals) 
         assert signal.getsignal(signal.SIGTERM) is _as_ctrl_c
     finally:
         signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
 
 
 KILLED_PARENT = """

@@ -19,6 +19,12 @@ import pytest
 from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
 
 
+def sigint_default() -> None:
+    """In the child: Ctrl-C's default action. A job started in the background of a non-interactive shell
+    (a CI runner, nohup) inherits SIGINT ignored, and then Python never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sim_pids(marker: str) -> list[int]:
     """Live simulated-server processes whose command line mentions `marker` (the run's ports)."""
     pids = []
@@ -83,6 +89,7 @@ def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path, 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     launched: list[int] = []
     deadline = time.monotonic() + 120
@@ -127,6 +134,7 @@ def _sweep_until_serving(spec: str, db: Path) -> tuple[subprocess.Popen[str], li
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     launched: list[int] = []
     deadline = time.monotonic() + 120
