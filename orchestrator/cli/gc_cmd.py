@@ -28,7 +28,7 @@ def gc_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Delete the objects orch runs left in a namespace (labelled orch.dev/run)."""
-    from orchestrator.deploy.k8s import collect_garbage
+    from orchestrator.deploy.k8s_gc import collect_garbage
 
     if spec_path is not None:
         target = load_spec(spec_path).target
