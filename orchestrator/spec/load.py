@@ -168,6 +168,8 @@ def _model_class(annotation: Any, value: Any) -> type[BaseModel] | None:
 def _dotted(path: _Path) -> str:
     text = ""
     for part in path:
+        if not isinstance(part, int) and not str(part).isprintable():
+            part = repr(part)  # a key holding a line break or a control character: keep the error one line
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "(top level)"
 

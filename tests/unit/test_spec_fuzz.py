@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -76,3 +77,14 @@ def _leaves(x: Any) -> list[Any]:
     if isinstance(x, list):
         return [leaf for v in x for leaf in _leaves(v)]
     return [x]
+
+
+def test_a_key_with_a_line_break_still_gives_one_line() -> None:
+    # Found by the fuzz test above: a key holding "\n" (and a NUL) printed its path over two lines.
+    spec = yaml.safe_load(yaml.safe_dump(BASE))
+    spec["model"]["name"] = {"\n": {"\x00": None}}
+    text = yaml.safe_dump(spec, allow_unicode=True)
+    with pytest.raises(SpecError) as exc:
+        check_spec(parse_spec_lines(text, "f.yaml"))
+    message = str(exc.value)
+    assert message.startswith("f.yaml") and "\n" not in message.strip(), message
