@@ -5,11 +5,10 @@ this machine, and a real multi-node engine on the local target refused up front.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from test_sweep_sim import _orch  # pytest puts this directory on sys.path
 
 SPEC = {
     "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
@@ -19,16 +18,6 @@ SPEC = {
     "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
     "layouts": ["tp2", "tp1x2", "tp4"],
 }
-
-
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def _write(tmp_path: Path, **changes: object) -> str:
