@@ -7,8 +7,15 @@ concurrency, or an open-loop rate. Printed per case: predicted vs measured and t
 then the summary: median |error| and how many predictions fall within 10% and 25%, for TTFT apart
 from the rest (throughput, TPOT, ITL), which the issue's goals treat separately.
 
-`--calibration PROFILE` adds an "after" column: the same cases with the spec naming the profile
-(`hardware.calibration`, issue 14 item 7). Without it only "before" (the presets' defaults) is shown.
+Columns, each a summary of its own:
+- preset:   the GPU preset's guessed constants (`hardware.calibration: none`);
+- default:  what a spec without `hardware.calibration` gets: the bundled profile fitted for the case's
+            GPU and engine (its source's `engine_family`), or the preset where there is none. The
+            bundled profiles were fitted to these cases, so this column is in-sample;
+- held-out: k-fold cross-validation per GPU and engine: each case predicted with constants fitted on
+            the other folds only (bench/fit_profiles.py --folds K writes bench/fidelity_heldout.json;
+            this script only re-predicts with the cached constants);
+- after:    `--calibration PROFILE`, the same cases with the spec naming that profile.
 
 Run: PYTHONPATH=. /work/venv/bin/python bench/fidelity.py [--only SUBSTRING] [--json] [--calibration P]
 Budget: under 2 minutes on one core (virtual time, no HTTP).
@@ -17,11 +24,13 @@ Budget: under 2 minutes on one core (virtual time, no HTTP).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from orchestrator.catalog.profiles import NO_PROFILE, default_profile
 from orchestrator.errors import OrchError
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.metrics import Metrics, compute_metrics
@@ -39,8 +49,10 @@ from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.models import HardwareSpec, SweepSpec
 
 CASES = Path(__file__).with_name("fidelity_cases.yaml")
+HELDOUT = Path(__file__).with_name("fidelity_heldout.json")
 MODES = ("offline", "open", "closed")
-METRICS = ("output_tokens_per_s", "ttft_mean_ms", "tpot_mean_ms", "itl_mean_ms")
+METRICS = ("output_tokens_per_s", "ttft_mean_ms", "tpot_mean_ms", "itl_mean_ms", "latency_mean_ms")
+ENGINE_FAMILIES = ("tensorrt-llm", "vllm", "sglang")
 GOAL_S = 120.0
 
 
@@ -78,6 +90,9 @@ def load_cases(path: Path = CASES) -> tuple[dict[str, dict[str, Any]], list[Case
             raise CaseError(f"{where}: {exc}") from None
         if case.source not in sources:
             raise CaseError(f"{where}: source {case.source!r} is not listed under 'sources'")
+        if sources[case.source].get("engine_family") not in ENGINE_FAMILIES:
+            raise CaseError(f"{where}: source {case.source!r} needs engine_family: one of "
+                            f"{', '.join(ENGINE_FAMILIES)} (which engine's profile its cases use)")
         if case.mode not in MODES:
             raise CaseError(f"{where}: mode must be one of {', '.join(MODES)}")
         needs = {"open": "rate_per_s", "closed": "concurrency"}.get(case.mode)
@@ -91,11 +106,13 @@ def load_cases(path: Path = CASES) -> tuple[dict[str, dict[str, Any]], list[Case
     return sources, cases
 
 
-def case_spec(case: Case, source: dict[str, Any], calibration: str | None = None) -> SweepSpec:
-    """The sweep spec a user would write for the case (engine: the simulator)."""
+def case_spec(case: Case, source: dict[str, Any], calibration: str | None = None,
+              overrides: dict[str, float] | None = None) -> SweepSpec:
+    """The sweep spec a user would write for the case (engine: the simulator, which models no engine
+    of its own, so the profile is named: see default_calibration)."""
     settings = dict(source.get("engine_settings", {}))
     kv_dtype = "fp8" if case.precision == "fp8" and source.get("fp8_kv_cache") else "auto"
-    hardware: dict[str, Any] = {"gpu": case.gpu, "nodes": 1}
+    hardware: dict[str, Any] = {"gpu": case.gpu, "nodes": 1, "overrides": dict(overrides or {})}
     if calibration is not None:
         hardware.update(calibration_fields(calibration))
     return SweepSpec.model_validate({
@@ -120,9 +137,17 @@ def calibration_fields(profile: str) -> dict[str, Any]:
     return {"calibration": profile}
 
 
-def run_case(case: Case, source: dict[str, Any], calibration: str | None = None) -> dict[str, float]:
+def default_calibration(case: Case, source: dict[str, Any]) -> str:
+    """What a spec for this case gets without hardware.calibration, were its engine the source's:
+    the bundled profile of (GPU, engine family), the same lookup as orch's, else the preset."""
+    prof = default_profile(case.gpu, str(source["engine_family"]))
+    return prof.name if prof is not None else NO_PROFILE
+
+
+def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
+             overrides: dict[str, float] | None = None) -> dict[str, float]:
     """Predicted metrics for the case, as the measured ones are named."""
-    spec = case_spec(case, source, calibration)
+    spec = case_spec(case, source, calibration, overrides)
     layout = parse_layout(case.layout)
     engines = spec_engines(spec, plan_inputs(spec), layout)
     n, inp, out = case.requests, case.input_tokens, case.output_tokens
@@ -156,7 +181,8 @@ def _first_and_last(r: RequestRecord) -> RequestRecord:
 
 def _named(m: Metrics) -> dict[str, float]:
     values = {"output_tokens_per_s": m.output_throughput, "ttft_mean_ms": m.ttft_ms.mean,
-              "tpot_mean_ms": m.tpot_ms.mean, "itl_mean_ms": m.itl_chunk_ms.mean}
+              "tpot_mean_ms": m.tpot_ms.mean, "itl_mean_ms": m.itl_chunk_ms.mean,
+              "latency_mean_ms": m.e2e_ms.mean}
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
@@ -174,22 +200,93 @@ def summary(errors: list[float]) -> dict[str, Any]:
     }
 
 
+# A column: label -> how to predict a case, as (calibration, overrides), or None for "no prediction".
+Column = Callable[[Case, dict[str, Any]], tuple[str, dict[str, float]] | None]
+
+
+def table_hash(cases: list[Case], sources: dict[str, dict[str, Any]]) -> str:
+    """What the held-out cache was fitted from: the cases and their sources."""
+    blob = json.dumps([[c.__dict__, sources[c.source]] for c in sorted(cases, key=lambda c: c.id)],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def group_key(case: Case, source: dict[str, Any]) -> str:
+    """Cases share a profile when they share GPU and engine family."""
+    return f"{case.gpu}/{source['engine_family']}"
+
+
+def heldout_column(cases: list[Case], sources: dict[str, dict[str, Any]],
+                   path: Path = HELDOUT) -> tuple[Column | None, list[str]]:
+    """The held-out column from the cached folds, and notes (a group whose cases changed since the
+    fit is stale and gets no held-out prediction)."""
+    if not path.is_file():
+        return None, [f"held-out: no {path.name}; run bench/fit_profiles.py --folds 3"]
+    doc = json.loads(path.read_text())
+    notes: list[str] = []
+    by_case: dict[str, dict[str, float]] = {}
+    for key, group in doc.get("groups", {}).items():
+        members = [c for c in cases if group_key(c, sources[c.source]) == key]
+        if not members:
+            continue
+        if group.get("table_hash") != table_hash(members, sources):
+            notes.append(f"held-out: {key} is stale (its cases changed); "
+                         "rerun bench/fit_profiles.py --folds 3")
+            continue
+        for fold in group["folds"]:
+            for cid in fold["held_out"]:
+                by_case[cid] = fold["constants"]
+    for key in sorted({group_key(c, sources[c.source]) for c in cases}):
+        group = doc.get("groups", {}).get(key)
+        if group is None:
+            notes.append(f"held-out: {key} not cross-validated")
+        elif group.get("note"):
+            notes.append(f"held-out: {key}: {group['note']}")
+
+    def column(case: Case, source: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+        got = by_case.get(case.id)
+        return None if got is None else (NO_PROFILE, got)
+
+    return column, notes
+
+
+def standard_columns(cases: list[Case], sources: dict[str, dict[str, Any]],
+                     calibration: str | None) -> tuple[dict[str, Column], list[str]]:
+    columns: dict[str, Column] = {
+        "preset": lambda case, source: (NO_PROFILE, {}),
+        "default": lambda case, source: (default_calibration(case, source), {}),
+    }
+    heldout, notes = heldout_column(cases, sources)
+    notes.insert(0, "default: the bundled profiles were fitted to these cases (bench/fit_profiles.py "
+                 "--write), so that column is in-sample; held-out is the estimate for cases not fitted")
+    if heldout is not None:
+        columns["held-out"] = heldout
+    if calibration is not None:
+        columns["after"] = lambda case, source: (calibration, {})
+    return columns, notes
+
+
 def evaluate(cases: list[Case], sources: dict[str, dict[str, Any]],
-             calibration: str | None) -> list[dict[str, Any]]:
+             columns: dict[str, Column]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for case in cases:
         source = sources[case.source]
         runs: dict[str, dict[str, float] | str] = {}
-        for label, profile in (("before", None), ("after", calibration)):
-            if label == "after" and calibration is None:
+        profiles: dict[str, str] = {}
+        for label, how in columns.items():
+            chosen = how(case, source)
+            if chosen is None:
                 continue
+            calibration, overrides = chosen
+            profiles[label] = calibration if not overrides else "fold constants"
             try:
-                runs[label] = run_case(case, source, profile)
+                runs[label] = run_case(case, source, calibration, overrides)
             except OrchError as exc:  # e.g. the layout does not fit: a failed prediction, shown as such
                 runs[label] = str(exc)
         for metric, measured in case.measured.items():
             row: dict[str, Any] = {"case": case.id, "mode": case.mode, "gpu": case.gpu, "metric": metric,
-                                   "measured": measured, "engine": source.get("engine")}
+                                   "measured": measured, "engine": source.get("engine"),
+                                   "engine_family": source.get("engine_family"), "profiles": profiles}
             for label, got in runs.items():
                 if isinstance(got, str):
                     row[f"{label}_error_message"] = got
@@ -209,7 +306,8 @@ def summaries(rows: list[dict[str, Any]], label: str) -> dict[str, dict[str, Any
     return {"ttft": summary(ttft), "rest": summary(rest), "failed_predictions": {"n": failed}}
 
 
-def _print(rows: list[dict[str, Any]], labels: list[str], wall_s: float, cpu_s: float, n_cases: int) -> None:
+def _print(rows: list[dict[str, Any]], labels: list[str], wall_s: float, cpu_s: float, n_cases: int,
+           notes: list[str]) -> None:
     head = f"{'case':42} {'mode':8} {'metric':20} {'measured':>10}"
     for label in labels:
         head += f" {label:>10} {'err':>7}"
@@ -219,23 +317,30 @@ def _print(rows: list[dict[str, Any]], labels: list[str], wall_s: float, cpu_s: 
         for label in labels:
             if label in r:
                 line += f" {r[label]:10.1f} {r[label + '_error'] * 100:+6.0f}%"
-            else:
+            elif f"{label}_error_message" in r:
                 line += f" {'failed':>10} {'':>7}"
+            else:  # no prediction in this column (a case no fold held out)
+                line += f" {'-':>10} {'':>7}"
         print(line)
     for r in rows:
         for label in labels:
             if f"{label}_error_message" in r and r["metric"] == "output_tokens_per_s":
                 print(f"  {r['case']} ({label}): {r[label + '_error_message']}")
+    defaults = sorted({(r["gpu"], r["engine_family"], r["profiles"].get("default", "-")) for r in rows})
+    print("\ndefault profile per GPU + engine: "
+          + "; ".join(f"{g} + {e} -> {p}" for g, e, p in defaults))
+    for note in notes:
+        print(note)
     print(f"\n{n_cases} cases, {len(rows)} measured numbers, {cpu_s:.0f} CPU s, {wall_s:.0f} wall s "
           f"(goal < {GOAL_S:.0f} s on one core)")
     for label in labels:
         s = summaries(rows, label)
         for part, name in (("ttft", "TTFT"), ("rest", "throughput/TPOT/ITL")):
             p = s[part]
-            print(f"{label:6} {name:20} n={p['n']:3}  median |error| {p['median_abs_error'] * 100:5.1f}%  "
+            print(f"{label:8} {name:20} n={p['n']:3}  median |error| {p['median_abs_error'] * 100:5.1f}%  "
                   f"within 10%: {p['within_10pct']:3}  within 25%: {p['within_25pct']:3}")
         if s["failed_predictions"]["n"]:
-            print(f"{label:6} failed predictions: {s['failed_predictions']['n']}")
+            print(f"{label:8} failed predictions: {s['failed_predictions']['n']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,14 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         cases = [c for c in cases if args.only in c.id]
     start, cpu = time.perf_counter(), time.process_time()
-    rows = evaluate(cases, sources, args.calibration)
+    columns, notes = standard_columns(cases, sources, args.calibration)
+    rows = evaluate(cases, sources, columns)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    labels = ["before"] + (["after"] if args.calibration else [])
+    labels = list(columns)
     if args.json:
         print(json.dumps({"rows": rows, "summary": {lb: summaries(rows, lb) for lb in labels},
-                          "wall_s": wall, "cpu_s": cpu}, indent=2))
+                          "notes": notes, "wall_s": wall, "cpu_s": cpu}, indent=2))
     else:
-        _print(rows, labels, wall, cpu, len(cases))
+        _print(rows, labels, wall, cpu, len(cases), notes)
     return 0
 
 

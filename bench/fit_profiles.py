@@ -1,19 +1,33 @@
-"""Fit per-GPU calibration profiles to the fidelity table (bench/fidelity_cases.yaml).
+"""Fit per-GPU, per-engine calibration profiles to the fidelity table, and cross-validate them.
 
-    PYTHONPATH=. python bench/fit_profiles.py [--gpu h100-sxm] [--write]   (needs bench/fidelity.py)
+    PYTHONPATH=. python bench/fit_profiles.py [--group h200/tensorrt-llm] [--write] [--folds 3]
 
-For each GPU, the constants that `orch calibrate` fits (hbm_efficiency, compute_efficiency,
-step_overhead_s, + moe_compute_efficiency when a case is MoE) are fitted to every published number
-of that GPU's cases, each case run in its source's mode (bench/fidelity.py run_case), by the same
-Levenberg-Marquardt as `orch calibrate` (orchestrator/calibrate/fit.py fit_constants). The sources
-are TensorRT-LLM (directly or inside NIM), so the profiles are named trtllm-<gpu>. The fit is
-in-sample: the "after" error is on the cases it was fitted to. `--write` stores the profiles in
-orchestrator/catalog/profiles/.
+Cases are grouped by GPU and engine family (each source's `engine_family` in
+bench/fidelity_cases.yaml): a profile is for one GPU and one engine. Per group, the constants that
+`orch calibrate` fits (hbm_efficiency, compute_efficiency, step_overhead_s, + moe_compute_efficiency
+when a case is MoE; only hbm_efficiency and step_overhead_s where the group has too few numbers for
+more) are fitted to every published number of the group's cases, each case run in its source's mode
+(bench/fidelity.py run_case), by the Levenberg-Marquardt of `orch calibrate`
+(orchestrator/calibrate/fit.py fit_constants), starting from the GPU preset.
+
+- `--write`: fit on all of a group's cases (in-sample) and store the profile as
+  orchestrator/catalog/profiles/<trtllm|vllm>-<gpu>.yaml.
+- `--folds K`: K-fold cross-validation: the group's cases are dealt into K folds of equal size (in
+  the order of a hash of the case ids, so a fold does not depend on the table's order); for each
+  fold the constants are fitted on the other folds only, from the preset (`--fold-iterations`
+  Levenberg-Marquardt iterations). The folds' constants go to bench/fidelity_heldout.json, and
+  bench/fidelity.py predicts every case with the constants of the fit that did not see it.
+
+`--cap F` (default 2): an error beyond a factor F counts as F, so one case the model gets
+structurally wrong (a TTFT 10x off) does not drag every constant to a bound.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
+import json
 import math
 import statistics
 import sys
@@ -32,18 +46,21 @@ import fidelity  # noqa: E402  (bench/fidelity.py, beside this file)
 
 from orchestrator.calibrate.fit import DEFAULT_CONSTANTS, MOE_CONSTANTS, fit_constants  # noqa: E402
 from orchestrator.catalog.loader import load_gpu, load_model  # noqa: E402
-from orchestrator.catalog.profiles import write_profile  # noqa: E402
+from orchestrator.catalog.profiles import NO_PROFILE, write_profile  # noqa: E402
 from orchestrator.errors import OrchError  # noqa: E402
 
 PROFILES = ROOT / "orchestrator" / "catalog" / "profiles"
+PREFIX = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+FEW = ("hbm_efficiency", "step_overhead_s")  # what decode-only numbers can separate
 
 
-def _errors(cases: list[Any], sources: dict[str, Any], profile: str | None) -> list[tuple[str, float]]:
+def _errors(cases: list[Any], sources: dict[str, Any], constants: dict[str, float] | None,
+            ) -> list[tuple[str, float]]:
     """(metric, log(predicted/measured)) for every measured number of the cases."""
     out = []
     for case in cases:
         try:
-            got = fidelity.run_case(case, sources[case.source], profile)
+            got = fidelity.run_case(case, sources[case.source], NO_PROFILE, constants or {})
         except OrchError:
             got = {}
         for metric, measured in case.measured.items():
@@ -62,62 +79,130 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
+def constants_for(cases: list[Any]) -> list[str] | None:
+    """The constants these cases can pin: all of orch calibrate's where there are enough numbers
+    (constants + 1), else hbm_efficiency and step_overhead_s, else None (too few to fit)."""
+    numbers = sum(len(c.measured) for c in cases)
+    names = list(DEFAULT_CONSTANTS)
+    if any(load_model(c.model).is_moe for c in cases):
+        names += list(MOE_CONSTANTS)
+    for choice in (names, list(FEW)):
+        if numbers >= len(choice) + 1:
+            return choice
+    return None
+
+
+def fit_group(cases: list[Any], sources: dict[str, Any], gpu: str, names: list[str], *, cap: float,
+              iterations: int, label: str) -> tuple[dict[str, float], tuple[str, ...]]:
+    preset = load_gpu(gpu)
+    start = {n: float(getattr(preset, n)) for n in names}
+    log_cap = math.log(cap) if cap > 1 else 0.0
+
+    def residuals(c: dict[str, float]) -> np.ndarray[Any, Any]:
+        errs = [e for _, e in _errors(cases, sources, c)]
+        return np.asarray([max(-log_cap, min(log_cap, e)) for e in errs] if log_cap else errs)
+
+    result = fit_constants(residuals, start, max_iterations=iterations,
+                           progress=lambda line: print(f"{label}: {line}", flush=True))
+    return result.fitted, result.unconstrained
+
+
+def fold_of(case_ids: list[str], k: int) -> dict[str, int]:
+    """Cases dealt into k folds of equal size (+-1), in the order of a hash of their ids: the folds
+    do not depend on the table's order, and a case keeps its fold while others are added."""
+    ranked = sorted(case_ids, key=lambda cid: hashlib.sha256(cid.encode()).hexdigest())
+    return {cid: i % k for i, cid in enumerate(ranked)}
+
+
+def cross_validate(group: list[Any], sources: dict[str, Any], gpu: str, key: str, *, k: int, cap: float,
+                   iterations: int) -> dict[str, Any]:
+    folds: list[dict[str, Any]] = []
+    notes: list[str] = []
+    fold = fold_of([c.id for c in group], k)
+    for i in range(k):
+        held = [c for c in group if fold[c.id] == i]
+        train = [c for c in group if fold[c.id] != i]
+        if not held:
+            continue
+        names = constants_for(train)
+        if names is None:
+            notes.append(f"fold {i + 1}: {len(train)} training case(s), too few numbers to fit; "
+                         f"{', '.join(c.id for c in held)} not held out")
+            continue
+        t0 = time.perf_counter()
+        fitted, _ = fit_group(train, sources, gpu, names, cap=cap, iterations=iterations,
+                              label=f"{key} fold {i + 1}/{k}")
+        print(f"{key} fold {i + 1}/{k}: trained on {len(train)} cases in {time.perf_counter() - t0:.0f} s: "
+              + ", ".join(f"{n} {v:.4g}" for n, v in fitted.items()), flush=True)
+        folds.append({"held_out": [c.id for c in held], "trained_on": len(train),
+                      "constants": {n: float(f"{v:.4g}") for n, v in fitted.items()}})
+    return {"k": k, "cap": cap, "iterations": iterations,
+            "table_hash": fidelity.table_hash(group, sources), "folds": folds, "note": "; ".join(notes)}
+
+
+def _store_heldout(key: str, entry: dict[str, Any]) -> None:
+    """Read-modify-write of one group's entry; several groups may be fitted in parallel."""
+    path = fidelity.HELDOUT
+    with open(Path(tempfile.gettempdir()) / "orch-fidelity-heldout.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+        doc.setdefault("groups", {})[key] = entry
+        doc["written_by"] = "bench/fit_profiles.py --folds"
+        path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gpu", action="append", help="only these GPUs (default: every GPU of the table)")
-    ap.add_argument("--write", action="store_true",
-                    help="write orchestrator/catalog/profiles/trtllm-GPU.yaml")
-    ap.add_argument("--iterations", type=int, default=8)
-    ap.add_argument("--cap", type=float, default=0.0, help="robust: errors beyond this factor count as it")
+    ap.add_argument("--group", action="append", help="only these GPU/engine groups, e.g. h200/tensorrt-llm")
+    ap.add_argument("--write", action="store_true", help="fit on all cases, write the bundled profiles")
+    ap.add_argument("--folds", type=int, default=0,
+                    help="K-fold cross-validation (writes the held-out cache)")
+    ap.add_argument("--iterations", type=int, default=4, help="of the full (in-sample) fit")
+    ap.add_argument("--fold-iterations", type=int, default=3, help="of each cross-validation fit")
+    ap.add_argument("--cap", type=float, default=2.0, help="errors beyond this factor count as it")
     args = ap.parse_args()
-    cap = math.log(args.cap) if args.cap > 1 else 0.0
     sources, cases = fidelity.load_cases()
-    gpus = args.gpu or sorted({c.gpu for c in cases})
-    tmp = Path(tempfile.mkdtemp(prefix="orch-fit-"))
-    for gpu in gpus:
-        group = [c for c in cases if c.gpu == gpu]
-        names = list(DEFAULT_CONSTANTS)
-        if any(load_model(c.model).is_moe for c in group):
-            names += list(MOE_CONSTANTS)
-        preset = load_gpu(gpu)
-        start = {n: float(getattr(preset, n)) for n in names}
-        trial = tmp / f"{gpu}.yaml"
-
-        def residuals(c: dict[str, float], group: list[Any] = group, gpu: str = gpu,
-                      trial: Path = trial) -> np.ndarray[Any, Any]:
-            write_profile(trial, gpu=gpu, engine="tensorrt-llm", constants=c, source="trial", extra={})
-            # --cap F: an error beyond a factor F counts as F, so one case the model gets structurally
-            # wrong (a TTFT 10x off) does not drag every constant to a bound.
-            errs = [e for _, e in _errors(group, sources, str(trial))]
-            return np.asarray([max(-cap, min(cap, e)) for e in errs] if cap else errs)
-
+    groups: dict[str, list[Any]] = {}
+    for c in cases:
+        groups.setdefault(fidelity.group_key(c, sources[c.source]), []).append(c)
+    for key in sorted(groups):
+        if args.group and key not in args.group:
+            continue
+        group = groups[key]
+        gpu, family = key.split("/")
+        if args.folds > 1:
+            _store_heldout(key, cross_validate(group, sources, gpu, key, k=args.folds, cap=args.cap,
+                                               iterations=args.fold_iterations))
+        if not args.write:
+            continue
+        names = constants_for(group)
+        if names is None:
+            print(f"{key}: too few numbers to fit a profile", flush=True)
+            continue
         t0 = time.perf_counter()
         before = _errors(group, sources, None)
-        result = fit_constants(residuals, start, max_iterations=args.iterations,
-                               progress=lambda line, gpu=gpu: print(f"{gpu}: {line}", flush=True))
-        write_profile(trial, gpu=gpu, engine="tensorrt-llm", constants=result.fitted, source="fit", extra={})
-        after = _errors(group, sources, str(trial))
-        fit = {
-            "cases": len(group), "numbers": len(before),
-            "median_abs_error_before": {"ttft": _median_abs(before, True),
-                                        "rest": _median_abs(before, False)},
-            "median_abs_error_after": {"ttft": _median_abs(after, True),
-                                       "rest": _median_abs(after, False)},
-            "in_sample": True, "unconstrained": list(result.unconstrained),
-            "iterations": result.iterations, "error_cap_factor": args.cap or None,
-        }
-        print(f"{gpu}: {len(group)} cases, {len(before)} numbers, {time.perf_counter() - t0:.0f} s; "
-              + ", ".join(f"{k} {start[k]:.4g} -> {v:.4g}" for k, v in result.fitted.items()))
+        fitted, unconstrained = fit_group(group, sources, gpu, names, cap=args.cap,
+                                          iterations=args.iterations, label=key)
+        rounded = {k: float(f"{v:.4g}") for k, v in fitted.items() if k not in unconstrained}
+        after = _errors(group, sources, rounded)
+        fit = {"cases": len(group), "numbers": len(before),
+               "median_abs_error_before": {"ttft": _median_abs(before, True),
+                                           "rest": _median_abs(before, False)},
+               "median_abs_error_after": {"ttft": _median_abs(after, True),
+                                          "rest": _median_abs(after, False)},
+               "in_sample": True, "unconstrained": list(unconstrained), "error_cap_factor": args.cap,
+               "iterations": args.iterations}
         b, a = fit["median_abs_error_before"], fit["median_abs_error_after"]
-        print(f"{gpu}: median |error| TTFT {_pct(b['ttft'])} -> {_pct(a['ttft'])}, rest {_pct(b['rest'])} -> "
+        print(f"{key}: {len(group)} cases, {len(before)} numbers, {time.perf_counter() - t0:.0f} s; "
+              + ", ".join(f"{k} {v:.4g}" for k, v in rounded.items())
+              + f"; median |error| TTFT {_pct(b['ttft'])} -> {_pct(a['ttft'])}, rest {_pct(b['rest'])} -> "
               f"{_pct(a['rest'])} (in-sample)", flush=True)
-        if args.write:
-            rounded = {k: float(f"{v:.4g}") for k, v in result.fitted.items()}
-            write_profile(PROFILES / f"trtllm-{gpu}.yaml", gpu=gpu, engine="tensorrt-llm", constants=rounded,
-                          source="fitted by bench/fit_profiles.py to the " + gpu + " cases of "
-                          "bench/fidelity_cases.yaml (TensorRT-LLM 0.17 throughput and 0.14 serving "
-                          "tables of perf-overview.md, NIM 1.8.0 Llama-3.3-70B); in-sample",
-                          extra={"started_from": start, "fit": fit})
+        docs = sorted({f"{sources[c.source]['document']} ({sources[c.source]['version']})" for c in group})
+        write_profile(PROFILES / f"{PREFIX[family]}-{gpu}.yaml", gpu=gpu, engine=family, constants=rounded,
+                      source=f"fitted by bench/fit_profiles.py --write to the {len(group)} {key} cases of "
+                      "bench/fidelity_cases.yaml (in-sample): " + "; ".join(docs),
+                      extra={"started_from": {n: float(getattr(load_gpu(gpu), n)) for n in names},
+                             "cases": [c.id for c in group], "fit": fit})
 
 
 if __name__ == "__main__":

@@ -14,39 +14,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+from pathlib import Path
 
 import numpy as np
 
-from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.layout import parse_layout
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.harness import read_counters
 from orchestrator.pipeline.timescale import unscale
-from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs
-from orchestrator.sim.build import replica_engines
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.virtual import SimRequest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sim_serving import MODEL, poisson_workload, sim_server, simulate_virtual, wait_healthy
 
 
 def _median(values: list[float | None]) -> float:
@@ -55,29 +35,15 @@ def _median(values: list[float | None]) -> float:
 
 
 def one_round(scale: float, n: int, seed: int) -> dict[str, float]:
-    rng = np.random.default_rng(seed)
-    offsets = [float(x) for x in np.cumsum(rng.exponential(1 / 3.0, n))]
-    prompts = [int(x) for x in rng.integers(300, 900, n)]
-    outputs = [int(x) for x in rng.integers(40, 80, n)]
-    inputs = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                        max_model_len=8192)
-    virtual, _ = simulate(replica_engines(inputs, parse_layout("tp8")),
-                          [SimRequest(str(i), offsets[i], prompts[i], outputs[i]) for i in range(n)])
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sim.server", "--model", "qwen2.5-72b",
-                             "--layout", "tp8", "--gpu", "h100-sxm", "--max-model-len", "8192",
-                             "--time-scale", str(scale), "--port", str(port)])
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while not _healthy(base + "/health") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        cfg = ClientConfig(base, "qwen2.5-72b")
+    offsets, prompts, outputs = poisson_workload(seed, n)
+    virtual = simulate_virtual([SimRequest(str(i), offsets[i], prompts[i], outputs[i]) for i in range(n)])
+    with sim_server(scale) as base:
+        wait_healthy(base)
+        cfg = ClientConfig(base, MODEL)
         asyncio.run(run_open_loop(cfg, [RequestSpec(f"w{i}", "word " * 50, 4) for i in range(3)], [0.0] * 3))
         # The harness's fixed per-request cost: tiny requests alone on the engine at the same spacing.
         gap_s = float(np.mean(np.diff(offsets)))
-        probe_v, _ = simulate(replica_engines(inputs, parse_layout("tp8")),
-                              [SimRequest(f"p{i}", i * gap_s, 8, 2) for i in range(6)])
+        probe_v = simulate_virtual([SimRequest(f"p{i}", i * gap_s, 8, 2) for i in range(6)])
         probe = [RequestSpec(f"p{i}", "word " * 8, max_tokens=2) for i in range(6)]
         probe_at = [i * gap_s * scale for i in range(6)]
         probe_s = unscale(asyncio.run(run_open_loop(cfg, probe, probe_at)), scale)
@@ -87,9 +53,6 @@ def one_round(scale: float, n: int, seed: int) -> dict[str, float]:
             asyncio.run(run_open_loop(cfg, specs, [t * scale for t in offsets])), scale
         )
         counters = read_counters([base + "/v1"]) - before
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     out = {
         "harness_ms": 1e3
         * max(0.0, _median([r.ttft_s for r in probe_s]) - _median([r.ttft_s for r in probe_v])),

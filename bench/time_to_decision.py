@@ -67,4 +67,7 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(SPECS))
+    if any(a.startswith("-") for a in sys.argv[1:]):  # --help: the arguments are specs, there are no flags
+        print(__doc__)
+    else:
+        main(sys.argv[1:] or list(SPECS))

@@ -33,10 +33,18 @@ class PointOutcome:
     itl_p99_ms: float | None
     intervals: dict[str, Any] | None = None  # loadgen.intervals.bootstrap_intervals
     slo_margin: str | None = None  # holds | close | breaks
+    concurrency: int | None = None  # a closed loop's requests in flight (rate is then None)
 
     @property
     def judged(self) -> bool:
         return not self.verdict.startswith("unreliable")
+
+    @property
+    def load(self) -> float | None:
+        """What the point is at: its rate (open loop) or its concurrency (closed loop)."""
+        if self.rate is not None:
+            return self.rate
+        return None if self.concurrency is None else float(self.concurrency)
 
 
 @dataclass(frozen=True)
@@ -101,25 +109,25 @@ def _score(p: PointOutcome, objective: str) -> float:
 def _best_point(points: Sequence[PointOutcome]) -> PointOutcome | None:
     """The passing point at the highest rate below every failing rate (the last passing point for
     concurrency sweeps); a pass above a failure is noise and does not count."""
-    fails = [p.rate for p in points if not p.passed and p.judged and p.rate is not None]
+    fails = [p.load for p in points if not p.passed and p.judged and p.load is not None]
     first_fail = min(fails) if fails else None
-    passing = [p for p in points if p.passed and (first_fail is None or (p.rate or 0.0) < first_fail)]
+    passing = [p for p in points if p.passed and (first_fail is None or (p.load or 0.0) < first_fail)]
     if not passing:
         return None
-    return max(passing, key=lambda p: (p.rate if p.rate is not None else 0.0, p.goodput_per_gpu))
+    return max(passing, key=lambda p: (p.load if p.load is not None else 0.0, p.goodput_per_gpu))
 
 
 def capacity_interval(points: Sequence[PointOutcome], best: PointOutcome) -> tuple[float, float | None]:
     """(highest rate that passes with every SLO interval inside its bound, lowest rate above the
     capacity that fails with an interval wholly outside; else the highest failing rate, None if none)."""
-    cap = best.rate or 0.0
-    sure = [p.rate for p in points if p.passed and p.slo_margin == "holds" and (p.rate or 0.0) <= cap]
+    cap = best.load or 0.0
+    sure = [p.load for p in points if p.passed and p.slo_margin == "holds" and (p.load or 0.0) <= cap]
     low = max((r for r in sure if r is not None), default=0.0)
-    above = [p for p in points if not p.passed and p.judged and (p.rate or 0.0) > cap]
-    broken = [p.rate for p in above if p.slo_margin == "breaks" and p.rate is not None]
+    above = [p for p in points if not p.passed and p.judged and (p.load or 0.0) > cap]
+    broken = [p.load for p in above if p.slo_margin == "breaks" and p.load is not None]
     if broken:
         return low, min(broken)
-    rates = [p.rate for p in above if p.rate is not None]
+    rates = [p.load for p in above if p.load is not None]
     return low, (max(rates) if rates else None)
 
 
@@ -133,12 +141,12 @@ def score_interval(
         return None, None
     lo, hi = (-iv[1], -iv[0]) if objective == "min_latency" else (iv[0], iv[1])
     lo, hi = min(lo, score), max(hi, score)
-    if not o.searched or not p.rate or objective == "min_latency":
+    if not o.searched or not p.load or objective == "min_latency":
         return (lo, hi), None
     cap_lo, cap_hi = capacity_interval(o.points, p)
     # a throughput at capacity scales with the rate: the capacity's uncertainty carries into the score
-    lo *= cap_lo / p.rate
-    hi *= (cap_hi / p.rate) if cap_hi is not None else 1.0
+    lo *= cap_lo / p.load
+    hi *= (cap_hi / p.load) if cap_hi is not None else 1.0
     return (lo, hi), (cap_lo, cap_hi)
 
 
@@ -164,14 +172,14 @@ def select(
             continue
         best = _best_point(o.points)
         if best is None:
-            worst = next((p for p in o.points if not p.passed), None)
+            worst = next((p for p in o.points if not p.passed and p.judged), None)
             why = (
                 f"no load point met the SLO (first failure: {worst.label}: {worst.verdict})"
                 if worst
-                else "no load point was measured"
+                else ("no load point could be judged" if o.points else "no load point was measured")
             )
             if o.searched and worst is not None:
-                lowest = min(o.points, key=lambda p: p.rate or 0.0)
+                lowest = min((p for p in o.points if p.judged), key=lambda p: p.load or 0.0)
                 why = (
                     f"capacity 0: fails the SLO down to {lowest.label} "
                     f"({lowest.verdict.removeprefix('SLO not met: ')})"

@@ -7,8 +7,13 @@ Skips when ray is missing; with ORCH_CI=1 fails instead (no tier skipped silentl
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,3 +67,37 @@ def free_gpus(ray: Any, want: float, wait_s: float = 30.0) -> float:
         if have >= want or time.monotonic() > deadline:
             return have
         time.sleep(0.2)
+
+
+def token_env(token: str) -> dict[str, str]:
+    """The environment of every process that talks to a head started with token authentication (Ray
+    2.60's default): drivers, `orch sweep`, the head itself."""
+    return {**os.environ, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+
+
+def ray_head(gpus: int, token: str) -> Iterator[str]:
+    """A `ray start --head --block` on loopback with `gpus` fake GPUs, yielding its address once its
+    port answers; on exit only this head is stopped (its own session), never a global `ray stop`.
+    For module fixtures: `yield from ray_head(8, TOKEN)`."""
+    ray_or_skip()
+    port = free_port()
+    ray_bin = Path(sys.executable).parent / "ray"
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+         f"--num-gpus={gpus}", "--num-cpus=16", "--include-dashboard=false", "--disable-usage-stats"],
+        env=token_env(token), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert proc.poll() is None, "ray start --head exited"
+        time.sleep(0.2)
+    yield f"127.0.0.1:{port}"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

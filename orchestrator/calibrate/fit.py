@@ -7,9 +7,9 @@ Levenberg-Marquardt over the logarithms of the constants (forward-difference Jac
 constant that is 2x too high and one that is 2x too low weigh the same. The simulator is
 deterministic for a given spec, so the residuals are smooth enough for finite differences.
 
-Fitted by default: hbm_efficiency, compute_efficiency, step_overhead_s, and moe_compute_efficiency for
-MoE models. A weak pull toward the starting guesses (PRIOR_WEIGHT) keeps a constant the points
-cannot see near its start.
+Fitted by default: hbm_efficiency, compute_efficiency, step_overhead_s, request_overhead_s when TTFT
+is among the fitted metrics, and moe_compute_efficiency for MoE models. A weak pull toward the
+starting guesses (PRIOR_WEIGHT) keeps a constant the points cannot see near its start.
 """
 
 from __future__ import annotations
@@ -40,10 +40,16 @@ METRICS: tuple[tuple[str, Callable[[dict[str, Any]], float | None]], ...] = (
 )
 DEFAULT_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "step_overhead_s")
 MOE_CONSTANTS = ("moe_compute_efficiency",)
-FITTABLE = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s")
+TTFT_CONSTANTS = ("request_overhead_s",)  # fitted by default when TTFT is: nothing else sees it
+FITTABLE = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
+            "request_overhead_s")
 # Bounds of each constant during the fit (the efficiencies are fractions of the datasheet).
 _BOUNDS = {"hbm_efficiency": (0.05, 1.0), "compute_efficiency": (0.02, 1.0),
-           "moe_compute_efficiency": (0.01, 1.0), "step_overhead_s": (1e-5, 0.5)}
+           "moe_compute_efficiency": (0.01, 1.0), "step_overhead_s": (1e-5, 0.5),
+           "request_overhead_s": (1e-5, 1.0)}
+# Where the fit starts a constant whose preset value is below its bound (0: not set). The fit runs in
+# logs, and at 10 us a factor-e change moves no prediction, so the constant would pass as unseen.
+_START_IF_UNSET = {"step_overhead_s": 1e-4, "request_overhead_s": 1e-3}
 # Weight of the pull toward the starting constants, per unit of log: a factor of 2 away costs
 # (0.01 ln 2)^2 = 5e-5, what a 0.7% error on one metric costs.
 PRIOR_WEIGHT = 0.01
@@ -187,6 +193,8 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
     names = list(constants or DEFAULT_CONSTANTS)
     if constants is None and base_inputs.cfg.is_moe:
         names += list(MOE_CONSTANTS)
+    if constants is None and "ttft_mean_ms" in use:
+        names += list(TTFT_CONSTANTS)
     for n in names:
         if n not in FITTABLE:
             raise SpecError(f"calibrate: cannot fit {n!r}; fittable: {', '.join(FITTABLE)}")
@@ -196,7 +204,8 @@ def fit(points: Sequence[MeasuredPoint], *, constants: Sequence[str] | None = No
                         "load points or layouts")
     gpu = base_inputs.gpu
     start = {n: float(getattr(gpu, n)) for n in names}
-    before: list[dict[str, float]] = []
+    unset = any(start[n] < _BOUNDS[n][0] for n in names)  # then the fit starts elsewhere
+    before: list[dict[str, float]] = [predict_point(p, start, max_requests) for p in points] if unset else []
 
     def residuals(c: dict[str, float]) -> np.ndarray[Any, Any]:
         preds = [predict_point(p, c, max_requests) for p in points]
@@ -226,7 +235,8 @@ def fit_constants(residuals: Callable[[dict[str, float]], np.ndarray[Any, Any]],
                   *, max_iterations: int = 12,
                   progress: Callable[[str], None] | None = None) -> FitResult:
     """Levenberg-Marquardt over the logs of `start`'s constants, within _BOUNDS, minimising the sum of
-    squares of `residuals(constants)` (log errors) plus a weak pull toward `start`."""
+    squares of `residuals(constants)` (log errors) plus a weak pull toward `start`. A constant unset
+    in `start` (below its bound: 0) starts at _START_IF_UNSET and is not pulled anywhere."""
     names = list(start)
     lo = np.log([_BOUNDS[n][0] for n in names])
     hi = np.log([_BOUNDS[n][1] for n in names])
@@ -235,15 +245,17 @@ def fit_constants(residuals: Callable[[dict[str, float]], np.ndarray[Any, Any]],
     def consts(theta: np.ndarray[Any, Any]) -> dict[str, float]:
         return {n: float(math.exp(t)) for n, t in zip(names, theta, strict=True)}
 
-    theta = np.clip(np.log([max(start[n], _BOUNDS[n][0]) for n in names]), lo, hi)
+    theta = np.clip(np.log([start[n] if start[n] >= _BOUNDS[n][0] else _START_IF_UNSET.get(n, _BOUNDS[n][0])
+                            for n in names]), lo, hi)
     theta0 = theta.copy()
+    pulled = np.array([start[n] >= _BOUNDS[n][0] for n in names], dtype=np.float64)
 
     def full(th: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         nonlocal evaluations
         evaluations += 1
         # A weak pull toward the starting guesses keeps a constant the points cannot see (an
         # efficiency of a 2 MB model) where it was instead of drifting to a bound.
-        return np.concatenate([residuals(consts(th)), PRIOR_WEIGHT * (th - theta0)])
+        return np.concatenate([residuals(consts(th)), PRIOR_WEIGHT * pulled * (th - theta0)])
 
     r = full(theta)
     cost = float(r @ r)

@@ -4,11 +4,18 @@ engine, written by `orch calibrate` and named by a spec's `hardware.calibration`
 A profile is YAML: `kind: orch-calibration-profile`, `gpu`, `engine`, `constants` (keys of
 `hardware.overrides`), plus what it was fitted from (`fitted_from`, `fit`), which loading ignores.
 Bundled profiles live in catalog/profiles/<name>.yaml and are named without the suffix.
+
+Defaults: a spec without `hardware.calibration` gets the bundled profile fitted for its GPU and its
+engine (`default_profile`), if there is one; `calibration: none` keeps the raw preset. A profile is
+matched on its `engine` field exactly: a TensorRT-LLM profile never applies to a vLLM spec, and the
+simulated engine (`sim`) models no particular engine, so a `sim` spec uses the preset unless it names
+a profile.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,7 @@ from orchestrator.catalog.loader import canonical_gpu
 from orchestrator.errors import SpecError
 
 PROFILE_KIND = "orch-calibration-profile"
+NO_PROFILE = "none"  # hardware.calibration: none = the preset as it is, no default profile
 _PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 
@@ -65,6 +73,34 @@ def load_profile(ref: str) -> Profile:
     constants = flatten_constants(data["constants"] or {}, f"{path}: constants")
     return Profile(name=path.stem, gpu=canonical_gpu(str(data["gpu"])), engine=str(data["engine"]),
                    constants=constants, source=str(data.get("source", str(path))))
+
+
+def default_profile(gpu: str, engine: str) -> Profile | None:
+    """The bundled profile fitted on this GPU for this engine, or None. Engines match exactly (a
+    profile fitted on TensorRT-LLM measurements is not a vLLM one)."""
+    canonical = canonical_gpu(gpu)
+    found = [p for p in _bundled() if p.gpu == canonical and p.engine == engine]
+    if len(found) > 1:  # a packaging bug, pinned by a test
+        raise SpecError(f"bundled profiles {', '.join(p.name for p in found)} are all for {canonical} + "
+                        f"{engine}; keep one")
+    return found[0] if found else None
+
+
+@lru_cache(maxsize=1)
+def _bundled() -> tuple[Profile, ...]:
+    """Every bundled profile, read once per process (every prediction looks its default up)."""
+    return tuple(load_profile(name) for name in profile_names())
+
+
+def spec_profile(calibration: str | None, gpu: str, engine: str) -> tuple[Profile | None, str]:
+    """The profile a spec's hardware uses and why: ('spec') named by `hardware.calibration`,
+    ('default') the bundled one of its GPU + engine, ('none') the raw preset."""
+    if calibration is None:
+        prof = default_profile(gpu, engine)
+        return prof, ("default" if prof is not None else "none")
+    if calibration.strip().lower() == NO_PROFILE:
+        return None, "none"
+    return profile_for(calibration, gpu), "spec"
 
 
 def profile_for(ref: str, gpu: str) -> Profile:

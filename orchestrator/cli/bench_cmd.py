@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console, print_table
 from orchestrator.errors import OrchError, RequestsFailed, SLONotMet, SpecError
 
 if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
@@ -294,7 +294,7 @@ def bench(
     else:
         points = []
     run = BenchRun(cfg)
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)  # off a terminal: wide enough that no column is cut
     interrupted = False
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
@@ -321,7 +321,7 @@ def bench(
     elif as_json:
         typer.echo(json.dumps(finite(run.to_dict()), indent=2))
     else:
-        console.print(_table(run.points))
+        print_table(console, _table(run.points))
         for p in run.points:
             if len(run.points) > 4 and p.verdict:
                 console.print(f"{p.point.label}: {p.verdict}", markup=False)

@@ -12,8 +12,9 @@ from rich.table import Table
 
 from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
 from orchestrator.catalog.profiles import write_profile
-from orchestrator.cli import app
+from orchestrator.cli import app, make_console, print_table
 from orchestrator.errors import SpecError
+from orchestrator.promote import resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 
 
@@ -36,7 +37,7 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
             cells += [f"{meas:,.1f}" if meas is not None else "-", _pct(p.error(name, "before")),
                       _pct(p.error(name, "after"))]
         table.add_row(*cells)
-    console.print(table)
+    print_table(console, table)
     for name in cal.fitted:
         kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
@@ -50,7 +51,8 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
 
 @app.command("calibrate")
 def calibrate_command(
-    runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Stored run ids (orch runs).")],
+    runs: Annotated[list[str], typer.Argument(
+        metavar="RUN...", help="Stored runs: ids, unique prefixes (6+ characters) or latest (orch runs).")],
     out: Annotated[str | None, typer.Option("--out", help="Write the fitted profile (YAML) here.")] = None,
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     constants: Annotated[str | None, typer.Option(
@@ -71,12 +73,13 @@ def calibrate_command(
     if max_requests is not None and max_requests < 1:
         raise SpecError("--max-requests must be >= 1")
     names = [c.strip() for c in constants.split(",") if c.strip()] if constants else None
-    store = Store(store_path)
+    store = Store(store_path, readonly=True)  # a read never creates or changes a store
     try:
+        runs = [resolve_run(store, ref) for ref in runs]  # ids, unique prefixes or latest, as elsewhere
         points = points_from_store(store, runs)
     finally:
         store.close()
-    console = Console(width=200, stderr=as_json)
+    console = make_console(stderr=as_json)
     with console.status("fitting (each step simulates every measured point)"):
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
                   metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)

@@ -42,7 +42,8 @@ class Executor(StrEnum):
 
 @app.command("compile")
 def compile_cmd(
-    spec_path: Annotated[Path, typer.Argument(help="Sweep spec YAML, e.g. layouts/qwen72b.yaml")],
+    spec_path: Annotated[Path, typer.Argument(
+        metavar="SPEC", help="Sweep spec YAML, e.g. layouts/qwen72b.yaml")],
     layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to compile, e.g. tp4x2")],
     engine: Annotated[
         EngineName | None, typer.Option(help="Engine; default: the spec's engine.name")

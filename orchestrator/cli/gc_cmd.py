@@ -10,13 +10,14 @@ import typer
 from orchestrator.cli import app
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec
-from orchestrator.spec.models import KubernetesTarget
+from orchestrator.spec.targets import KubernetesTarget
 
 
 @app.command("gc")
 def gc_command(
     spec_path: Annotated[
-        str | None, typer.Argument(help="A spec with a kubernetes target (namespace, context, image).")
+        str | None,
+        typer.Argument(metavar="SPEC", help="A spec with a kubernetes target (namespace, context, image)."),
     ] = None,
     namespace: Annotated[
         str | None, typer.Option("--namespace", help="Namespace; default the spec's.")

@@ -87,7 +87,8 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
             times = (p.weight_read_s, p.kv_read_s, p.compute_s, p.tp_comm_s, p.ep_comm_s, p.pp_comm_s,
                      p.total_s)
             parts.add_row(str(row.layout), str(d.batch), *(f"{t * 1e3:.2f}" for t in times), p.bound, touched)
-    console.print(parts)
+    if parts.row_count:  # every layout rejected: no step to show, the reasons follow
+        console.print(parts)
 
     for row in result.rows:
         # Reasons can quote spec values: escaped, so "[bold]" in one prints as written.
@@ -101,7 +102,8 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
     console.print(
         "[dim]assumptions (guesses, override in the spec): "
         + ", ".join(f"{k}={v:g}" for k, v in a.items())
-        + f"; GPU figures: {inp.gpu.source}. * = candidate in the spec; † = batch exceeds KV capacity.[/]",
+        + f"; profile: {inp.gpu.profile or 'none (preset)'}; GPU figures: {inp.gpu.source}. "
+        "* = candidate in the spec; † = batch exceeds KV capacity.[/]",
         highlight=False)
 
 

@@ -58,7 +58,8 @@ def runs_command(
     make_console().print(table)
 
 
-@app.command("export")
+@app.command("export", help="Export a run: one row per (layout, load point) with flattened metrics, per "
+             "request or per engine metrics scrape; or the vLLM benchmark JSON of every load point.")
 def export_command(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
     fmt: Annotated[
@@ -73,8 +74,7 @@ def export_command(
     ] = "points",
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
 ) -> None:
-    """Export a run: one row per (layout, load point) with flattened metrics, per request or per engine
-    metrics scrape; or the vLLM benchmark JSON of every load point."""
+    """Export a run (rows per load point, request or /metrics scrape; or vLLM benchmark JSON)."""
     store = Store(store_path, readonly=True)
     result = export_run(store, resolve_run(store, run_id), fmt, out, per_request=per_request, table=table)
     typer.echo(result if out is None else f"wrote {result}")

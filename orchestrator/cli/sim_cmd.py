@@ -9,14 +9,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.cli import app, make_console
+from orchestrator.cli import app, make_console, print_table
 from orchestrator.cli.bench_cmd import _table
 from orchestrator.cli.plan_cmd import _ints
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.validate import load_checked_spec
-from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.plan.from_spec import constants_line, constants_used, plan_inputs
 from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.checks import MAX_COUNT
 from orchestrator.spec.load import with_workload
@@ -60,7 +60,8 @@ def simulate_command(
     rate_list = _rates(rates) or list(spec.workload.rates_per_s or ())
     if levels is None and not rate_list:
         raise SpecError(
-            f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); give --rates"
+            f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); "
+            "give --rates R[,R...] or --concurrency N[,M...]"
         )
     loads: list[tuple[float | None, int | None]] = (
         [(None, c) for c in levels] if levels is not None else [(r, None) for r in rate_list])
@@ -95,8 +96,11 @@ def simulate_command(
         results += points
         if not as_json:
             _print_layout(console, layout, points)
+    if not as_json:  # which profile and constants every number above came from
+        console.print(f"[dim]constants: {escape(constants_line(inputs.gpu))}[/]", highlight=False)
     if as_json:
-        typer.echo(json.dumps(finite({"prediction": "simulated (virtual time)", "points": [
+        typer.echo(json.dumps(finite({"prediction": "simulated (virtual time)",
+                                      "constants": constants_used(inputs.gpu), "points": [
             {"layout": str(p.layout), "gpus": p.layout.gpus, **p.result.to_dict(),
              "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected}
             for p in results], "rejected_layouts": [
@@ -112,7 +116,7 @@ def simulate_command(
 def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> None:
     table = _table([p.result for p in points])
     table.title = f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured"
-    console.print(table)
+    print_table(console, table)
     for p in points:
         s = p.summary
         console.print(f"  {p.result.point.label}: {s.steps} engine steps, "
@@ -120,9 +124,11 @@ def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> N
                       f"{s.virtual_s:.1f} virtual s", highlight=False)
 
 
-@sim_app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# Every argument, --help included, goes to the server's own parser: `orch sim serve --help` lists its flags.
+@sim_app.command("serve", context_settings={
+    "allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def serve_command(ctx: typer.Context) -> None:
-    """Serve the simulated engine over the OpenAI API (flags: python -m orchestrator.sim.server --help)."""
+    """Serve the simulated engine over the OpenAI API (orch sim serve --help lists the flags)."""
     from orchestrator.sim.server import main as serve_main
 
     serve_main(list(ctx.args))

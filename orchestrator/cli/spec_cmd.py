@@ -20,12 +20,14 @@ def schema() -> None:
     typer.echo(json.dumps(spec_json_schema(), indent=2))
 
 
-@app.command()
+# help= as one string: a line break inside a docstring shows up in `orch --help` as a gap.
+@app.command(help="Check a spec file as plan, compile and sweep would (catalog names, files, engine argv); "
+             "print its layouts and hash, or one line naming the file, line, field and fix (exit code 2).")
 def validate(
-    spec_path: Annotated[Path, typer.Argument(help="Sweep spec YAML, e.g. layouts/qwen72b.yaml")],
+    spec_path: Annotated[Path, typer.Argument(
+        metavar="SPEC", help="Sweep spec YAML, e.g. layouts/qwen72b.yaml")],
 ) -> None:
-    """Check a spec file as plan, compile and sweep would (catalog names, files, engine argv); print its
-    layouts and hash, or one line naming the file, line, field and fix (exit code 2)."""
+    """Check a spec as plan, compile and sweep would; print its layouts and hash, or the one-line error."""
     loaded = load_spec_lines(spec_path)
     check_spec(loaded)
     spec = loaded.spec

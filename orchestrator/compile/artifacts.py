@@ -20,7 +20,8 @@ from orchestrator.compile.k8s import GPU_PRODUCT_LABEL, K8sOptions, build_object
 from orchestrator.compile.ray_serve import accelerator_type, serve_app_config
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-from orchestrator.spec.models import KubernetesTarget, SweepSpec
+from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.targets import KubernetesTarget
 
 FORMATS = ("helm-values", "k8s", "shell", "ray-serve")
 FILES = {
@@ -92,6 +93,11 @@ def check_pinned(image: str, where: str) -> None:
 
 def default_image(spec: SweepSpec, engine: str) -> tuple[str, str]:
     """The engine's public image at the spec's engine version (else the checked one), and why."""
+    if engine not in DEFAULT_IMAGES:  # the simulator has no public image: pods need one with orch in it
+        raise SpecError(
+            f"engine {engine} has no public image to run in pods: pass --image with a pinned tag of an image "
+            "that has orch installed, or --engine vllm|sglang for the real engine's objects"
+        )
     if spec.engine.version and spec.engine.name == engine:
         return f"{DEFAULT_IMAGES[engine]}:v{spec.engine.version}", f"engine.version {spec.engine.version}"
     version = CHECKED_VERSIONS[engine]

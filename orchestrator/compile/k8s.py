@@ -24,7 +24,7 @@ from orchestrator.compile.k8s_argv import (
 from orchestrator.engines.base import LaunchPlan, ReplicaPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-from orchestrator.spec.models import KubernetesTarget
+from orchestrator.spec.targets import KubernetesTarget
 
 Obj = dict[str, Any]
 

@@ -24,7 +24,8 @@ from orchestrator.loadgen.client import ClientConfig
 from orchestrator.pipeline.provenance import hardware_seen, new_run_id, orch_version
 from orchestrator.pipeline.sweep import DEFAULT_READY_TIMEOUT_S, _warm_up
 from orchestrator.spec.load import spec_hash
-from orchestrator.spec.models import LocalTarget, SweepSpec
+from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.targets import LocalTarget
 from orchestrator.store.db import Store
 from orchestrator.store.run_ids import checked_run_id
 

@@ -6,7 +6,8 @@ the same objects), each labelled with the run and owned by one per-run ConfigMap
 (``orch gc``) removes everything even when orch died. Pods are polled until Ready; what keeps one from it
 (Unschedulable, image pulls, OOMKilled, crash loops with the last log lines) ends the wait with that reason.
 The leaders are reached through the Service's cluster DNS name when orch runs in the cluster, else through
-the API server's port-forward to each leader pod (``k8s_forward``).
+the API server's port-forward to each leader pod (``k8s_forward``). The client, its one-line errors and the
+object names, which ``orch gc`` shares, are in ``k8s_api``.
 """
 
 from __future__ import annotations
@@ -20,87 +21,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.compile.k8s import (
-    LABEL_PREFIX,
-    LABEL_ROLE,
-    LWS_API,
-    Obj,
-    build_objects,
-    options_from_target,
-    selector_labels,
-)
+from orchestrator.compile.k8s import LABEL_ROLE, LWS_API, Obj, build_objects, options_from_target
 from orchestrator.deploy.base import Deployment, Endpoint
+from orchestrator.deploy.k8s_api import (
+    LABEL_RUN,
+    LWS_INSTALL,
+    REQUEST_TIMEOUT_S,
+    UNREACHABLE,
+    api_client,
+    api_error,
+    object_name,
+    quantities_as_strings,
+    run_object_name,
+)
 from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_problem, restarts
 from orchestrator.deploy.k8s_forward import PodForward
 from orchestrator.engines.base import LaunchPlan
-from orchestrator.errors import DeployError, EngineDied, SpecError
-from orchestrator.layout import Layout, parse_layout
-from orchestrator.spec.models import KubernetesTarget
+from orchestrator.errors import DeployError, EngineDied
+from orchestrator.layout import parse_layout
+from orchestrator.spec.targets import KubernetesTarget
 
-LABEL_RUN = LABEL_PREFIX + "run"
-LWS_INSTALL = (
-    "install the LeaderWorkerSet controller (kubectl apply --server-side -f "
-    "https://github.com/kubernetes-sigs/lws/releases/download/v0.6.2/manifests.yaml) "
-    "or sweep layouts that fit one node"
-)
-_REQUEST_TIMEOUT_S = 30
-# What a request raises when the API server cannot be reached (urllib3 wraps socket errors in HTTPError).
-UNREACHABLE: tuple[type[Exception], ...] = (OSError,)
-with contextlib.suppress(ImportError):
-    import urllib3.exceptions
-
-    UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
 _POLL_S = 0.5
-
-
-def object_name(run_id: str, layout: Layout) -> str:
-    """A DNS label unique per run and layout: the run id's last digits keep two sweeps apart."""
-    tail = "".join(ch for ch in run_id if ch.isalnum())[-6:].lower() or "run"
-    return f"orch-{tail}-{layout}".lower()
-
-
-def run_object_name(run_id: str) -> str:
-    return "orch-run-" + "".join(ch if ch.isalnum() else "-" for ch in run_id.lower()).strip("-")
-
-
-def api_client(target: KubernetesTarget) -> Any:
-    """A client from the kubeconfig (KUBECONFIG or ~/.kube/config, target.context), or in-cluster config."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    # The client is used untyped: orch hands it plain dicts (the objects compile.k8s builds), which it
-    # accepts at run time although its annotations name model classes.
-    cfg: Any = config
-
-    kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-            cfg.load_incluster_config()
-            return client.ApiClient()
-        return cfg.new_client_from_config(config_file=kubeconfig, context=target.context)
-    except (ConfigException, OSError) as exc:
-        where = f"context {target.context!r} in " if target.context else ""
-        raise SpecError(
-            f"target.kind kubernetes: cannot load {where}kubeconfig {kubeconfig} ({exc}); set KUBECONFIG or "
-            "target.context, or run orch inside the cluster"
-        ) from exc
-
-
-def api_error(exc: Exception, doing: str, namespace: str) -> DeployError:
-    """One line for an ApiException or a connection failure, naming the verb and resource when forbidden."""
-    status = getattr(exc, "status", None)
-    body: Obj = {}
-    with contextlib.suppress(Exception):
-        body = json.loads(getattr(exc, "body", "") or "{}")
-    message = body.get("message") or getattr(exc, "reason", None) or str(exc).splitlines()[0]
-    if status == 403:
-        return DeployError(
-            f"kubernetes: not allowed to {doing} in namespace {namespace}: {message}; grant that verb and "
-            "resource to orch's service account (k8s/rbac.yaml)"
-        )
-    if status is None:
-        return DeployError(f"kubernetes: API server unreachable while trying to {doing}: {message}")
-    return DeployError(f"kubernetes: {doing} failed ({status}): {message}")
 
 
 @dataclass
@@ -187,11 +128,11 @@ class KubernetesRunTarget:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            got = self.core.create_namespaced_config_map(self.ns, body, _request_timeout=_REQUEST_TIMEOUT_S)
+            got = self.core.create_namespaced_config_map(self.ns, body, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:
             if exc.status != 409:
                 raise api_error(exc, "create configmaps", self.ns) from exc
-            got = self.core.read_namespaced_config_map(name, self.ns, _request_timeout=_REQUEST_TIMEOUT_S)
+            got = self.core.read_namespaced_config_map(name, self.ns, _request_timeout=REQUEST_TIMEOUT_S)
         except UNREACHABLE as exc:
             raise api_error(exc, "create configmaps", self.ns) from exc
         return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": got.metadata.uid}
@@ -203,13 +144,13 @@ class KubernetesRunTarget:
         obj = quantities_as_strings(obj)
         try:
             if kind == "Deployment":
-                self.apps.create_namespaced_deployment(self.ns, obj, _request_timeout=_REQUEST_TIMEOUT_S)
+                self.apps.create_namespaced_deployment(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
             elif kind == "Service":
-                self.core.create_namespaced_service(self.ns, obj, _request_timeout=_REQUEST_TIMEOUT_S)
+                self.core.create_namespaced_service(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
             elif kind == "LeaderWorkerSet":
                 group, version = LWS_API.split("/")
                 self.custom.create_namespaced_custom_object(
-                    group, version, self.ns, "leaderworkersets", obj, _request_timeout=_REQUEST_TIMEOUT_S
+                    group, version, self.ns, "leaderworkersets", obj, _request_timeout=REQUEST_TIMEOUT_S
                 )
             else:
                 raise DeployError(f"kubernetes target: cannot apply a {kind}")
@@ -235,7 +176,7 @@ class KubernetesRunTarget:
         selector = ",".join(f"{k}={v}" for k, v in selector_labels_of(handle).items())
         try:
             resp = self.core.list_namespaced_pod(
-                self.ns, label_selector=selector, _preload_content=False, _request_timeout=_REQUEST_TIMEOUT_S
+                self.ns, label_selector=selector, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
             )
             return list(json.loads(resp.data).get("items") or [])
         except ApiException as exc:
@@ -247,7 +188,7 @@ class KubernetesRunTarget:
         with contextlib.suppress(Exception):
             resp = self.core.list_namespaced_event(
                 self.ns, field_selector=f"involvedObject.name={pod}", _preload_content=False,
-                _request_timeout=_REQUEST_TIMEOUT_S,
+                _request_timeout=REQUEST_TIMEOUT_S,
             )  # fmt: skip
             return list(json.loads(resp.data).get("items") or [])
         return []
@@ -256,7 +197,7 @@ class KubernetesRunTarget:
         with contextlib.suppress(Exception):
             text = self.core.read_namespaced_pod_log(
                 pod, self.ns, container="engine", tail_lines=lines, previous=False,
-                _request_timeout=_REQUEST_TIMEOUT_S,
+                _request_timeout=REQUEST_TIMEOUT_S,
             )  # fmt: skip
             return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
         return ""
@@ -333,17 +274,17 @@ class KubernetesRunTarget:
             with contextlib.suppress(Exception):
                 if kind == "Deployment":
                     self.apps.delete_namespaced_deployment(
-                        name, self.ns, body=opts, _request_timeout=_REQUEST_TIMEOUT_S
+                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S
                     )
                 elif kind == "Service":
                     self.core.delete_namespaced_service(
-                        name, self.ns, body=opts, _request_timeout=_REQUEST_TIMEOUT_S
+                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S
                     )
                 elif kind == "LeaderWorkerSet":
                     group, version = LWS_API.split("/")
                     self.custom.delete_namespaced_custom_object(
                         group, version, self.ns, "leaderworkersets", name, body=opts,
-                        _request_timeout=_REQUEST_TIMEOUT_S,
+                        _request_timeout=REQUEST_TIMEOUT_S,
                     )  # fmt: skip
 
     def _delete_run_object_if_idle(self) -> None:
@@ -355,26 +296,6 @@ class KubernetesRunTarget:
             if json.loads(left.data).get("items"):
                 return
             self.core.delete_namespaced_config_map(run_object_name(self.run_id), self.ns)
-
-
-def quantities_as_strings(obj: Obj) -> Obj:
-    """A copy whose container resource quantities are strings ("8", not 8): the API takes both, but the
-    kubernetes client (v37) checks typed bodies and wants strings, as Quantity is in the API schema."""
-    out: Obj = json.loads(json.dumps(obj))
-
-    def fix(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("limits", "requests") and isinstance(value, dict):
-                    node[key] = {k: str(v) for k, v in value.items()}
-                else:
-                    fix(value)
-        elif isinstance(node, list):
-            for item in node:
-                fix(item)
-
-    fix(out)
-    return out
 
 
 def selector_labels_of(handle: KubeHandle) -> dict[str, str]:
@@ -424,11 +345,3 @@ def _wait_health(url: str, deadline: float) -> None:
         time.sleep(_POLL_S)
     raise DeployError(f"kubernetes: pods are Ready but {url} does not answer: {last}")
 
-
-__all__ = [
-    "LABEL_RUN",
-    "KubernetesRunTarget",
-    "object_name",
-    "run_object_name",
-    "selector_labels",
-]

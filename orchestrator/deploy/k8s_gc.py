@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from orchestrator.compile.k8s import LWS_API
-from orchestrator.deploy.k8s import LABEL_RUN, UNREACHABLE, api_client, api_error
-from orchestrator.spec.models import KubernetesTarget
+from orchestrator.deploy.k8s_api import LABEL_RUN, UNREACHABLE, api_client, api_error
+from orchestrator.spec.targets import KubernetesTarget
 
 
 def collect_garbage(target: KubernetesTarget, run_id: str | None = None) -> list[str]:

@@ -9,8 +9,9 @@ from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.deploy.ray import RayTarget
 from orchestrator.engines.base import Placement
 from orchestrator.errors import SpecError
-from orchestrator.spec.models import KubernetesTarget, LocalTarget, SweepSpec, TargetSpec
-from orchestrator.spec.models import RayTarget as RayTargetSpec
+from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.targets import KubernetesTarget, LocalTarget, TargetSpec
+from orchestrator.spec.targets import RayTarget as RayTargetSpec
 
 if TYPE_CHECKING:
     from orchestrator.deploy.k8s import KubernetesRunTarget
@@ -19,7 +20,7 @@ def preflight(target: TargetSpec) -> None:
     """What can be checked before the first layout: on Kubernetes, that a kubeconfig (or the in-cluster
     config) loads, so a sweep without one stops with one line instead of failing every layout."""
     if isinstance(target, KubernetesTarget):
-        from orchestrator.deploy.k8s import api_client
+        from orchestrator.deploy.k8s_api import api_client
 
         api_client(target).close()
 

@@ -26,6 +26,13 @@ class Placement:
     on_cpu: bool = False
     bind_host: str = "0.0.0.0"
     cpu_cores_per_node: int = 0  # on CPU: cores to split over local ranks; 0 = one core per rank
+    # Layouts side by side (deploy/packing.py): per node of `nodes`, the GPU ids this layout may use
+    # (none: the node is not its); empty: every GPU of every node.
+    usable_gpus: tuple[tuple[int, ...], ...] = ()
+
+    def node_gpus(self, node: int) -> tuple[int, ...]:
+        """The GPU ids of node `node` (an index into `nodes`) this layout may use, ascending."""
+        return self.usable_gpus[node] if self.usable_gpus else tuple(range(self.gpus_per_node))
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -40,6 +47,15 @@ class Placement:
             raise SpecError(f"placement: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 1 <= self.base_port <= 65535 - PORT_STRIDE:
             raise SpecError(f"placement: base_port {self.base_port} out of range")
+        if self.usable_gpus and (
+            len(self.usable_gpus) != len(self.nodes)
+            or any(list(ids) != sorted(set(ids)) or any(not 0 <= g < self.gpus_per_node for g in ids)
+                   for ids in self.usable_gpus)
+        ):
+            raise SpecError(
+                f"placement: usable_gpus {self.usable_gpus} must list, for each of the {len(self.nodes)} "
+                f"nodes, ascending GPU ids below {self.gpus_per_node}"
+            )
 
 
 @dataclass(frozen=True)
@@ -218,35 +234,56 @@ def placement_problems(layout: Layout, placement: Placement) -> list[str]:
     if gpr > gpn and gpr % gpn:
         reasons.append(f"a replica needs {gpr} GPUs, not a multiple of {gpn} GPUs per node")
         return reasons
-    nodes_needed = -(-layout.gpus // gpn) if gpr <= gpn else (gpr // gpn) * layout.replicas
+    share = " (its share of the cluster)" if placement.usable_gpus else ""
     if gpr <= gpn:
-        per_node = gpn // gpr
-        nodes_needed = -(-layout.replicas // per_node)
-    if nodes_needed > len(placement.nodes):
-        reasons.append(f"needs {nodes_needed} nodes of {gpn} GPUs, placement has {len(placement.nodes)}")
+        fits = sum(len(placement.node_gpus(n)) // gpr for n in range(len(placement.nodes)))
+        if fits < layout.replicas:
+            if placement.usable_gpus:
+                reasons.append(f"needs {layout.replicas} blocks of {gpr} GPUs on one node, placement{share} "
+                               f"holds {fits}")
+            else:
+                nodes_needed = -(-layout.replicas // (gpn // gpr))
+                reasons.append(
+                    f"needs {nodes_needed} nodes of {gpn} GPUs, placement has {len(placement.nodes)}"
+                )
+        return reasons
+    nodes_needed = (gpr // gpn) * layout.replicas
+    whole = len(_whole_nodes(placement))
+    if nodes_needed > whole:
+        reasons.append(f"needs {nodes_needed} nodes of {gpn} GPUs, placement{share} has {whole}")
     return reasons
 
 
+def _whole_nodes(placement: Placement) -> list[int]:
+    return [n for n in range(len(placement.nodes)) if len(placement.node_gpus(n)) == placement.gpus_per_node]
+
+
 def assign_slots(layout: Layout, placement: Placement) -> list[list[Slot]]:
-    """Per replica, the node slots it uses (first slot = leader). Call placement_problems first."""
+    """Per replica, the node slots it uses (first slot = leader). Call placement_problems first.
+
+    A replica that fits on one node takes the next block of its size among the node's usable GPUs
+    (nodes in order); a bigger one takes whole nodes."""
     problems = placement_problems(layout, placement)
     if problems:
         raise SpecError(f"layout {layout}: " + "; ".join(problems))
     gpr, gpn = layout.gpus_per_replica, placement.gpus_per_node
     out: list[list[Slot]] = []
     if gpr <= gpn:
-        per_node = gpn // gpr
-        for r in range(layout.replicas):
-            node, slot = divmod(r, per_node)
-            gpus = tuple(range(slot * gpr, (slot + 1) * gpr))
-            port = placement.base_port + PORT_STRIDE * slot
-            out.append([Slot(node, placement.nodes[node], gpus, port)])
+        blocks = [
+            (n, ids[k * gpr : (k + 1) * gpr], k)
+            for n in range(len(placement.nodes))
+            for ids in [placement.node_gpus(n)]
+            for k in range(len(ids) // gpr)
+        ]
+        for n, gpus, k in blocks[: layout.replicas]:
+            port = placement.base_port + PORT_STRIDE * k
+            out.append([Slot(n, placement.nodes[n], gpus, port)])
     else:
-        span = gpr // gpn
+        span, whole = gpr // gpn, _whole_nodes(placement)
         for r in range(layout.replicas):
             slots = [
                 Slot(n, placement.nodes[n], tuple(range(gpn)), placement.base_port)
-                for n in range(r * span, (r + 1) * span)
+                for n in whole[r * span : (r + 1) * span]
             ]
             out.append(slots)
     return out

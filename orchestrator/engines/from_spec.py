@@ -8,7 +8,8 @@ from typing import Any, Literal, cast
 
 from orchestrator.engines.base import EngineOptions, Placement, SecretEnv
 from orchestrator.errors import SpecError
-from orchestrator.spec.models import LocalTarget, ModelSpec, SweepSpec
+from orchestrator.spec.models import ModelSpec, SweepSpec
+from orchestrator.spec.targets import LocalTarget
 
 # Where the weights of each catalog preset live when the spec gives no model.path. The catalog holds
 # only config.json files; the ids are the published instruct/base checkpoints those configs come from.

@@ -16,7 +16,10 @@ from orchestrator.engines.base import (
     Placement,
     ProcessSpec,
     ReplicaPlan,
+    Slot,
+    assign_slots,
     check_extra_args,
+    placement_problems,
 )
 from orchestrator.layout import Layout
 from orchestrator.plan.from_spec import effective_constants
@@ -36,6 +39,8 @@ def sim_args_from_spec(spec: SweepSpec) -> tuple[str, ...]:
         args += ["--gpus-per-node", str(hw.gpus_per_node)]
     for key, value in sorted(effective_constants(spec).items()):
         args += ["--gpu-override", f"{key}={value!r}"]
+    if spec.engine.sim_scheduler != "vllm":
+        args += ["--scheduler", spec.engine.sim_scheduler]
     if model.quant_group_size:
         args += ["--quant-group-size", str(model.quant_group_size)]
     if spec.engine.runtime_reserve_bytes is not None:
@@ -56,6 +61,12 @@ class SimEngine:
     def launch_plan(self, layout: Layout, options: EngineOptions, placement: Placement) -> LaunchPlan:
         check_extra_args(options.extra_args)
         replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
+        # Side by side (placement.usable_gpus), each replica records the GPUs it stands for (its leader
+        # node's) in CUDA_VISIBLE_DEVICES, as a real engine's; the simulator uses none. Not as gpu_ids:
+        # those are what a pod or a Ray bundle asks for, and a simulated replica holds no device.
+        slots: list[list[Slot]] = []
+        if placement.usable_gpus and not placement_problems(layout, placement):
+            slots = assign_slots(layout, placement)
         replicas = []
         for r in range(layout.replicas):
             host = placement.nodes[0] if len(placement.nodes) == 1 else LOOPBACK
@@ -74,9 +85,13 @@ class SimEngine:
             if options.gpu_memory_utilization:
                 argv += ["--gpu-memory-utilization", repr(options.gpu_memory_utilization)]
             argv += list(options.extra_args)
+            env, node = options.extra_env, 0
+            if slots:
+                node = slots[r][0].node_index
+                devices = ("CUDA_VISIBLE_DEVICES", ",".join(map(str, slots[r][0].gpu_ids)))
+                env = tuple(sorted(dict((devices, *env)).items()))
             proc = ProcessSpec(
-                argv=tuple(argv), env=options.extra_env, node_index=0, ports=(port,),
-                secret_env=options.secret_env,
+                argv=tuple(argv), env=env, node_index=node, ports=(port,), secret_env=options.secret_env
             )
             replicas.append(ReplicaPlan((proc,), f"http://{host}:{port}/health", f"http://{host}:{port}/v1"))
         return LaunchPlan(self.name, str(layout), tuple(replicas))

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from orchestrator.loadgen.http1 import Exchange
+from orchestrator.loadgen.exchange import Exchange
 from orchestrator.loadgen.records import ErrorKind, RequestRecord
 from orchestrator.loadgen.sse import SSEParser
 

@@ -23,10 +23,9 @@ import asyncio
 import socket
 import ssl
 import time
-from dataclasses import dataclass, field
 from typing import cast
-from urllib.parse import urlsplit
 
+from orchestrator.loadgen.exchange import Exchange, Origin
 from orchestrator.loadgen.framing import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MAX_HEAD_BYTES,
@@ -38,43 +37,9 @@ from orchestrator.loadgen.framing import (
     status_of,
 )
 
+__all__ = ["Exchange", "Http1Client", "Origin"]
+
 _HEAD, _LENGTH, _CLOSE, _SIZE, _DATA, _CRLF, _TRAILER = range(7)
-
-
-@dataclass
-class Exchange:
-    """What one request got back. reads: (arrival time, body bytes with the chunk framing removed)."""
-
-    status: int = 0
-    reads: list[tuple[float, bytes]] = field(default_factory=list)
-    #: "connection" (refused, dropped), "timeout", "protocol" (not HTTP/1.1 framing), "too_large"
-    error: str | None = None
-    complete: bool = False  # the body ended by its framing (or by the close of a close-delimited body)
-    end_s: float | None = None  # when the last byte arrived
-
-
-@dataclass(frozen=True)
-class Origin:
-    scheme: str
-    host: str
-    port: int
-    path: str  # request target, e.g. /v1/completions
-
-    @classmethod
-    def parse(cls, url: str) -> Origin:
-        u = urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        port = u.port or (443 if u.scheme == "https" else 80)
-        return cls(u.scheme, u.hostname, port, (u.path or "/") + (f"?{u.query}" if u.query else ""))
-
-    def head(self, headers: dict[str, str]) -> bytes:
-        """The request head up to (not including) the Content-Length value."""
-        host = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
-        lines = [f"POST {self.path} HTTP/1.1", f"Host: {host}", "Connection: keep-alive",
-                 "Accept: text/event-stream, application/json"]
-        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("host", "content-length")]
-        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
 
 class _Conn(asyncio.Protocol):

@@ -133,3 +133,14 @@ def slo_margin(intervals: Mapping[str, Any], slo: Mapping[str, float]) -> str:
     if "breaks" in verdicts:
         return "breaks"
     return "close" if "close" in verdicts else "holds"
+
+
+def straddled_bounds(intervals: Mapping[str, Any], slo: Mapping[str, float]) -> list[str]:
+    """Each SLO bound whose interval straddles it, as 'itl_p99_ms [97.2, 104.1] around 100': the
+    bounds that make slo_margin 'close'."""
+    out = []
+    for key, bound in slo.items():
+        iv = intervals.get(key)
+        if iv and iv[0] <= bound < iv[1]:
+            out.append(f"{key} [{iv[0]:.4g}, {iv[1]:.4g}] around {bound:g}")
+    return out

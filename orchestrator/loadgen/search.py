@@ -92,6 +92,34 @@ def next_rate(
     return (lo + hi) / 2, ""
 
 
+def next_concurrency(
+    tried: Sequence[tuple[float, bool]], *, start: int, min_c: int, max_c: int, rel_tol: float,
+    max_runs: int, growth: float = 2.0,
+) -> tuple[int | None, str]:
+    """`next_rate` for a closed loop: whole numbers of requests in flight. The bracket stops when it is
+    within `rel_tol` of the passing concurrency or the two ends are neighbours (nothing lies between);
+    growth and bisection round so every step lands strictly inside the bracket."""
+    if not tried:
+        return start, ""
+    lo_f, hi_f = bracket(tried)
+    lo, hi = (None if lo_f is None else int(lo_f)), (None if hi_f is None else int(hi_f))
+    if lo is not None and hi is not None and (hi - lo <= 1 or hi - lo <= rel_tol * lo):
+        return None, f"bracket [{lo}, {hi}] concurrent requests within {rel_tol:.0%} (or neighbours)"
+    if len(tried) >= max_runs:
+        where = " while bracketing" if lo is None or hi is None else f"; bracket [{lo}, {hi}]"
+        return None, f"max_runs ({max_runs}) reached{where}"
+    if hi is None:
+        assert lo is not None
+        if lo >= max_c:
+            return None, f"passes at max_concurrency ({max_c})"
+        return min(max(lo + 1, round(lo * growth)), max_c), ""
+    if lo is None:
+        if hi <= min_c:
+            return None, f"fails down to min_concurrency ({min_c})"
+        return max(min(hi - 1, int(hi / growth)), min_c), ""
+    return (lo + hi) // 2, ""
+
+
 async def search_rate(
     run: RunFn,
     slo: Mapping[str, float],

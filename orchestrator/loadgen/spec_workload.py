@@ -11,7 +11,8 @@ from orchestrator.loadgen.workloads import (
     sharegpt_workload,
     trace_workload,
 )
-from orchestrator.spec.models import SLOSpec, WorkloadSpec
+from orchestrator.spec.models import SLOSpec
+from orchestrator.spec.workload import WorkloadSpec
 
 
 def workload_factory(w: WorkloadSpec) -> WorkloadFactory:

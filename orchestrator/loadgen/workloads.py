@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.client import RequestSpec
-from orchestrator.spec.models import TokenDistribution
+from orchestrator.spec.workload import TokenDistribution
 
 WorkloadKind = Literal["random", "sharegpt", "prefix", "trace"]
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = ("random", "sharegpt", "prefix", "trace")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ from orchestrator.selection import LayoutOutcome, PointOutcome
 from orchestrator.store.db import Store
 
 FINAL_STATUSES = ("rejected", "failed", "measured", "pruned")
+_CONCURRENCY = re.compile(r"concurrency=(\d+)")  # loadgen.bench.LoadPoint.label of a closed loop
 
 
 def point_outcome(
@@ -34,6 +36,7 @@ def point_outcome(
         itl_p99_ms=(metrics.get("itl_chunk_ms") or {}).get("p99"),
         intervals=metrics.get("intervals"),
         slo_margin=metrics.get("slo_margin"),
+        concurrency=int(m.group(1)) if (m := _CONCURRENCY.fullmatch(label)) else None,
     )
 
 

@@ -60,21 +60,32 @@ class Timing:
     definition: str
 
 
-def exhaustive_grid_points(rates: Sequence[float], tolerance_frac: float, searched: bool) -> int:
-    """Points per layout of the grid that answers to the same tolerance without a search: a
-    geometric grid in steps of (1 + tolerance) over the rates the sweep measured."""
-    rs = [r for r in rates if r > 0]
+def exhaustive_grid_points(
+    loads: Sequence[float], tolerance_frac: float, searched: bool, whole: bool = False
+) -> int:
+    """Points per layout of the grid that answers to the same tolerance without a search, over the
+    loads the sweep measured: for rates a geometric grid in steps of (1 + tolerance); for closed-loop
+    concurrencies (`whole`) the distinct whole numbers a grid needs, stepping by the largest whole
+    step within the tolerance and at least 1 (the capacity search's own stopping rule,
+    loadgen.search.next_concurrency), so small concurrencies count each integer once."""
+    rs = [r for r in loads if r > 0]
     if not rs:
         return 0
     if not searched:
         return len(set(rs))
     lo, hi = min(rs), max(rs)
+    if whole:
+        c, top, n = max(1, round(lo)), round(hi), 1  # n counts the top point itself
+        while c < top:
+            n += 1
+            c += max(1, math.floor(tolerance_frac * c))
+        return n
     return math.ceil(math.log(hi / lo) / math.log1p(tolerance_frac)) + 1 if hi > lo else 1
 
 
 def timing(
     wall_s: float, layout_overhead_s: Sequence[float], point_s: Sequence[float], candidates: int,
-    grid_points: int, searched: bool,
+    grid_points: int, searched: bool, whole: bool = False,
 ) -> Timing:
     """The sweep's own wall time, and an estimate of the exhaustive grid's from the measured mean
     cost of a layout (deploy, warm-up, teardown) and of a load point."""
@@ -82,7 +93,8 @@ def timing(
     per_point = sum(point_s) / len(point_s) if point_s else 0.0
     exhaustive = candidates * (per_layout + grid_points * per_point)
     what = "every candidate layout (pruned ones too) at " + (
-        "a geometric grid in steps of (1 + tolerance) over the measured rates"
+        ("every whole concurrency over the measured range, in steps within the tolerance (at least 1)"
+         if whole else "a geometric grid in steps of (1 + tolerance) over the measured rates")
         if searched
         else "every grid rate"
     )

@@ -35,14 +35,15 @@ def bench_point(
     obs: Observer,
     clients: tuple[ClientConfig, ...],
     layout: Layout,
-    rate: float,
+    point: LoadPoint,
     num_requests: int | None,
     scale: float,
     engine_metrics_interval_s: float = DEFAULT_INTERVAL_S,
 ) -> tuple[PointResult, dict[str, Any]]:
     """One load point over HTTP, with the engines' /metrics scraped meanwhile (the series is the
     second result). A simulated server at time scale s gets s times the rate and its records are
-    mapped back to simulated seconds; its clock is checked (harness.py) before judging."""
+    mapped back to simulated seconds (a closed loop keeps its concurrency); its clock is checked
+    (harness.py) before judging."""
     w, s = spec.workload, scale
     slo = slo_bounds(spec.slo)
     n = num_requests or w.num_requests
@@ -58,11 +59,11 @@ def bench_point(
         seed=w.seed,
         gpus=layout.gpus,
     )
-    label = LoadPoint(rate=rate).label
-    obs.point_start(str(layout), label, n)
+    obs.point_start(str(layout), point.label, n)
     urls = [c.base_url for c in clients]
     before = read_counters(urls) if spec.engine.name == "sim" else None
-    work = run_point(BenchRun(wall), workload_factory(w), LoadPoint(rate=rate / s), obs)
+    wall_point = point if point.rate is None else LoadPoint(rate=point.rate / s)
+    work = run_point(BenchRun(wall), workload_factory(w), wall_point, obs)
     interval_wall_s = engine_metrics_interval_s * s
     raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
     series = series_to_dict(poller.samples, interval_wall_s, s)
@@ -74,7 +75,7 @@ def bench_point(
         slo=slo,
         max_error_rate=spec.slo.max_error_rate,
     )
-    result = BenchRun(measure).measure(LoadPoint(rate=rate), records)
+    result = BenchRun(measure).measure(point, records)
     if before is not None:
         bounds = list(slo.values()) if slo else []
         why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)

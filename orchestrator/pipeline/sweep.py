@@ -11,26 +11,22 @@ Results are committed after every load point, so a sweep interrupted at any mome
 
 from __future__ import annotations
 
-import asyncio
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.deploy.base import deployed, free_base_port
-from orchestrator.deploy.targets import make_target, preflight, probe_host
+from orchestrator.deploy.targets import preflight
 from orchestrator.engines import get_engine
 from orchestrator.engines.base import secret_values
-from orchestrator.engines.from_spec import engine_options, placement, secret_env
-from orchestrator.engines.sim import sim_args_from_spec
+from orchestrator.engines.from_spec import secret_env
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.layout import Layout
-from orchestrator.loadgen.bench import LoadPoint, PointResult
-from orchestrator.loadgen.client import ClientConfig
-from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, summarize_series
+from orchestrator.loadgen.bench import PointResult
+from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
@@ -39,18 +35,21 @@ from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
     GROWTH_FROM_SIMULATOR,
     Probe,
+    load_axis,
+    load_grid,
+    load_label,
     search_capacity,
 )
 from orchestrator.pipeline.derived import derive
 from orchestrator.pipeline.outcomes import FINAL_STATUSES, outcomes_from_store, point_outcome
-from orchestrator.pipeline.predict import (
-    planned_capacity_rate,
-    predicted_metrics,
-    virtual_point,
-)
+from orchestrator.pipeline.predict import planned_capacity_concurrency, planned_capacity_rate
 from orchestrator.pipeline.provenance import hardware_seen, model_config_hash, new_run_id, orch_version
 from orchestrator.pipeline.prune import dominated, exhaustive_grid_points, timing
-from orchestrator.pipeline.served import bench_point, warm_up
+from orchestrator.pipeline.repeats import measure_point, unjudged
+from orchestrator.pipeline.served import warm_up
+from orchestrator.pipeline.served_layout import DEFAULT_READY_TIMEOUT_S, deploy_and_measure
+from orchestrator.pipeline.side_by_side import SideBySide, run_wave, side_by_side_on, waves
+from orchestrator.pipeline.virtual_points import PointFn, virtual_point_fn
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
@@ -59,8 +58,6 @@ from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import Store
 from orchestrator.store.run_ids import checked_run_id
-
-DEFAULT_READY_TIMEOUT_S = 900.0
 
 
 class Observer(Protocol):
@@ -74,6 +71,10 @@ class Observer(Protocol):
     def begin(self, label: str, total: int | None) -> None: ...
 
     def append(self, rec: RequestRecord, /) -> None: ...
+
+    def request_progress(self, layout: str, label: str, done: int, total: int | None) -> None:
+        """A side-by-side layout's load point: `done` of `total` requests completed (its load
+        generator runs in another process; pipeline/loadgen_proc.py forwards the counts)."""
 
     def point_done(self, layout: str, result: PointResult) -> None: ...
 
@@ -91,6 +92,7 @@ class SweepOptions:
     served: bool = False  # engine: sim over HTTP instead of in virtual time
     measure_all: bool = False  # also measure layouts the simulator predicts to lose clearly
     engine_metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics scrapes, in measured (simulated) time
+    side_by_side: SideBySide | None = None  # None: as the run started (resume), else auto
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,13 @@ class Sweep:
         self.engine = get_engine(spec.engine.name)
         self.inputs = plan_inputs(spec)
         if run_id is not None:  # a resumed run measures the way it started
-            mode = (store.extras(run_id, "sweep").get("sweep") or {}).get("mode")
-            if mode is not None:
-                self.opts = replace(self.opts, served=mode == "served")
+            started = store.extras(run_id, "sweep").get("sweep") or {}
+            if started.get("mode") is not None:
+                self.opts = replace(self.opts, served=started["mode"] == "served")
+            if self.opts.side_by_side is None:
+                self.opts = replace(self.opts, side_by_side=started.get("side_by_side"))
         self.served = served_mode(spec, self.opts.served)
+        self.side_by_side = side_by_side_on(spec, self.served, self.opts.side_by_side or "auto")
         self._predicted_capacity: dict[str, float] = {}  # virtual-time capacity per layout (served runs)
         self._layout_s: list[float] = []  # per measured layout: deploy, warm-up, teardown (not points)
         self._point_s: list[float] = []  # per measured load point
@@ -156,7 +161,8 @@ class Sweep:
                 hardware=hardware_seen(),
                 metadata=dict(spec.metadata),
             )
-            self.store.set_extra(self.run_id, "sweep", {"mode": "served" if self.served else "virtual"})
+            mode, shared = "served" if self.served else "virtual", self.opts.side_by_side or "auto"
+            self.store.set_extra(self.run_id, "sweep", {"mode": mode, "side_by_side": shared})
         layouts = list(self.opts.layouts or spec.layouts)
         done = {row.layout: row for row in self.store.layouts(self.run_id)}
         started = time.monotonic()
@@ -170,8 +176,11 @@ class Sweep:
                 if (why := pruned.get(str(layout))) is not None:
                     self.store.set_layout(self.run_id, str(layout), layout.gpus, "pruned", reason=why)
                     self.obs.layout_done(str(layout), "pruned", why)
+            for number, wave in enumerate(waves(self, [x for x in todo if str(x) not in pruned]), 1):
+                if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
+                    run_wave(self, wave, number)
                     continue
-                t0 = time.monotonic()
+                layout, t0 = wave[0].layout, time.monotonic()
                 n_points = len(self._point_s)
                 self._one_layout(layout)
                 if len(self._point_s) > n_points:
@@ -203,23 +212,25 @@ class Sweep:
         """The layout's load points (grid or capacity search) through the simulator, not stored."""
         name, run = str(layout), self._virtual_point(layout)
         results: dict[float, PointResult] = {}
+        by = load_axis(self.spec.workload)
 
-        def probe(rate: float) -> Probe:
-            results[rate] = run(rate)[0]
-            return _probe_of(results[rate], rate)
+        def probe(load: float) -> Probe:
+            results[load] = run(load, 0)[0]
+            return _probe_of(results[load], load)
 
-        grid = self.opts.rates or self.spec.workload.rates_per_s
+        grid = load_grid(self.spec.workload, self.opts.rates)
         if grid:
-            for rate in grid:
-                probe(rate)
+            for load in grid:
+                probe(load)
         else:
-            seed, source, growth = self._planner_seed(row)
-            cap = search_capacity(name, probe, self.spec.workload.search, seed, source, growth)
-            if cap.capacity_per_s is not None:
-                self._predicted_capacity[name] = cap.capacity_per_s
+            seed, source, growth = self._planner_seed(layout, row)
+            cap = search_capacity(name, probe, self.spec.workload.search, seed, source, growth, by)
+            if cap.capacity is not None:
+                self._predicted_capacity[name] = cap.capacity
         points = tuple(
-            point_outcome(r.point.label, rate, r.passed, r.verdict, finite(r.metrics.to_dict()), layout.gpus)
-            for rate, r in results.items()
+            point_outcome(r.point.label, r.point.rate, r.passed, r.verdict, finite(r.metrics.to_dict()),
+                          layout.gpus)
+            for r in results.values()
         )
         return LayoutOutcome(name, layout.gpus, "measured", None, points, searched=not grid)
 
@@ -227,10 +238,12 @@ class Sweep:
         w = self.spec.workload
         rows = {r.layout: r for r in self.store.layouts(self.run_id)}
         candidates = sum(1 for x in layouts if (r := rows.get(str(x))) is not None and r.status != "rejected")
-        searched = not (self.opts.rates or w.rates_per_s)
-        rates = [p.rate for p in self.store.points(self.run_id) if p.rate is not None]
-        grid = exhaustive_grid_points(rates, w.search.tolerance_frac, searched)
-        t = timing(wall_s, self._layout_s, self._point_s, candidates, grid, searched)
+        searched = not load_grid(w, self.opts.rates)
+        loads = [x.load for o in outcomes_from_store(self.store, self.run_id) for x in o.points]
+        rates = [x for x in loads if x is not None]  # or concurrencies: the grid is over the same axis
+        whole = load_axis(w) == "concurrency"
+        grid = exhaustive_grid_points(rates, w.search.tolerance_frac, searched, whole)
+        t = timing(wall_s, self._layout_s, self._point_s, candidates, grid, searched, whole)
         sweep = self.store.extras(self.run_id, "sweep").get("sweep") or {}
         self.store.set_extra(self.run_id, "sweep", {**sweep, "timing": asdict(t)})
 
@@ -246,6 +259,7 @@ class Sweep:
             prompt_tokens=_mean(w.input_tokens),
             context_tokens=_mean(w.input_tokens) + _mean(w.output_tokens) // 2,
             itl_bound_ms=itl_bound_ms(self.spec),
+            output_tokens=_mean(w.output_tokens),  # charge the prefill, as `orch plan` does
         )
 
     def _one_layout(self, layout: Layout) -> None:
@@ -267,7 +281,7 @@ class Sweep:
             return
         try:
             if self.served:
-                self._deploy_and_measure(layout, row, plan_d)
+                deploy_and_measure(self, layout, row, plan_d)
             else:
                 self.store.set_layout(self.run_id, name, layout.gpus, "pending", plan=plan_d)
                 self._measure(layout, row, self._virtual_point(layout))
@@ -281,68 +295,26 @@ class Sweep:
         self.store.set_layout(self.run_id, name, layout.gpus, "measured")
         obs.layout_done(name, "measured", None)
 
-    def _deploy_and_measure(self, layout: Layout, row: PlanRow, plan_d: dict[str, Any]) -> None:
-        name, spec, obs = str(layout), self.spec, self.obs
-        obs.phase(name, "compile")
-        opts = engine_options(spec, extra_env=tuple(sorted(spec.engine.env.items())))
-        if spec.engine.name == "sim":
-            opts = replace(opts, sim_args=sim_args_from_spec(spec))
-        where = placement(spec)
-        reasons = self.engine.unsupported(layout, where)
-        if reasons:
-            raise DeployError(f"{spec.engine.name} cannot run {name}: " + "; ".join(reasons))
-        base_port = free_base_port(max(layout.replicas, 1), probe_host(spec.target, where))
-        where = replace(where, base_port=base_port)
-        launch = self.engine.launch_plan(layout, opts, where)
-        self.store.set_layout(self.run_id, name, layout.gpus, "pending", plan=plan_d, launch=launch.to_dict())
-        target = make_target(
-            spec.target, self.workdir / name, where, run_id=self.run_id, spec_hash=spec_hash(spec)
-        )
-        obs.phase(name, "deploy")
-        timeout = self.opts.ready_timeout_s or spec.engine.startup_s or DEFAULT_READY_TIMEOUT_S
-        with deployed(target, launch, timeout) as dep:
-            clients = tuple(
-                ClientConfig(ep.openai_base_url, opts.served_model_name or opts.model, ignore_eos=True)
-                for ep in dep.endpoints
-            )
-            obs.phase(name, "warm-up")
-            asyncio.run(warm_up(clients))
-
-            def served_point(rate: float) -> tuple[PointResult, dict[str, Any]]:
-                n = self.opts.num_requests
-                result, series = bench_point(
-                    spec, self.obs, clients, layout, rate, n, self.scale, self.opts.engine_metrics_interval_s
-                )
-                self.engine_series = series  # stored after the point (_measure): the point comes first
-                target.check_alive(dep)
-                return result, {
-                    "predicted": predicted_metrics(spec, self.inputs, layout, rate, self.opts.num_requests),
-                    "engine": summarize_series(series),
-                }
-
-            self._measure(layout, row, served_point)
-            obs.phase(name, "teardown")
-
     # -- the load points of one layout: the spec's grid or the capacity search --------------------
     def _measure(self, layout: Layout, row: PlanRow, point_fn: PointFn) -> None:
         name, spec = str(layout), self.spec
         stored = {p.label: p for p in self.store.points(self.run_id, name)}
+        by = load_axis(spec.workload)
 
-        def probe(rate: float) -> Probe:
-            label = LoadPoint(rate=rate).label
+        def probe(load: float) -> Probe:
+            label = load_label(by, load)
             prior = stored.get(label)
             if prior is None:
                 self.obs.phase(name, f"bench {label}")
                 t0 = time.monotonic()
-                result, extra = point_fn(rate)
-                first = result.verdict or ""
-                if first.startswith("unreliable"):  # not judged: measure it once more
-                    self.obs.phase(name, f"bench {label} again ({first[:40]}...)")
-                    result, extra = point_fn(rate)
-                    extra = {**extra, "remeasured_because": first}
+                # measured again when unjudged, repeated when close to the SLO (pipeline/repeats.py)
+                result, extra, judged = measure_point(
+                    lambda k: point_fn(load, k), lambda r: self._judge(r, layout), spec, layout.gpus,
+                    lambda what: self.obs.phase(name, f"bench {label} {what}"),
+                )
                 self._point_s.append(time.monotonic() - t0)
-                metrics = {**finite(result.metrics.to_dict()), **finite(extra)}
-                metrics.update(self._judge(result, layout))
+                metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
+                rate = load if by == "rate" else None
                 # The point first: if the store fails, the journal has the measurement itself.
                 self.store.add_point(
                     self.run_id, name, label, rate, result.passed, result.verdict, metrics, result.records
@@ -351,18 +323,18 @@ class Sweep:
                     self.store.add_engine_metrics(self.run_id, name, label, self.engine_series)
                     self.engine_series = {}
                 self.obs.point_done(name, result)
-                passed, why = bool(result.passed), result.verdict or ""
+                passed, why, margin = bool(result.passed), result.verdict or "", judged.get("slo_margin")
             else:
-                passed, why = bool(prior.passed), prior.verdict or ""
-            return Probe(rate, passed, why, judged=not why.startswith("unreliable"))
+                passed, why, margin = bool(prior.passed), prior.verdict or "", prior.metrics.get("slo_margin")
+            return Probe(load, passed, why, judged=not why.startswith("unreliable"), sure=margin != "close")
 
-        grid = self.opts.rates or spec.workload.rates_per_s
+        grid = load_grid(spec.workload, self.opts.rates)
         if grid:
-            for rate in grid:
-                probe(rate)
+            for load in grid:
+                probe(load)
             return
         seed, source, growth = self._seed(layout, row)
-        cap = search_capacity(name, probe, spec.workload.search, seed, source, growth)
+        cap = search_capacity(name, probe, spec.workload.search, seed, source, growth, by)
         self.store.set_extra(self.run_id, f"capacity/{name}", cap.to_dict())
 
     def _judge(self, result: PointResult, layout: Layout) -> dict[str, Any]:
@@ -379,41 +351,32 @@ class Sweep:
         search (seconds in virtual time, so the real engine spends its minutes near the answer),
         virtual runs from the planner's estimate."""
         if not self.served:
-            return self._planner_seed(row)
+            return self._planner_seed(layout, row)
         if str(layout) not in self._predicted_capacity:
             self._predict(layout, row)
         cap = self._predicted_capacity.get(str(layout))
         if cap is None:
-            return self._planner_seed(row)
+            return self._planner_seed(layout, row)
         return cap, "simulator (virtual-time capacity search)", GROWTH_FROM_SIMULATOR
 
-    def _planner_seed(self, row: PlanRow) -> tuple[float, str, float]:
+    def _planner_seed(self, layout: Layout, row: PlanRow) -> tuple[float, str, float]:
         search = self.spec.workload.search
+        if load_axis(self.spec.workload) == "concurrency":
+            conc = planned_capacity_concurrency(row, layout.replicas * layout.dp)
+            if conc is None:
+                return search.min_concurrency * 8, "search bounds", GROWTH_FROM_PLANNER
+            return conc, "planner (best batch within the ITL bound, all engines)", GROWTH_FROM_PLANNER
         planned = planned_capacity_rate(row, _mean(self.spec.workload.output_tokens))
         if planned is None:
             return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
-        return planned, "planner (decode capacity within the ITL bound / 6)", GROWTH_FROM_PLANNER
+        return planned, "planner (throughput within the ITL bound, prefill charged)", GROWTH_FROM_PLANNER
 
-    def _virtual_point(self, layout: Layout) -> Callable[[float], tuple[PointResult, dict[str, Any]]]:
-        interval = self.opts.engine_metrics_interval_s
+    def _virtual_point(self, layout: Layout) -> PointFn:
+        def keep(series: dict[str, Any]) -> None:
+            self.engine_series = series
 
-        def run(rate: float) -> tuple[PointResult, dict[str, Any]]:
-            sp = virtual_point(
-                self.spec, self.inputs, layout, rate, self.opts.num_requests, sample_interval_s=interval
-            )
-            s = sp.summary
-            sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
-                   "virtual_s": s.virtual_s}
-            # The simulator's own gauges, sampled as a /metrics scrape would read them: stored with the
-            # point like a served run's (in _measure), so reports show engine metrics either way.
-            self.engine_series = series_to_dict(list(s.engine_samples), interval)
-            engine = summarize_series(self.engine_series)
-            return sp.result, {"measured_in": "virtual time", "sim": sim, "engine": engine}
-
-        return run
-
-
-PointFn = Callable[[float], tuple[PointResult, dict[str, Any]]]
+        return virtual_point_fn(self.spec, self.inputs, layout, self.opts.num_requests,
+                                self.opts.engine_metrics_interval_s, keep)
 
 
 def served_mode(spec: SweepSpec, served_flag: bool) -> bool:
@@ -421,8 +384,8 @@ def served_mode(spec: SweepSpec, served_flag: bool) -> bool:
     return served_flag or spec.engine.name != "sim" or spec.target.kind != "local"
 
 
-def _probe_of(result: PointResult, rate: float) -> Probe:
-    return Probe(rate, bool(result.passed), result.verdict or "")
+def _probe_of(result: PointResult, load: float) -> Probe:
+    return Probe(load, bool(result.passed), result.verdict or "", judged=not unjudged(result))
 
 
 def _mean(value: object) -> int:
@@ -434,4 +397,7 @@ def _mean(value: object) -> int:
 
 
 _warm_up = warm_up  # consistency/run.py imports it from here
-__all__ = ["Observer", "Sweep", "SweepOptions", "SweepResult", "outcomes_from_store", "point_outcome"]
+__all__ = [
+    "DEFAULT_READY_TIMEOUT_S", "Observer", "Sweep", "SweepOptions", "SweepResult", "outcomes_from_store",
+    "point_outcome",
+]

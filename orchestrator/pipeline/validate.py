@@ -13,7 +13,8 @@ from orchestrator.engines.from_spec import engine_options, placement
 from orchestrator.errors import SpecError
 from orchestrator.plan.experts import load_expert_stats
 from orchestrator.spec.load import LoadedSpec, load_spec_lines
-from orchestrator.spec.models import SweepSpec, TokenDistribution
+from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.workload import TokenDistribution
 
 PREFIX_TOKENS_DEFAULT = 512  # what the prefix workload uses when prefix_tokens is unset
 

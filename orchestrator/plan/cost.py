@@ -87,6 +87,8 @@ class LayoutCost:
     attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
     expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
+    # Fixed per request before it reaches the scheduler (HTTP, tokenisation): TTFT, not step time.
+    request_overhead_s: float = 0.0
 
     # -- one stage ---------------------------------------------------------------------------------
     def touched_fraction(self, moe_tokens: float) -> float:
@@ -273,4 +275,5 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         attn_flops_per_s=attn_peak * gpu.compute_efficiency,
         expert_flops_per_s=peak * gpu.moe_compute_efficiency,
         step_overhead_s=gpu.step_overhead_s,
+        request_overhead_s=gpu.request_overhead_s,
     )

@@ -6,14 +6,15 @@ from dataclasses import replace
 
 from orchestrator.catalog.constants import flatten_constants
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.catalog.profiles import profile_for
+from orchestrator.catalog.profiles import Profile, spec_profile
 from orchestrator.catalog.types import GPUSpec
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.experts import load_expert_stats
 from orchestrator.plan.planner import PlanInputs
-from orchestrator.spec.models import SweepSpec, TokenDistribution
+from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.workload import TokenDistribution
 
 DEFAULT_INT4_GROUP_SIZE = 128
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the simulator's and vLLM's default step budget
@@ -23,19 +24,46 @@ def mean_tokens(value: int | TokenDistribution) -> int:
     return int(value) if isinstance(value, int) else round(value.mean)
 
 
+def resolved_profile(spec: SweepSpec) -> tuple[Profile | None, str]:
+    """The calibration profile the spec's predictions use, and why: 'spec' (named), 'default' (the
+    bundled profile of the spec's GPU and engine) or 'none' (the raw preset)."""
+    return spec_profile(spec.hardware.calibration, spec.hardware.gpu, spec.engine.name)
+
+
 def spec_gpu(spec: SweepSpec) -> GPUSpec:
     """The spec's GPU preset with its calibration profile and then its overrides applied."""
     hw = spec.hardware
-    if hw.calibration is None:
+    prof, why = resolved_profile(spec)
+    if prof is None:
         return load_gpu(hw.gpu, dict(hw.overrides))
-    prof = profile_for(hw.calibration, hw.gpu)
-    return load_gpu(hw.gpu, dict(hw.overrides), profile=prof.constants, profile_name=prof.name)
+    gpu = load_gpu(hw.gpu, dict(hw.overrides), profile=prof.constants, profile_name=prof.name)
+    if why == "default":  # say it, since the spec did not ask for it
+        gpu = replace(gpu, source=f"{gpu.source} (the bundled default for {gpu.name} + {spec.engine.name}; "
+                      "hardware.calibration: none for the preset)")
+    return gpu
+
+
+GUESSED_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
+                     "request_overhead_s")
+
+
+def constants_used(gpu: GPUSpec) -> dict[str, object]:
+    """Which profile and guessed constants a prediction used: printed and stored with every one."""
+    return {"gpu": gpu.name, "profile": gpu.profile or None, "source": gpu.source,
+            **{k: float(getattr(gpu, k)) for k in GUESSED_CONSTANTS}}
+
+
+def constants_line(gpu: GPUSpec) -> str:
+    used = constants_used(gpu)
+    consts = ", ".join(f"{k}={used[k]:g}" for k in GUESSED_CONSTANTS)
+    return f"profile {used['profile'] or 'none (preset)'}: {consts}; GPU figures: {gpu.source}"
 
 
 def effective_constants(spec: SweepSpec) -> dict[str, float]:
     """Calibration constants and overrides as flat dotted keys (what a simulated server is given)."""
     hw = spec.hardware
-    out = dict(profile_for(hw.calibration, hw.gpu).constants) if hw.calibration else {}
+    prof, _ = resolved_profile(spec)
+    out = dict(prof.constants) if prof is not None else {}
     out.update(flatten_constants(dict(hw.overrides), "hardware.overrides"))
     return out
 

@@ -97,7 +97,7 @@ class PlanRow:
     max_batch: int = 0  # sequences per engine whose KV fits at the context length
     expert_imbalance: float | None = None
     decode: tuple[DecodeEstimate, ...] = ()
-    prefill_ms: float | None = None
+    prefill_ms: float | None = None  # TTFT of one prompt alone: the request overhead + its prefill step
     prefill_parts: StepParts | None = None
     best: DecodeEstimate | None = None  # highest tokens/s per GPU within the ITL bound
     pp_idle_fraction: float = 0.0  # synchronous bubble (p-1)/(m+p-1)
@@ -270,7 +270,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
         kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in cost.stages) if stage0 else 0.0,
         kv_tokens_per_replica=kv_tokens * layout.dp, kv_tokens_total=kv_tokens * layout.dp * layout.replicas,
         max_batch=max(max_batch, 0), expert_imbalance=imb, decode=decode,
-        prefill_ms=prefill.total_s * 1e3, prefill_parts=prefill, best=best,
+        prefill_ms=(cost.request_overhead_s + prefill.total_s) * 1e3, prefill_parts=prefill, best=best,
         pp_idle_fraction=(layout.pp - 1) / (m + layout.pp - 1),
     )
 

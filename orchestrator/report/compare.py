@@ -119,8 +119,11 @@ def _capacity_changes(
     changes = []
     for layout in sorted(layouts):
         va, vb = verdicts[0].get(layout, {}), verdicts[1].get(layout, {})
-        ca = (caps[0].get(layout) or {}).get("capacity_per_s") or 0.0
-        cb = (caps[1].get(layout) or {}).get("capacity_per_s") or 0.0
+        # an open loop's capacity is a rate, a closed loop's a concurrency (pipeline/capacity.py)
+        da, db = caps[0].get(layout) or {}, caps[1].get(layout) or {}
+        ca = da.get("capacity_per_s", da.get("capacity_concurrency")) or 0.0
+        cb = db.get("capacity_per_s", db.get("capacity_concurrency")) or 0.0
+        unit = "concurrency" if (da or db).get("by") == "concurrency" else "req/s"
         if ca and not cb:
             changes.append(
                 Change(
@@ -137,7 +140,7 @@ def _capacity_changes(
             continue
         pairs = (
             (
-                "SLO capacity req/s",
+                f"SLO capacity {unit}",
                 ca,
                 cb,
                 _interval(va.get("capacity_interval")),

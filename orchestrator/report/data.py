@@ -31,6 +31,14 @@ class PointView:
     def name(self) -> str:
         return f"{self.layout} {self.label}"
 
+    @property
+    def load(self) -> float | None:
+        """The offered load: the rate, or a closed loop's concurrency (label `concurrency=N`)."""
+        if self.rate is not None:
+            return self.rate
+        head, _, n = self.label.partition("=")
+        return float(n) if head == "concurrency" and n.isdigit() else None
+
     def stat(self, metric: str, stat: str) -> float | None:
         v = (self.metrics.get(metric) or {}).get(stat)
         return float(v) if isinstance(v, int | float) else None

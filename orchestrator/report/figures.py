@@ -137,17 +137,22 @@ def _mark_winner(fig: go.Figure, data: ReportData) -> None:
     )
 
 
+def _load_axis(data: ReportData) -> str:
+    closed = any(p.rate is None and p.load is not None for p in data.points)
+    return "offered load (requests in flight, closed loop)" if closed else "offered load (requests/s)"
+
+
 def latency(data: ReportData) -> go.Figure:
     """TTFT, ITL and TPOT at p50 (dashed) and p99 (solid) against the offered rate, SLO bounds drawn."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{t} (ms)" for _, t in LATENCY])
     col = colours(data)
     for c, (metric, title) in enumerate(LATENCY, start=1):
         for name, pts in _by_layout(data):
-            pts = sorted(pts, key=lambda p: p.rate or 0.0)
+            pts = sorted(pts, key=lambda p: p.load or 0.0)
             for stat, dash in (("p50", "dash"), ("p99", "solid")):
                 fig.add_trace(
                     go.Scatter(
-                        x=[p.rate for p in pts], y=[p.stat(metric, stat) for p in pts], mode="lines+markers",
+                        x=[p.load for p in pts], y=[p.stat(metric, stat) for p in pts], mode="lines+markers",
                         name=f"{name} {title} {stat}", legendgroup=name, showlegend=True,
                         line={"color": col[name], "dash": dash}, marker=_markers(pts, col[name], 8),
                         text=[_hover(p) for p in pts], hoverinfo="text+y",
@@ -161,7 +166,7 @@ def latency(data: ReportData) -> go.Figure:
                     y=bound, line={"color": "#d62728", "dash": "dot"}, row=1, col=c,
                     annotation_text=f"SLO {title} {stat} {bound:g} ms", annotation_position="top left",
                 )
-        fig.update_xaxes(title_text="offered load (requests/s)", row=1, col=c)
+        fig.update_xaxes(title_text=_load_axis(data), row=1, col=c)
     fig.update_layout(title="Latency against load (p50 dashed, p99 solid; dotted red: SLO)",
                       **{**_LAYOUT, "height": 460})
     return fig

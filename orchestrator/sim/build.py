@@ -11,7 +11,8 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | None = None,
-                    max_num_batched_tokens: int | None = None) -> list[EngineCore]:
+                    max_num_batched_tokens: int | None = None,
+                    reserve_whole_kv: bool = False) -> list[EngineCore]:
     """One EngineCore per DP rank of one replica (a replica is one server)."""
     cost = layout_cost(inputs, layout)
     kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
@@ -22,5 +23,6 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | N
         kv_capacity_tokens=kv_tokens,
         max_num_seqs=max_num_seqs or inputs.max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        reserve_whole_kv=reserve_whole_kv,
     )
     return [EngineCore(cost, config) for _ in range(layout.dp)]

@@ -7,6 +7,10 @@ tokens or, when the cache cannot hold them, the most recently admitted request i
 recomputed later (vLLM's recompute mode). Waiting requests are admitted in arrival order, within the
 sequence cap (`max_num_seqs`), only in a step that preempted nothing and only when the cache holds
 their whole first chunk. The step time comes from the planner's cost model for the batch formed.
+With `reserve_whole_kv` (TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT) a request is
+admitted only when the KV for its whole prompt and every output token it may generate is free beside
+what the running requests have reserved, so a running request never grows into a full cache and
+nothing is preempted.
 
 Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
 implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
@@ -30,6 +34,7 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     block_tokens: int = BLOCK_TOKENS
+    reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
 
 
 @dataclass
@@ -64,6 +69,9 @@ class StepPlan:  # not frozen: built once per engine step, and frozen dataclasse
     decodes: int
     prefill_chunks: tuple[tuple[Seq, int], ...]  # (sequence, tokens of its prompt computed now)
     sequences: int  # running sequences in this step
+    # The part of attn_pairs that belongs to prefill chunks: MLA runs those in the cheaper
+    # non-absorbed form and the step's decodes in the absorbed one (LayoutCost._stage).
+    prefill_pairs: float = 0.0
 
 
 class EngineCore:
@@ -79,6 +87,7 @@ class EngineCore:
         self.decode_ctx = 0  # sum of context tokens of decoding sequences (before this step)
         self.prefill_kv = 0  # KV tokens allocated to prefilling sequences
         self.preemptions = 0
+        self.reserved_kv = 0  # reserve_whole_kv: prompt + max output (+ half a block) per running request
         self._tiebreak = 0
 
     # -- queue -------------------------------------------------------------------------------------
@@ -98,6 +107,9 @@ class EngineCore:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def _reservation(self, seq: Seq) -> int:
+        return seq.prompt_tokens + seq.max_tokens + self.config.block_tokens // 2
+
     def kv_used_tokens(self) -> int:
         return self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
 
@@ -109,6 +121,8 @@ class EngineCore:
     def _preempt_last(self) -> None:
         rid, seq = self.running.popitem()
         step = self.step_index
+        if self.config.reserve_whole_kv:
+            self.reserved_kv -= self._reservation(seq)
         if rid in self.decoding:
             del self.decoding[rid]
             seq.generated = seq.generated_at(step)
@@ -174,23 +188,35 @@ class EngineCore:
             chunk = min(seq.prefill_target, budget)
             if used + chunk + half_block > capacity:
                 break
+            if cfg.reserve_whole_kv:
+                if self.reserved_kv + self._reservation(seq) > capacity:
+                    break
+                self.reserved_kv += self._reservation(seq)
             self.waiting.popleft()
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
             chunks.append((seq, chunk))
             budget -= chunk
             used += chunk + half_block
+        prefill_pairs = 0.0
         for seq, chunk in chunks:
             kv_tokens += seq.computed
-            pairs += chunk * (seq.computed + (chunk + 1) / 2)
+            prefill_pairs += chunk * (seq.computed + (chunk + 1) / 2)
         tokens = decodes + sum(c for _, c in chunks)
-        return StepPlan(self.step_index, tokens, kv_tokens, pairs, decodes, tuple(chunks), len(self.running))
+        return StepPlan(self.step_index, tokens, kv_tokens, pairs + prefill_pairs, decodes, tuple(chunks),
+                        len(self.running), prefill_pairs)
 
     def step_time_s(self, plan: StepPlan) -> float:
         """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
         if plan.tokens == 0:
             return 0.0
-        return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences)
+        return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
+                                 prefill_pairs=plan.prefill_pairs)
+
+    @property
+    def request_overhead_s(self) -> float:
+        """Time a request spends in front of this engine (HTTP, tokenisation) before it can be queued."""
+        return self.cost.request_overhead_s
 
     def complete(self, plan: StepPlan) -> tuple[list[Seq], list[Seq]]:
         """Apply a step: (sequences that emitted their first token after a prefill, finished ones).
@@ -247,7 +273,8 @@ class EngineCore:
         seq.decode_start_step = -1
         if seq.segments and seq.segments[-1][1] == -1:
             seq.segments[-1] = (seq.segments[-1][0], step)
-        self.running.pop(seq.request_id, None)
+        if self.running.pop(seq.request_id, None) is not None and self.config.reserve_whole_kv:
+            self.reserved_kv -= self._reservation(seq)
 
 
 def kv_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:

@@ -48,7 +48,8 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
     replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
     for _ in range(layout.replicas):
         engines += replica_engines(inputs, replica, max_num_seqs=spec.engine.max_num_seqs,
-                                   max_num_batched_tokens=spec.engine.max_num_batched_tokens)
+                                   max_num_batched_tokens=spec.engine.max_num_batched_tokens,
+                                   reserve_whole_kv=spec.engine.sim_scheduler == "guaranteed-no-evict")
     return engines
 
 

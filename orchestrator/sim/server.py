@@ -17,12 +17,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.errors import OrchError
+from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
@@ -183,6 +183,12 @@ class SimServer:
         self.accepted += 1
         if self.exit_after is not None and self.accepted > self.exit_after:
             os._exit(1)  # a crash, not a shutdown: no response, connections drop (fault injection)
+        front_s = self.engines[0].request_overhead_s * self.time_scale
+        if front_s > 0:
+            # The API server's own work (tokenisation ...) before the request reaches an engine,
+            # as the virtual-time run charges it.
+            arrived += front_s
+            await _sleep_until(asyncio.get_running_loop(), arrived)
         e = self._pick()
         if not self.engines[e].fits(prompt_tokens, max_tokens):
             return error(400, "the request does not fit the KV cache")
@@ -281,8 +287,15 @@ def build_app(server: SimServer) -> web.Application:
     return app
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags as one line, as every orch command reports bad input (argparse prints its usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}; see {self.prog} --help\n")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="orch sim serve", description=__doc__.split("\n")[0])
+    p = _OneLineParser(prog="orch sim serve", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="catalog preset or path to a config.json")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--layout", required=True, help="one replica's layout, e.g. tp4 (no x<R>)")
@@ -297,6 +310,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--scheduler", choices=("vllm", "guaranteed-no-evict"), default="vllm",
+                   help="admission: vLLM v1's (preempt and recompute) or TensorRT-LLM's guaranteed-no-evict")
     p.add_argument("--runtime-reserve-bytes", type=float, default=None)
     p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
     p.add_argument("--startup-s", type=float, default=0.0, help="wall seconds before /health is 200")
@@ -315,12 +330,18 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
     cfg = load_model(args.model)
     overrides: dict[str, Any] = {}
     for item in args.gpu_override:
-        key, _, value = item.partition("=")
-        overrides[key] = float(value)
+        key, eq, value = item.partition("=")
+        bad = SpecError(f"--gpu-override {item!r}: expected FIELD=NUMBER, e.g. hbm_efficiency=0.7")
+        try:
+            overrides[key] = float(value)
+        except ValueError:
+            raise bad from None
+        if not eq or not key:
+            raise bad
     gpu = load_gpu(args.gpu, overrides)
     layout = parse_layout(args.layout)
     if layout.replicas != 1:
-        raise OrchError(f"--layout {args.layout}: one server is one replica; start {layout.replicas} servers")
+        raise SpecError(f"--layout {args.layout}: one server is one replica; start {layout.replicas} servers")
     assumptions = Assumptions()
     if args.runtime_reserve_bytes is not None:
         assumptions = replace(assumptions, runtime_reserve_bytes=args.runtime_reserve_bytes)
@@ -336,9 +357,10 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         max_num_seqs=args.max_num_seqs, assumptions=assumptions,
         fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
     )
-    engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens)
+    engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens,
+                              reserve_whole_kv=args.scheduler == "guaranteed-no-evict")
     if args.time_scale <= 0:
-        raise OrchError("--time-scale must be > 0")
+        raise SpecError("--time-scale must be > 0")
     server = SimServer(engines, model_name=args.served_model_name or args.model, time_scale=args.time_scale,
                        startup_s=args.startup_s, max_model_len=max_len)
     server.exit_after = args.exit_after_requests
@@ -354,8 +376,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OrchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    web.run_app(build_app(server), host=args.host, port=args.port, print=None, access_log=None,
-                handle_signals=True)
+    # One line once the port is bound, so a person starting it by hand knows where it listens.
+    ready = (f"orch sim serve: {args.served_model_name or args.model} {args.layout} on {args.gpu}, "
+             f"OpenAI API at http://{args.host}:{args.port}/v1 (health /health, metrics /metrics)")
+    web.run_app(build_app(server), host=args.host, port=args.port, access_log=None, handle_signals=True,
+                print=lambda _: print(ready, file=sys.stderr, flush=True))
 
 
 if __name__ == "__main__":

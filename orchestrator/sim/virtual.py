@@ -1,9 +1,11 @@
 """Virtual time: run a workload through simulated engines behind a balancer, get RequestRecords.
 
 Each engine (one DP rank of one replica) steps on its own clock; arrivals go to the engine with the
-fewest outstanding requests (or round-robin). The records carry virtual seconds and feed the same
-metric code as a real measurement (loadgen.metrics), so `orch simulate` and `orch bench` agree on
-every definition.
+fewest outstanding requests (or round-robin). A request first spends the cost model's
+`request_overhead_s` in front of the engines (HTTP handling, tokenisation: the API server's
+work) and is balanced and queued when that ends; its TTFT counts from the send. The records carry
+virtual seconds and feed the same metric code as a real measurement (loadgen.metrics), so
+`orch simulate` and `orch bench` agree on every definition.
 """
 
 from __future__ import annotations
@@ -105,17 +107,38 @@ class _Run:
         self.pending: deque[SimRequest] = deque()  # arrived, waiting for a concurrency slot
         self.in_flight = 0
         self.rejected = 0
+        self.front_s = engines[0].request_overhead_s if engines else 0.0
+        self.front: list[tuple[float, int, SimRequest]] = []  # (reaches the engines, order, request)
+        self.admitted = self.fronted = 0
+        self.refused_at: dict[str, float] = {}  # request id -> when the 400 went out
 
     def _send(self, req: SimRequest, t: float) -> None:
+        """The client sends `req` at `t`: it holds a concurrency slot from now on."""
+        if self.front_s > 0:
+            self.sent[req.request_id] = (req, t, None, -1)
+            self.in_flight += 1
+            self.fronted += 1
+            heapq.heappush(self.front, (t + self.front_s, self.fronted, req))
+            return
+        self._admit(req, t, t)
+
+    def _admit(self, req: SimRequest, sent_s: float, t: float) -> None:
+        """`req` (sent at `sent_s`) reaches the engines at `t`, past the request overhead."""
         engines = self.engines
-        e = _choose(engines, self.balance, len(self.sent))
+        delayed = self.front_s > 0  # the slot was taken at the send
+        e = _choose(engines, self.balance, self.admitted)
+        self.admitted += 1
         if not engines[e].fits(req.prompt_tokens, req.max_tokens):
-            self.sent[req.request_id] = (req, t, None, e)  # the engine answers 400 at once
+            self.sent[req.request_id] = (req, sent_s, None, e)  # the engine answers 400 at once
+            self.refused_at[req.request_id] = t
             self.rejected += 1
+            if delayed:
+                self.in_flight -= 1
             return
         seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, t)
-        self.sent[req.request_id] = (req, t, seq, e)
-        self.in_flight += 1
+        self.sent[req.request_id] = (req, sent_s, seq, e)
+        if not delayed:
+            self.in_flight += 1
         eng = engines[e]
         eng.add(seq)
         if self.plans[e] is None:
@@ -138,11 +161,13 @@ class _Run:
         now = 0.0
         i = 0
         sampling = self.sample_s is not None
-        while i < len(order) or busy:
+        front = self.front
+        while i < len(order) or busy or front:
             next_arrival = requests[order[i]].arrival_s if i < len(order) else math.inf
-            if sampling and (self.next_sample <= next_arrival or (busy and self.next_sample <= busy[0][0])):
-                self._sample(min(next_arrival, busy[0][0] if busy else math.inf))
-            if busy and busy[0][0] < next_arrival:
+            next_in = min(next_arrival, front[0][0]) if front else next_arrival
+            if sampling and (self.next_sample <= next_in or (busy and self.next_sample <= busy[0][0])):
+                self._sample(min(next_in, busy[0][0] if busy else math.inf))
+            if busy and busy[0][0] < next_in:
                 now, e = pop(busy)
                 eng = engines[e]
                 plan = plans[e]
@@ -163,6 +188,13 @@ class _Run:
                     push(busy, (now + eng.step_time_s(plan), e))
                 else:
                     plans[e] = None
+                continue
+            if front and front[0][0] <= next_arrival:
+                now, _, req = pop(front)
+                rejected = self.rejected
+                self._admit(req, self.sent[req.request_id][1], now)
+                if cap and self.rejected > rejected:
+                    self._refill(now, until_s)  # the slot the refused request held
                 continue
             req = requests[order[i]]
             now = req.arrival_s
@@ -201,7 +233,8 @@ class _Run:
         scheduled = sent_s if self.closed else req.arrival_s  # a closed-loop client schedules on send
         queued = sent_s - scheduled
         if seq is None:  # longer than the KV cache can ever hold: the engine answers 400
-            return RequestRecord(req.request_id, scheduled, sent_s, sent_s, prompt_tokens=req.prompt_tokens,
+            refused = self.refused_at.get(req.request_id, sent_s)
+            return RequestRecord(req.request_id, scheduled, sent_s, refused, prompt_tokens=req.prompt_tokens,
                                  error="http_400", queued_s=queued)
         times: list[float] = []
         for first, last in seq.segments:

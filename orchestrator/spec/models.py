@@ -1,12 +1,14 @@
-"""Pydantic v2 models of a sweep spec (the YAML a user writes). Units are in the field names."""
+"""Pydantic v2 models of a sweep spec (the YAML a user writes). Units are in the field names.
+
+The target models live in spec/targets.py and the workload models in spec/workload.py; this module
+names them too (see __all__), as the one place that holds the whole spec.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
@@ -18,26 +20,38 @@ from pydantic import (
 from orchestrator.catalog.constants import flatten_constants
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
+from orchestrator.spec.base import SpecModel
 from orchestrator.spec.checks import (
     MAX_COUNT,
     MAX_DURATION_S,
     MAX_NODES,
-    MAX_RATE_PER_S,
     MAX_TOKENS,
     check_env,
     check_extra_args_secrets,
-    check_host,
-    check_runtime_env,
     check_secret_refs,
     json_metadata,
 )
+from orchestrator.spec.targets import KubernetesTarget, LocalTarget, RayTarget, TargetSpec
+from orchestrator.spec.workload import SearchSpec, TokenCount, TokenDistribution, WorkloadSpec
 
-# allow_inf_nan=False: every float of the spec is finite (".inf" and ".nan" are valid YAML floats).
-_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class _Spec(BaseModel):
-    model_config = _CONFIG
+__all__ = [
+    "EngineSpec",
+    "HardwareSpec",
+    "KubernetesTarget",
+    "LayoutField",
+    "LocalTarget",
+    "ModelSpec",
+    "Objective",
+    "RayTarget",
+    "SLOSpec",
+    "SearchSpec",
+    "SecretRef",
+    "SweepSpec",
+    "TargetSpec",
+    "TokenCount",
+    "TokenDistribution",
+    "WorkloadSpec",
+]
 
 
 def _to_layout(value: object) -> Layout:
@@ -60,7 +74,7 @@ LayoutField = Annotated[
 """A layout written as a string (``tp4x2``), held as Layout, serialised back to its canonical string."""
 
 
-class ModelSpec(_Spec):
+class ModelSpec(SpecModel):
     """Which model to serve: a catalog preset name or a local HF ``config.json``."""
 
     name: str | None = Field(None, description="Catalog preset name, e.g. 'qwen2.5-72b'.")
@@ -99,7 +113,7 @@ class ModelSpec(_Spec):
         return self
 
 
-class HardwareSpec(_Spec):
+class HardwareSpec(SpecModel):
     """The GPUs the layouts are placed on."""
 
     gpu: str = Field(description="GPU preset name, e.g. 'h100-sxm'.")
@@ -115,7 +129,8 @@ class HardwareSpec(_Spec):
     )
     calibration: str | None = Field(
         None, description="Calibration profile (orch calibrate --out FILE): a YAML path, relative to the "
-        "spec file, or a catalog profile name; its constants apply on top of the GPU preset.",
+        "spec file, or a catalog profile name; its constants apply on top of the GPU preset. Unset: the "
+        "bundled profile fitted for this GPU and engine, if any; 'none': the raw preset.",
     )
 
     @field_validator("overrides")
@@ -128,7 +143,7 @@ class HardwareSpec(_Spec):
         return value
 
 
-class SecretRef(_Spec):
+class SecretRef(SpecModel):
     """Where one secret value comes from. The spec, the store and every artifact hold only this reference."""
 
     env: str | None = Field(
@@ -144,7 +159,7 @@ class SecretRef(_Spec):
     )
 
 
-class EngineSpec(_Spec):
+class EngineSpec(SpecModel):
     """The serving engine and its settings."""
 
     name: Literal["vllm", "sglang", "sim"] = Field("sim", description="Engine: vllm, sglang or sim.")
@@ -171,6 +186,12 @@ class EngineSpec(_Spec):
     time_scale: float = Field(
         1.0, ge=0.001, le=1, description="sim only: wall seconds per simulated second (0.25 runs 4x faster "
         "than real time; results are reported in simulated time)."
+    )
+    sim_scheduler: Literal["vllm", "guaranteed-no-evict"] = Field(
+        "vllm", description="sim only: how the simulated scheduler admits requests: 'vllm' (vLLM v1: KV for "
+        "the first chunk, preempt and recompute when the cache fills) or 'guaranteed-no-evict' "
+        "(TensorRT-LLM's default: KV for the prompt and the whole output reserved at admission, never "
+        "preempted).",
     )
     num_redundant_experts: int = Field(
         0, ge=0, le=MAX_COUNT,
@@ -202,187 +223,6 @@ class EngineSpec(_Spec):
         return self
 
 
-class LocalTarget(_Spec):
-    """Processes on this machine."""
-
-    kind: Literal["local"] = Field("local", description="Discriminator.")
-    host: str = Field("127.0.0.1", description="Address the servers bind to.")
-    base_port: int = Field(8000, gt=0, le=65525, description="First port; replicas count up from it.")
-    workdir: str | None = Field(None, description="Directory for logs and scripts; default a temp dir.")
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, host: str) -> str:
-        check_host(host)
-        return host
-
-
-class RayTarget(_Spec):
-    """A Ray cluster; one placement group per replica."""
-
-    kind: Literal["ray"] = Field(description="Discriminator.")
-    address: str = Field("auto", description="Ray cluster address, e.g. 'ray://head:10001' or 'auto'.")
-    namespace: str | None = Field(None, description="Ray namespace.")
-    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env.")
-
-    @field_validator("runtime_env")
-    @classmethod
-    def _runtime_env(cls, runtime_env: dict[str, Any]) -> dict[str, Any]:
-        check_runtime_env(runtime_env)
-        return runtime_env
-
-
-class KubernetesTarget(_Spec):
-    """A Kubernetes cluster: a Deployment per single-node replica, a LeaderWorkerSet per multi-node one."""
-
-    kind: Literal["kubernetes"] = Field(description="Discriminator.")
-    namespace: str = Field("default", description="Namespace the engine objects are created in.")
-    image: str = Field(description="Container image of the engine.")
-    context: str | None = Field(None, description="kubeconfig context; default the current one.")
-    service_account: str | None = Field(None, description="Service account of the engine pods.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Pod tolerations.")
-    use_helm: bool = Field(True, description="Deploy through the Helm chart (else direct objects).")
-    ready_timeout_s: float = Field(
-        1800.0, gt=0, le=MAX_DURATION_S, description="Time allowed for pods to become ready."
-    )
-    unschedulable_timeout_s: float = Field(
-        300.0,
-        gt=0,
-        le=MAX_DURATION_S,
-        description="How long a pod may stay Unschedulable (say, while an autoscaler adds a node) before "
-        "the layout fails.",
-    )
-    access: Literal["auto", "service", "port-forward"] = Field(
-        "auto",
-        description="How orch reaches the engines: the Service's cluster DNS name (orch in the cluster), "
-        "the API server's port-forward to each leader pod (orch outside), or auto (service when in a pod).",
-    )
-
-
-TargetSpec = Annotated[LocalTarget | RayTarget | KubernetesTarget, Field(discriminator="kind")]
-
-
-class TokenDistribution(_Spec):
-    """A distribution of token counts, sampled per request with the workload seed."""
-
-    kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(description="Distribution family.")
-    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean token count (uniform: midpoint).")
-    stddev: float = Field(0.0, ge=0, le=MAX_TOKENS, description="Standard deviation (normal, lognormal).")
-    min: int = Field(1, gt=0, le=MAX_TOKENS, description="Smallest count; samples are clipped to [min, max].")
-    max: int | None = Field(
-        None, gt=0, le=MAX_TOKENS, description="Largest count; uniform samples from [min, max]."
-    )
-
-    @model_validator(mode="after")
-    def _bounds(self) -> TokenDistribution:
-        if self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
-        if self.kind == "uniform" and self.max is None:
-            raise ValueError("a uniform distribution needs 'max'")
-        return self
-
-
-TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)] | TokenDistribution
-
-
-class SearchSpec(_Spec):
-    """How the sweep finds a layout's SLO capacity: bracket from a seed rate, then bisect."""
-
-    tolerance_frac: float = Field(
-        0.05, gt=0, lt=1, description="Stop when the bracket is narrower than this share of the capacity."
-    )
-    max_points: int = Field(12, ge=2, le=1000, description="Most load points measured per layout.")
-    min_rate_per_s: float = Field(
-        0.05, gt=0, le=MAX_RATE_PER_S, description="Lowest rate tried; failing here is capacity 0."
-    )
-    max_rate_per_s: float = Field(1000.0, gt=0, le=MAX_RATE_PER_S, description="Highest rate tried.")
-    start_rate_per_s: float | None = Field(
-        None, gt=0, le=MAX_RATE_PER_S,
-        description="First rate tried; default: the simulator's or planner's prediction.",
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> SearchSpec:
-        if self.min_rate_per_s >= self.max_rate_per_s:
-            raise ValueError(
-                f"min_rate_per_s ({self.min_rate_per_s:g}) must be below max_rate_per_s "
-                f"({self.max_rate_per_s:g})"
-            )
-        start = self.start_rate_per_s
-        if start is not None and not self.min_rate_per_s <= start <= self.max_rate_per_s:
-            raise ValueError(
-                f"start_rate_per_s ({start:g}) must lie within [min_rate_per_s, max_rate_per_s] "
-                f"= [{self.min_rate_per_s:g}, {self.max_rate_per_s:g}]"
-            )
-        return self
-
-
-class WorkloadSpec(_Spec):
-    """The requests sent to each layout and how they arrive."""
-
-    kind: Literal["random", "sharegpt", "prefix", "trace"] = Field(
-        "random", description="random tokens, ShareGPT conversations, shared-prefix prompts, or a trace."
-    )
-    input_tokens: TokenCount = Field(1024, description="Prompt tokens: a number or a distribution.")
-    output_tokens: TokenCount = Field(256, description="Output tokens: a number or a distribution.")
-    prefix_tokens: int | None = Field(
-        None, gt=0, le=MAX_TOKENS, description="prefix only: tokens shared by prompts."
-    )
-    dataset_path: str | None = Field(None, description="Dataset or trace file (sharegpt, trace).")
-    arrival: Literal["poisson", "gamma", "constant"] = Field("poisson", description="Arrival process.")
-    burstiness: float = Field(
-        1.0, ge=0.001, le=1000, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
-    )
-    rates_per_s: list[Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)]] | None = Field(
-        None, min_length=1, max_length=1000,
-        description="Request rates to measure each layout at, in requests per second; without them the "
-        "sweep searches each layout's SLO capacity (see 'search').",
-    )
-    search: SearchSpec = Field(
-        default_factory=lambda: SearchSpec(), description="The capacity search (used without rates_per_s)."
-    )
-    num_requests: int | None = Field(None, gt=0, le=MAX_COUNT, description="Requests per load point.")
-    duration_s: float | None = Field(
-        None, gt=0, le=MAX_DURATION_S, description="Length of each load point in seconds."
-    )
-    warmup_s: float = Field(
-        0.0, ge=0, le=MAX_DURATION_S, description="Seconds at the start excluded from metrics."
-    )
-    seed: int = Field(0, ge=0, lt=2**63, description="Seed of prompts, lengths and arrival times.")
-    max_concurrency: int | None = Field(None, gt=0, le=MAX_COUNT, description="Cap on requests in flight.")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> WorkloadSpec:
-        if self.kind in ("sharegpt", "trace") and self.dataset_path is None:
-            raise ValueError(f"workload kind '{self.kind}' needs 'dataset_path'")
-        if self.num_requests is None and self.duration_s is None:
-            raise ValueError("give 'num_requests' or 'duration_s' (or both)")
-        if self.num_requests is None and self.duration_s is not None:
-            # Arrival times are drawn up front: rate x duration of them must fit in memory.
-            # A capacity search may go up to its highest rate.
-            highest = max(self.rates_per_s) if self.rates_per_s else self.search.max_rate_per_s
-            expected = highest * self.duration_s
-            if expected > MAX_COUNT:
-                raise ValueError(
-                    f"duration_s {self.duration_s:g} at {highest:g}/s is about {expected:.3g} "
-                    f"requests per load point, more than {MAX_COUNT:,}; shorten it or set num_requests"
-                )
-        if self.warmup_s > 0:
-            # The shortest load point: the highest rate sends num_requests soonest.
-            lengths = [self.duration_s] if self.duration_s is not None else []
-            if self.num_requests is not None and self.rates_per_s:
-                # (A search's rates are not known yet; the grid's are.)
-                lengths.append(self.num_requests / max(self.rates_per_s))
-            shortest = min(lengths, default=float("inf"))
-            if self.warmup_s >= shortest:
-                raise ValueError(
-                    f"warmup_s ({self.warmup_s:g}) must be shorter than each load point (the shortest lasts "
-                    f"about {shortest:.3g} s); lower warmup_s or raise duration_s / num_requests"
-                )
-        return self
-
-
 def _ms(metric: str, pct: str) -> Any:
     return Field(
         None, gt=0, le=MAX_DURATION_S * 1000,
@@ -390,7 +230,7 @@ def _ms(metric: str, pct: str) -> Any:
     )
 
 
-class SLOSpec(_Spec):
+class SLOSpec(SpecModel):
     """Service-level objectives, each a bound on a percentile; unset bounds are not checked."""
 
     ttft_p50_ms: float | None = _ms("time to first token", "p50")
@@ -426,7 +266,7 @@ class SLOSpec(_Spec):
 Objective = Literal["goodput_per_gpu", "throughput_per_gpu", "min_latency"]
 
 
-class SweepSpec(_Spec):
+class SweepSpec(SpecModel):
     """One sweep: a model on some hardware, candidate layouts, the load to measure them at, the SLO."""
 
     model: ModelSpec = Field(description="The model to serve.")

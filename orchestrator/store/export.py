@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchError
+from orchestrator.errors import OrchError, SpecError
 from orchestrator.store.db import Store
 
 FORMATS = ("json", "jsonl", "csv", "parquet", "vllm")
@@ -112,13 +112,13 @@ def export_run(
 ) -> str:
     """Write the run in `fmt`; returns the text (json/jsonl/csv to stdout) or the path written."""
     if fmt not in FORMATS:
-        raise OrchError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise SpecError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     table = "requests" if per_request else table
     if table not in TABLES:
-        raise OrchError(f"--table {table!r}: expected one of {', '.join(TABLES)}")
+        raise SpecError(f"--table {table!r}: expected one of {', '.join(TABLES)}")
     if fmt == "vllm":
         if out is None:
-            raise OrchError("--format vllm writes one JSON file per load point: give --out DIRECTORY")
+            raise SpecError("--format vllm writes one JSON file per load point: give --out DIRECTORY")
         Path(out).mkdir(parents=True, exist_ok=True)
         for name, result in vllm_results(store, run_id).items():
             (Path(out) / name).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
@@ -137,7 +137,7 @@ def export_run(
         text = buf.getvalue()
     else:
         if out is None:
-            raise OrchError("--format parquet writes a file: give --out FILE.parquet")
+            raise SpecError("--format parquet writes a file: give --out FILE.parquet")
         try:
             import pandas as pd  # type: ignore[import-untyped, unused-ignore]
         except ImportError:

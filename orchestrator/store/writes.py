@@ -1,6 +1,9 @@
 """The store's writes. Each public write turns its arguments into JSON-able values (what the journal
 keeps) and hands them to `Store._write`, which journals them and then applies them with the matching
-`_apply_*` inside one transaction; a journal replay calls the same `_apply_*`, so both agree."""
+`_apply_*` inside one transaction; a journal replay calls the same `_apply_*`, so both agree.
+
+The public write's signature is the typed one; an `_apply_*` takes the same names as keywords (`**a`)
+from JSON, so the argument list is written once, not again on the apply side."""
 
 from __future__ import annotations
 
@@ -97,33 +100,22 @@ class Writes:
         }
         self._write(run_id, "set_layout", _jsonable(args))
 
-    def _apply_set_layout(
-        self,
-        *,
-        run_id: str,
-        layout: str,
-        gpus: int,
-        status: str,
-        reason: str | None,
-        plan: dict[str, Any] | None,
-        launch: dict[str, Any] | None,
-        now: float,
-    ) -> None:
+    def _apply_set_layout(self, *, now: float, **a: Any) -> None:
         self.conn.execute(
             "INSERT INTO layouts VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(run_id, layout) DO UPDATE SET "
             "status=excluded.status, reason=excluded.reason, "
             "plan_json=COALESCE(excluded.plan_json, plan_json), "
             "launch_json=COALESCE(excluded.launch_json, launch_json), finished_at=excluded.finished_at",
             (
-                run_id,
-                layout,
-                gpus,
-                status,
-                reason,
-                json.dumps(plan) if plan else None,
-                json.dumps(launch) if launch else None,
+                a["run_id"],
+                a["layout"],
+                a["gpus"],
+                a["status"],
+                a["reason"],
+                json.dumps(a["plan"]) if a["plan"] else None,
+                json.dumps(a["launch"]) if a["launch"] else None,
                 now,
-                now if status != "pending" else None,
+                now if a["status"] != "pending" else None,
             ),
         )
 
@@ -151,19 +143,7 @@ class Writes:
         }
         self._write(run_id, "add_point", _jsonable(args))
 
-    def _apply_add_point(
-        self,
-        *,
-        run_id: str,
-        layout: str,
-        label: str,
-        rate: float | None,
-        passed: bool | None,
-        verdict: str | None,
-        metrics: dict[str, Any],
-        records: list[dict[str, Any]],
-        created_at: float,
-    ) -> None:
+    def _apply_add_point(self, *, run_id: str, layout: str, label: str, **a: Any) -> None:
         self.conn.execute(
             "DELETE FROM records WHERE run_id=? AND layout=? AND label=?", (run_id, layout, label)
         )
@@ -173,16 +153,19 @@ class Writes:
                 run_id,
                 layout,
                 label,
-                rate,
-                None if passed is None else int(passed),
-                verdict,
-                json.dumps(metrics),
-                created_at,
+                a["rate"],
+                None if a["passed"] is None else int(a["passed"]),
+                a["verdict"],
+                json.dumps(a["metrics"]),
+                a["created_at"],
             ),
         )
         self.conn.executemany(
             "INSERT INTO records VALUES (?,?,?,?,?)",
-            [(run_id, layout, label, r["request_id"], json.dumps(r, separators=(",", ":"))) for r in records],
+            [
+                (run_id, layout, label, r["request_id"], json.dumps(r, separators=(",", ":")))
+                for r in a["records"]
+            ],
         )
 
     def add_consistency(
@@ -206,27 +189,17 @@ class Writes:
         }
         self._write(run_id, "add_consistency", _jsonable(args))
 
-    def _apply_add_consistency(
-        self,
-        *,
-        run_id: str,
-        layout_a: str,
-        layout_b: str,
-        result: dict[str, Any],
-        passed: bool | None,
-        max_divergence: float | None,
-        created_at: float,
-    ) -> None:
+    def _apply_add_consistency(self, **a: Any) -> None:
         self.conn.execute(
             "INSERT INTO consistency VALUES (?,?,?,?,?,?,?)",
             (
-                run_id,
-                layout_a,
-                layout_b,
-                created_at,
-                None if passed is None else int(passed),
-                max_divergence,
-                json.dumps(result),
+                a["run_id"],
+                a["layout_a"],
+                a["layout_b"],
+                a["created_at"],
+                None if a["passed"] is None else int(a["passed"]),
+                a["max_divergence"],
+                json.dumps(a["result"]),
             ),
         )
 

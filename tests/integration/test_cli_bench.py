@@ -5,6 +5,7 @@ codes and counts are exact.
 """
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -206,3 +207,24 @@ def test_bad_input_one_line(
     assert exc.value.code == 2, err
     assert needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_bench_tables_are_not_cut_off_a_terminal(server_url: str) -> None:
+    # Off a terminal (a pipe, a CI log) the table is PIPE_WIDTH wide, as every other command's: it was 80
+    # columns, and the five-point table came out as "rat…", "ach…", "goo…". The title is one line.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    code = "from orchestrator.cli import main; main()"
+    for rates, heads in (("50,60,70,80,90", ("achieved req/s", "TTFT p50/p99", "out tok/s", "goodput")),
+                         ("50", ("achieved / scheduled req/s", "request throughput req/s"))):
+        res = subprocess.run(
+            [sys.executable, "-c", code, "bench", "--base-url", server_url, "--model", "m", "--rate", rates,
+             "--num-requests", "6", "--input-len", "8", "--output-len", "4"],
+            capture_output=True, text=True, timeout=120, check=False, env=env)
+        assert res.returncode == 0, res.stderr
+        assert "…" not in res.stdout, res.stdout
+        for head in heads:
+            assert head in res.stdout, (head, res.stdout)
+        for rate in rates.split(","):
+            assert f"rate={rate}/s" in res.stdout
+        first = res.stdout.splitlines()[0]
+        assert first.startswith("orch bench (") and first.rstrip().endswith(")"), first

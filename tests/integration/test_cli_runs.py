@@ -94,3 +94,62 @@ def test_real_multi_node_engine_on_local_target_is_refused_up_front(tmp_path: Pa
     assert "hardware.nodes is 2" in line and "target.kind: ray" in line and spec in line
     # --engine sim on the same spec is the way to try it here.
     assert "--engine sim" in line
+
+
+def test_calibrate_export_and_compare_as_a_new_user_types_them(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.db")
+    spec = _write(tmp_path)
+    out = _orch("sweep", spec, "--layouts", "tp2,tp1x2", "--rates", "2,6", "--store", db, "--json")
+    assert out.returncode in (0, 3), out.stderr[-3000:]
+    run_id = json.loads(out.stdout)["run_id"]
+    # calibrate takes latest and a unique prefix like every command that takes a run (it took only ids).
+    profile = tmp_path / "profile.yaml"
+    for ref in ("latest", run_id[:15]):
+        cal = _orch("calibrate", ref, "--store", db, "--constants", "hbm_efficiency", "--max-requests", "8",
+                    "--out", str(profile), "--json")
+        assert cal.returncode == 0, cal.stderr
+        assert json.loads(cal.stdout)["out"] == str(profile)
+        assert yaml.safe_load(profile.read_text())["fitted_from"] == [run_id]
+    # Bad export flags are bad input (exit 2, one line), not store failures (exit 1).
+    for flags, needle in ((["--format", "yaml"], "--format 'yaml'"), (["--table", "nope"], "--table 'nope'"),
+                          (["--format", "parquet"], "give --out"), (["--format", "vllm"], "give --out")):
+        bad = _orch("export", "latest", "--store", db, *flags)
+        assert bad.returncode == 2, (flags, bad.stderr)
+        (line,) = bad.stderr.strip().splitlines()
+        assert needle in line
+    # A warning stays one line in a log 80 columns wide (the spec hashes were split across two).
+    other = _write(tmp_path, hardware={"overrides": {"hbm_efficiency": 0.7}})
+    second = _orch("sweep", other, "--layouts", "tp2,tp1x2", "--rates", "2,6", "--store", db, "--json")
+    assert second.returncode in (0, 3), second.stderr[-3000:]
+    cmp = _orch("compare", run_id, "latest", "--store", db, "--allow-mismatch")
+    assert cmp.returncode in (0, 1), cmp.stderr
+    warnings = [ln for ln in cmp.stderr.splitlines() if ln.strip()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("warning: comparing anyway although spec hashes differ")
+    assert warnings[0].rstrip().endswith(")"), warnings
+
+
+def test_the_interactivity_objective_counts_only_points_meeting_the_slo(tmp_path: Path) -> None:
+    # tp4x2 of the main job: past its SLO capacity it still streams above 50 tok/s/user at more
+    # tok/s/GPU; the objective must not quote such a failing point as a way to serve.
+    spec = str(Path(__file__).resolve().parents[2] / "layouts" / "qwen72b.yaml")
+    db = str(tmp_path / "o.db")
+    out = _orch("sweep", spec, "--layouts", "tp4x2", "--store", db, "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    passed = {p["label"]: p["passed"] for p in data["layouts"][0]["points"]}
+    at = data["objectives"]["tp4x2"]["at_interactivity"]
+    assert passed[at["label"]] and at["among"] == "load points meeting the SLO"
+    faster_failing = [
+        r
+        for r in data["pareto"]["points"]
+        if not r["passed"]
+        and r["tokens_per_s_per_user"] >= 50
+        and r["tokens_per_s_per_gpu"] > at["tokens_per_s_per_gpu"]
+    ]
+    assert faster_failing  # the case this test is about is present
+    report = _orch("report", "latest", "--store", db)
+    assert report.returncode == 0, report.stderr
+    line = next(x for x in report.stdout.splitlines() if x.startswith("  tp4x2: at capacity"))
+    shown = f"{at['tokens_per_s_per_gpu']:.1f} tok/s/GPU ({at['label']})"
+    assert f"at >= 50 tok/s/user within the SLO: {shown}" in line

@@ -9,13 +9,11 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from test_sweep_faults import _gone, _sim_pids  # pytest puts this directory on sys.path
+from sweep_procs import first_layout_pids, gone, start_sweep  # pytest puts this directory on sys.path
 from test_sweep_sim import SPEC, _orch, _write
 
 READERS = [
@@ -56,22 +54,6 @@ def _unwritable(db: Path) -> list[list[str]]:
     return [["chmod", "755", str(db.parent)]]
 
 
-def _wait_for_first_layout(proc: subprocess.Popen[str], db: Path) -> list[int]:
-    """Block until the first layout is deployed and measuring; return its servers' PIDs."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.3)
-        if not db.exists():
-            continue
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            row = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchone()
-        if row and row[0]:
-            replicas = json.loads(row[0])["replicas"]
-            time.sleep(1.5)  # healthy and measuring (a load point takes about 5 s)
-            return [p for r in replicas for p in _sim_pids(f"--port {r['processes'][0]['ports'][0]}")]
-    raise AssertionError("the first layout was never deployed")
-
-
 @pytest.mark.parametrize("fault", ["locked", "unwritable", "deleted", "truncated"])
 def test_a_store_failing_mid_sweep_loses_no_point(tmp_path: Path, fault: str) -> None:
     spec = _write(
@@ -82,23 +64,9 @@ def test_a_store_failing_mid_sweep_loses_no_point(tmp_path: Path, fault: str) ->
     store_dir = tmp_path / "store"
     store_dir.mkdir()
     db = store_dir / "r.db"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from orchestrator.cli import main; main()",
-            "sweep",
-            spec,
-            "--served",  # real servers over HTTP: a store fails while engines run
-            "--store",
-            str(db),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    engines = _wait_for_first_layout(proc, db)
-    assert engines
+    # --served: real servers over HTTP, so a store fails while engines run
+    proc = start_sweep(spec, db)
+    engines = first_layout_pids(proc, db, settle_s=1.5)  # healthy and measuring (a point takes ~5 s)
     undo: list[list[str]] = []
     if fault == "locked":  # another writer holds the store for a while: the sweep waits, then writes
         other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
@@ -116,7 +84,7 @@ def test_a_store_failing_mid_sweep_loses_no_point(tmp_path: Path, fault: str) ->
         for cmd in undo:
             subprocess.run(cmd, check=True)
     assert "Traceback" not in err, err[-3000:]
-    assert _gone(engines, within_s=30), "engines outlived the failed store"
+    assert gone(engines, within_s=30), "engines outlived the failed store"
     if fault == "locked":
         assert proc.returncode in (0, 8), err[-3000:]  # 8: a busy machine left a point unjudged
         with sqlite3.connect(db) as conn:

@@ -10,15 +10,12 @@ within the response cap.
 from __future__ import annotations
 
 import asyncio
-import signal
 import socket
 import sys
 import threading
 import tracemalloc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
@@ -26,30 +23,11 @@ from orchestrator.loadgen.framing import MAX_HEAD_BYTES, MAX_LINE_BYTES
 from orchestrator.loadgen.http1 import Exchange, Http1Client, Origin, _Conn, _Pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from alarm import alarm
 from hostile_server import Piece, RawServer, forever
 
 GUARD_S = 60  # a request that is not over by then has hung (the timeouts below are 30 s)
 CAP = 1024 * 1024  # the response cap of these tests; the default (64 MiB) is tested in test_cli_bench
-
-
-class Hung(Exception):
-    pass
-
-
-@contextmanager
-def guard(seconds: int = GUARD_S) -> Iterator[None]:
-    """Fail instead of hanging, even inside a synchronous loop (SIGALRM interrupts Python code)."""
-
-    def fire(signum: int, frame: FrameType | None) -> None:
-        raise Hung(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 async def _post(url: str, client: Http1Client | None = None, timeout_s: float = 30.0,
@@ -72,7 +50,7 @@ def _body(ex: Exchange) -> bytes:
 def _answer(
     pieces: Sequence[Piece], close: bool = False, timeout_s: float = 30.0, cap: int = CAP
 ) -> Exchange:
-    with RawServer(lambda _: (pieces, close)) as srv, guard():
+    with RawServer(lambda _: (pieces, close)) as srv, alarm(GUARD_S):
         return asyncio.run(_post(srv.url, timeout_s=timeout_s, cap=cap))
 
 
@@ -85,7 +63,7 @@ def test_chunked_connection_reused() -> None:
         async with Http1Client() as http:
             return [await _post(url, http) for _ in range(3)]
 
-    with RawServer(lambda _: (CHUNKED, False)) as srv, guard():
+    with RawServer(lambda _: (CHUNKED, False)) as srv, alarm(GUARD_S):
         exs = asyncio.run(main(srv.url))
         accepted = srv.accepted
     for ex in exs:
@@ -117,7 +95,7 @@ def test_each_read_timestamped_when_it_arrives() -> None:
         conn._drop()
         return ex, released
 
-    with RawServer(lambda _: (pieces, False)) as srv, guard():
+    with RawServer(lambda _: (pieces, False)) as srv, alarm(GUARD_S):
         ex, _ = asyncio.run(main(srv.url))
     assert ex.complete and [d for _, d in ex.reads] == [b"hello", b" world"]
     assert ex.reads[0][0] < ex.reads[1][0]
@@ -146,7 +124,7 @@ def test_server_closing_idle_connection_is_retried_once() -> None:
             second = await _post(url, http)
         return first, second
 
-    with RawServer(lambda _: (resp, True)) as srv, guard():
+    with RawServer(lambda _: (resp, True)) as srv, alarm(GUARD_S):
         first, second = asyncio.run(main(srv.url))
         accepted = srv.accepted
     assert first.complete and second.complete and _body(second) == b"ok"

@@ -13,12 +13,8 @@ import asyncio
 import itertools
 import os
 import re
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +27,7 @@ from orchestrator.loadgen.records import ERROR_KINDS
 from orchestrator.loadgen.sse import SSEParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from alarm import alarm
 from hostile_server import RawServer
 
 CAP = 4096  # small, so that the grammar below reaches it
@@ -40,24 +37,6 @@ EXAMPLE_S = 20  # one example parses a few KB: far below this even on a busy mac
 #: change in the code, not a new draw. Elsewhere each run draws new ones and keeps failures in .hypothesis/.
 CI: dict[str, Any] = {"derandomize": True, "database": None} if os.environ.get("ORCH_CI") == "1" else {}
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], **CI)
-
-
-class Hung(Exception):
-    pass
-
-
-@contextmanager
-def alarm(seconds: int) -> Iterator[None]:
-    def fire(signum: int, frame: FrameType | None) -> None:
-        raise Hung(f"still parsing after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # -- a grammar of (mostly broken) HTTP answers
@@ -138,12 +117,12 @@ def _feed(pieces: list[bytes], close: bool) -> tuple[Exchange, _Conn]:
 def test_parser_never_hangs_raises_or_passes_the_cap(data: st.DataObject) -> None:
     wire = data.draw(answers())
     pieces = data.draw(cut(wire))
-    with alarm(EXAMPLE_S):
+    with alarm(EXAMPLE_S, "parsing"):
         ex, _ = _feed(pieces, close=True)
     assert ex.complete or ex.error in TRANSPORT_KINDS, ex.error
     assert not (ex.complete and ex.error), ex
     assert sum(len(d) for _, d in ex.reads) <= CAP
-    with alarm(EXAMPLE_S):
+    with alarm(EXAMPLE_S, "parsing"):
         rec = to_record(Sent("r", ex, 0.0, 0.0))
     assert rec.error is None or rec.error in ERROR_KINDS or re.fullmatch(r"http_-?\d+", rec.error), rec.error
 
@@ -152,7 +131,7 @@ def test_parser_never_hangs_raises_or_passes_the_cap(data: st.DataObject) -> Non
 @given(st.data())
 def test_parse_does_not_depend_on_how_reads_are_cut(data: st.DataObject) -> None:
     wire = data.draw(answers())
-    with alarm(EXAMPLE_S):
+    with alarm(EXAMPLE_S, "parsing"):
         whole, _ = _feed([wire], close=False)
         parts, _ = _feed(data.draw(cut(wire)), close=False)
     assert (whole.status, whole.error, whole.complete) == (parts.status, parts.error, parts.complete)
@@ -172,7 +151,7 @@ sse_streams = st.lists(
 @given(st.data())
 def test_sse_events_do_not_depend_on_how_reads_are_cut(data: st.DataObject) -> None:
     stream = data.draw(sse_streams)
-    with alarm(EXAMPLE_S):
+    with alarm(EXAMPLE_S, "parsing"):
         one = SSEParser()
         whole = [(e.data, e.event) for e in one.feed(stream)]
         many = SSEParser()
@@ -185,7 +164,7 @@ def test_sse_endless_line_costs_linear_time() -> None:
     """16 MiB of one line in 4 KiB reads: scanned once (a growing buffer rescanned is 32 GB of work)."""
     p = SSEParser()
     piece = b"x" * 4096
-    with alarm(EXAMPLE_S):
+    with alarm(EXAMPLE_S, "parsing"):
         for _ in range(4096):
             assert p.feed(piece) == []
         assert p.feed(b"\n\n") == [] and p.pending == b""
@@ -203,7 +182,7 @@ def test_real_socket_answers_end_classified(data: st.DataObject) -> None:
         async with Http1Client() as http:
             return await http.post(origin, origin.head({}), b"{}", 30.0, CAP)
 
-    with RawServer(lambda _: (pieces, True), pause_s=0.0) as srv, alarm(60):
+    with RawServer(lambda _: (pieces, True), pause_s=0.0) as srv, alarm(60, "parsing"):
         ex = asyncio.run(post(srv.url))
     assert ex.complete or ex.error in TRANSPORT_KINDS, ex.error
     assert sum(len(d) for _, d in ex.reads) <= CAP
@@ -216,7 +195,7 @@ def test_sse_endless_event_of_tiny_data_lines_stops_at_its_limit() -> None:
     stream = b"data: x\n" * (MAX_EVENT_BYTES // 8)
     reads = [(float(i), stream[i : i + 65536]) for i in range(0, len(stream), 65536)]
     p = SSEParser()
-    with alarm(EXAMPLE_S):
+    with alarm(EXAMPLE_S, "parsing"):
         assert [e for _, piece in reads for e in p.feed(piece)] == []
     assert p.overflowed
     rec = to_record(Sent("r", Exchange(200, reads, None, True, 1.0), 0.0, 0.0))

@@ -4,13 +4,9 @@ simulated engine as the process each actor starts: a winner is picked and stored
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +15,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import LOOPBACK_ENV, free_port, ray_or_skip
+from ray_cluster import ray_head, token_env
 
 pytestmark = pytest.mark.ray
 
@@ -38,7 +34,7 @@ print(json.dumps({"actors": actors, "groups": groups, "gpus": free_gpus(ray, 8)}
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+    return token_env(TOKEN)
 
 
 def _spec(address: str) -> dict[str, Any]:
@@ -62,29 +58,7 @@ def _spec(address: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[str]:
-    ray_or_skip()
-    port = free_port()
-    ray_bin = Path(sys.executable).parent / "ray"
-    env = _env()
-    proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-         "--num-gpus=8", "--num-cpus=16", "--include-dashboard=false", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        assert proc.poll() is None, "ray start --head exited"
-        time.sleep(0.2)
-    yield f"127.0.0.1:{port}"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    yield from ray_head(8, TOKEN)
 
 
 def test_orch_sweep_through_ray_picks_a_winner_and_leaves_nothing(head: str, tmp_path: Path) -> None:

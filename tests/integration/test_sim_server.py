@@ -3,57 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.pipeline.timescale import unscale
+from orchestrator.sim.virtual import SimRequest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return -1
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sim_serving import MODEL, poisson_workload, sim_server, simulate_virtual, status, wait_healthy
 
 
 @pytest.fixture()
 def server() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sim.server", "--model", "qwen2.5-72b",
-                             "--layout", "tp8", "--gpu", "h100-sxm", "--max-model-len", "8192",
-                             "--time-scale", "0.2", "--startup-s", "1.5", "--port", str(port)])
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with sim_server(0.2, "--startup-s", "1.5") as base:
         deadline = time.monotonic() + 30
         seen_loading = False
         while time.monotonic() < deadline:
-            code = _status(base + "/health")
+            code = status(base + "/health")
             seen_loading |= code == 503
             if code == 200:
                 break
             time.sleep(0.1)
         assert seen_loading, "/health should answer 503 while the simulated model loads"
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_streams_exact_token_counts_no_faster_than_the_model(server: str) -> None:
@@ -89,39 +68,14 @@ def test_served_and_virtual_time_give_the_same_answers() -> None:
     """The same requests through the HTTP server and through virtual time: every request completes with
     the same number of tokens on both paths. How close their latencies are depends on how busy the
     machine is, so that is measured by bench/sim_served_agreement.py, which prints the ratios."""
-    import numpy as np
-
-    from orchestrator.catalog.loader import load_gpu, load_model
-    from orchestrator.layout import parse_layout
-    from orchestrator.plan.checks import Cluster
-    from orchestrator.plan.planner import PlanInputs
-    from orchestrator.sim.build import replica_engines
-    from orchestrator.sim.virtual import SimRequest, simulate
-
-    rng = np.random.default_rng(7)
     n = 24
-    offsets = [float(x) for x in np.cumsum(rng.exponential(1 / 3.0, n))]
-    prompts = [int(x) for x in rng.integers(300, 900, n)]
-    outputs = [int(x) for x in rng.integers(40, 80, n)]
-    inputs = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                        max_model_len=8192)
-    virtual, _ = simulate(replica_engines(inputs, parse_layout("tp8")),
-                          [SimRequest(str(i), offsets[i], prompts[i], outputs[i]) for i in range(n)])
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sim.server", "--model", "qwen2.5-72b",
-                             "--layout", "tp8", "--gpu", "h100-sxm", "--max-model-len", "8192",
-                             "--time-scale", str(SCALE), "--port", str(port)])
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while _status(base + "/health") != 200 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        cfg = ClientConfig(base, "qwen2.5-72b")
+    offsets, prompts, outputs = poisson_workload(7, n)
+    virtual = simulate_virtual([SimRequest(str(i), offsets[i], prompts[i], outputs[i]) for i in range(n)])
+    with sim_server(SCALE) as base:
+        assert wait_healthy(base), "the simulated server did not become healthy in 60 s"
+        cfg = ClientConfig(base, MODEL)
         specs = [RequestSpec(str(i), "word " * prompts[i], max_tokens=outputs[i]) for i in range(n)]
         served = unscale(asyncio.run(run_open_loop(cfg, specs, [t * SCALE for t in offsets])), SCALE)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     assert all(r.ok for r in served), [r.error for r in served if not r.ok]
     by_id = {r.request_id: r for r in virtual}
     for r in served:

@@ -34,9 +34,9 @@ def _sweep(tmp_path: Path, bad_tries: dict[float, int]) -> tuple[Sweep, list[flo
     def patched(layout: Layout) -> Any:
         run = real(layout)
 
-        def point(rate: float) -> tuple[PointResult, dict[str, Any]]:
+        def point(rate: float, k: int) -> tuple[PointResult, dict[str, Any]]:
             calls.append(rate)
-            result, extra = run(rate)
+            result, extra = run(rate, k)
             if bad_tries.get(rate, 0) > 0:
                 bad_tries[rate] -= 1
                 result = replace(result, verdict=UNRELIABLE)
@@ -75,7 +75,7 @@ def test_the_cli_says_which_points_and_exits_8(tmp_path: Path, monkeypatch: pyte
 
     def always_unreliable(self: Sweep, layout: Layout) -> Any:
         run = real(self, layout)
-        return lambda rate: (replace(run(rate)[0], verdict=UNRELIABLE), {})
+        return lambda rate, k: (replace(run(rate, k)[0], verdict=UNRELIABLE), {})
 
     monkeypatch.setattr(Sweep, "_virtual_point", always_unreliable)
     monkeypatch.setattr(sys, "argv", ["orch", "sweep", _write(tmp_path, layouts=["tp2"]),

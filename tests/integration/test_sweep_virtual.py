@@ -70,24 +70,32 @@ def test_an_slo_no_load_meets_is_capacity_zero_with_the_limiting_metric(tmp_path
 
 def test_served_and_virtual_sweeps_agree(tmp_path: Path) -> None:
     """Same spec and seed, both measured by loadgen.metrics: served over HTTP at time scale 1 against
-    virtual time. Tolerance: TPOT p50 within 15% + 1 ms (the served path adds the HTTP client's and the
-    event loop's per-token cost, tests/integration/test_sim_server.py measures it), output tokens/s
-    within 10% (set by the arrival schedule below capacity), and the same SLO verdict and winner."""
+    virtual time. What holds on any machine: the same requests complete with the same tokens, and the
+    served path is never clearly faster than the model it serves (a busy machine only slows it: the
+    HTTP client's and event loop's per-token cost, and lateness). So a served pass implies a virtual
+    pass, and where every verdict agrees the winner is the same. How close the latencies are on a
+    quiet machine is measured by bench/sim_served_agreement.py (ratios per round), not asserted here."""
     workload = {**SPEC["workload"], "num_requests": 40, "output_tokens": 48, "rates_per_s": [3]}  # type: ignore[dict-item]
     spec = _write(tmp_path, workload=workload, layouts=["tp2", "tp1x2"])
     virtual = _sweep(tmp_path, "v", spec)
     served = _sweep(tmp_path, "s", spec, "--served", "--workdir", str(tmp_path / "w"))
     pv, ps = _points(virtual), _points(served)
-    assert pv.keys() == ps.keys()
+    assert pv.keys() == ps.keys() and pv
+    same_verdicts = True
     for key, v in pv.items():
         s = ps[key]
         if (s["verdict"] or "").startswith("unreliable"):
             pytest.skip(f"{key}: the machine was too busy for the served simulation to keep its clock")
         mv, ms = v["metrics"], s["metrics"]
-        assert ms["tpot_ms"]["p50"] == pytest.approx(mv["tpot_ms"]["p50"], rel=0.15, abs=1.0), key
-        assert ms["output_throughput"] == pytest.approx(mv["output_throughput"], rel=0.10), key
-        assert ms["n_completed"] == mv["n_completed"] and s["passed"] == v["passed"], key
-    assert served["selection"]["winner"] == virtual["selection"]["winner"]
+        assert ms["n_completed"] == mv["n_completed"] and ms["n_failed"] == 0, key
+        assert ms["total_output_tokens"] == mv["total_output_tokens"], key
+        assert ms["tpot_ms"]["p50"] >= 0.9 * mv["tpot_ms"]["p50"] - 1.0, key
+        assert ms["output_throughput"] <= 1.1 * mv["output_throughput"], key
+        if s["passed"]:
+            assert v["passed"], key
+        same_verdicts = same_verdicts and s["passed"] == v["passed"]
+    if same_verdicts:
+        assert served["selection"]["winner"] == virtual["selection"]["winner"]
 
 
 def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(tmp_path: Path) -> None:

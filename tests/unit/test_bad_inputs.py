@@ -122,6 +122,26 @@ SPEC_CASES: list[tuple[str, str, str]] = [
     ("python-tag", spec(model="!!python/object/apply:os.system [id]"), "a spec holds plain YAML values only"),
     ("not-a-mapping", "- a\n- b\n", "must be a YAML mapping"),
     ("syntax", "model: {name: x\n", "YAML syntax error"),
+    # issue 15's bad input: search bounds, tolerance, a cost without a currency, closed-loop fields
+    ("zero-tolerance", spec(workload="{num_requests: 5, search: {tolerance_frac: 0}}"),
+     "workload.search.tolerance_frac: must be greater than 0"),
+    ("negative-tolerance", spec(workload="{num_requests: 5, search: {tolerance_frac: -0.1}}"),
+     "workload.search.tolerance_frac: must be greater than 0"),
+    ("start-above-bound",
+     spec(workload="{num_requests: 5, search: {max_rate_per_s: 1, start_rate_per_s: 2}}"),
+     "start_rate_per_s (2) must lie within [min_rate_per_s, max_rate_per_s] = [0.05, 1]"),
+    ("bounds-reversed", spec(workload="{num_requests: 5, search: {min_rate_per_s: 5, max_rate_per_s: 2}}"),
+     "min_rate_per_s (5) must be below max_rate_per_s (2)"),
+    ("cost-no-currency", spec(cost_per_gpu_hour="2.5"), "cost_per_gpu_hour needs a currency"),
+    ("closed-with-rates", spec(workload="{loop: closed, rates_per_s: [1], num_requests: 5}"),
+     "rates_per_s is an open-loop grid; with loop: closed give concurrency"),
+    ("open-with-concurrency", spec(workload="{concurrency: [4], num_requests: 5}"),
+     "concurrency is a closed-loop grid"),
+    ("closed-start-below-bound",
+     spec(workload="{loop: closed, num_requests: 5, search: {min_concurrency: 8, start_concurrency: 2}}"),
+     "start_concurrency (2) must lie within [min_concurrency, max_concurrency] = [8, 1024]"),
+    ("closed-fractional", spec(workload="{loop: closed, concurrency: [2.5], num_requests: 5}"),
+     "valid integer"),
 ]
 
 CLI_COMMANDS = [["validate"], ["plan"], ["compile", "--layout", "tp1"]]

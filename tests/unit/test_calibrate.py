@@ -21,7 +21,8 @@ from orchestrator.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 # The "real" hardware the synthetic measurements come from: every guessed constant off.
-TRUTH = {"hbm_efficiency": 0.6, "compute_efficiency": 0.4, "step_overhead_s": 2e-3}
+TRUTH = {"hbm_efficiency": 0.6, "compute_efficiency": 0.4, "step_overhead_s": 2e-3,
+         "request_overhead_s": 4e-3}
 
 
 def _orch(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -75,6 +76,9 @@ def test_calibrate_recovers_the_constants_and_held_out_error_drops(measured: tup
     assert fitted["hbm_efficiency"] == pytest.approx(0.6, rel=0.05)
     assert fitted["compute_efficiency"] == pytest.approx(0.4, rel=0.05)
     assert fitted["step_overhead_s"] == pytest.approx(2e-3, rel=0.35)
+    # Unset on the preset (0): the fit starts it at 1 ms, and TTFT alone pins it.
+    assert report["start"]["request_overhead_s"] == 0.0
+    assert fitted["request_overhead_s"] == pytest.approx(4e-3, rel=0.35)
     assert report["median_abs_error_before"] > 0.1 > 0.02 > report["median_abs_error_after"]
     profile = yaml.safe_load((tmp / "prof.yaml").read_text())
     assert profile["kind"] == "orch-calibration-profile" and profile["gpu"] == "h100-sxm"
@@ -90,7 +94,8 @@ def test_calibrate_recovers_the_constants_and_held_out_error_drops(measured: tup
     assert inputs.gpu.hbm_efficiency == pytest.approx(fitted["hbm_efficiency"])
     held = MeasuredPoint("held-out", spec, parse_layout("tp4pp2"), 6.0, 120, {})
     truth = predict_point(held, TRUTH)
-    before = predict_point(held, {"hbm_efficiency": 0.8, "compute_efficiency": 0.5, "step_overhead_s": 5e-4})
+    before = predict_point(held, {"hbm_efficiency": 0.8, "compute_efficiency": 0.5, "step_overhead_s": 5e-4,
+                                  "request_overhead_s": 0.0})
     after = predict_point(held, {k: fitted[k] for k in TRUTH})
     for metric, value in truth.items():
         err_before = abs(before[metric] / value - 1)
@@ -152,18 +157,19 @@ def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
 
     assert {"vllm-h100-sxm", "vllm-h200", "vllm-a100-sxm-80gb", "trtllm-h200"} <= set(profile_names())
     assert load_profile("trtllm-h200").engine == "tensorrt-llm"
-    assert load_profile("vllm-h200").constants == {"hbm_efficiency": 0.5}
+    hbm = load_profile("vllm-h100-sxm").constants["hbm_efficiency"]
+    assert hbm != 0.8  # not the preset's guess
     (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: vllm-h100-sxm\n"
                                                    "  overrides: {step_overhead_s: 1.0e-3}\n"))
     spec = load_spec(tmp_path / "spec.yaml")
     gpu = plan_inputs(spec).gpu
     # The profile applies on top of the preset, the spec's overrides on top of the profile.
-    assert gpu.hbm_efficiency == 0.6 and gpu.step_overhead_s == 1e-3 and gpu.profile == "vllm-h100-sxm"
+    assert gpu.hbm_efficiency == hbm and gpu.step_overhead_s == 1e-3 and gpu.profile == "vllm-h100-sxm"
     # A simulated server deployed from the spec models the same hardware.
     from orchestrator.engines.sim import sim_args_from_spec
 
     args = sim_args_from_spec(spec)
-    assert "hbm_efficiency=0.6" in args and "step_overhead_s=0.001" in args
+    assert f"hbm_efficiency={hbm!r}" in args and "step_overhead_s=0.001" in args
 
 
 def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, Path, str]) -> None:

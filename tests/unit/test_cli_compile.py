@@ -82,3 +82,24 @@ def test_compile_k8s_from_a_kubernetes_target_and_the_refusals(tmp_path: Path) -
     assert ray.returncode == 0, ray.stderr
     llm = yaml.safe_load(ray.stdout)["applications"][0]["args"]["llm_configs"][0]
     assert llm["engine_kwargs"]["tensor_parallel_size"] == 4
+
+
+def test_compile_k8s_for_the_simulated_engine_needs_an_image() -> None:
+    # layouts/deepseek-v3.yaml runs the sim engine: there is no public image to default to (it was a
+    # KeyError traceback). One line with both ways out; with --image the objects come out.
+    deepseek = str(ROOT / "layouts" / "deepseek-v3.yaml")
+    for fmt in ("k8s", "helm-values"):
+        out = _orch("compile", deepseek, "--layout", "tp8pp2x2", "--format", fmt)
+        assert out.returncode == 2, (fmt, out.stderr)
+        (line,) = out.stderr.strip().splitlines()
+        assert "engine sim has no public image" in line and "--image" in line and "--engine vllm" in line
+        assert "Traceback" not in out.stderr
+    ok = _orch("compile", deepseek, "--layout", "tp8pp2x2", "--format", "k8s", "--image", "reg/orch:0.1.0")
+    assert ok.returncode == 0, ok.stderr
+    docs = [d for d in yaml.safe_load_all(ok.stdout) if d]
+    # The simulator is one process per replica, whatever nodes the replica would span: a Deployment.
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["image"] == "reg/orch:0.1.0"
+    vllm = _orch("compile", deepseek, "--layout", "tp8pp2x2", "--format", "k8s", "--engine", "vllm")
+    assert vllm.returncode == 0, vllm.stderr
+    assert "vllm/vllm-openai:v0.32.0" in vllm.stdout

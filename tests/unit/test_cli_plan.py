@@ -87,3 +87,13 @@ def test_plan_warning_names_the_limit_that_binds_the_batch() -> None:
     (row,) = json.loads(kv.stdout)["rows"]
     held = [w for w in row["warnings"] if "sequences" in w]
     assert len(held) == 1 and "the KV cache holds only" in held[0] and "(max_num_seqs 256)" in held[0], held
+
+
+def test_plan_of_only_rejected_layouts_shows_the_reasons_without_an_empty_parts_table() -> None:
+    out = _orch("plan", SPEC, "--layouts", "tp3,tp8x9")
+    assert out.returncode == 0, out.stderr
+    assert "decode step parts" not in out.stdout
+    assert "tp3: rejected: TP 3 does not divide the 64 attention heads" in out.stdout
+    assert "tp8x9: rejected: needs 72 GPUs" in out.stdout
+    both = _orch("plan", SPEC, "--layouts", "tp3,tp8")
+    assert both.returncode == 0 and "decode step parts" in both.stdout

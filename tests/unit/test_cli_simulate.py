@@ -43,3 +43,14 @@ def test_no_completed_request_exits_6_with_one_line() -> None:
     short = _orch("simulate", SPEC, "--layouts", "tp8", "--rates", "2", "--num-requests", "2")
     assert short.returncode == 2, short.stderr
     assert "warmup_s" in short.stderr and "Traceback" not in short.stderr
+
+
+def test_heading_is_one_line_and_a_spec_without_rates_says_both_ways() -> None:
+    # It was the table's title, wrapped to the one-point table's width ("...in virtual time,\n not measured").
+    out = _orch("simulate", SPEC, "--layouts", "tp8", "--rates", "2", "--num-requests", "12")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "orch simulate tp8 (8 GPUs): predicted in virtual time, not measured"
+    none = _orch("simulate", SPEC, "--layouts", "tp8")  # the example specs search capacity: no rates_per_s
+    assert none.returncode == 2
+    (line,) = none.stderr.strip().splitlines()
+    assert "give --rates" in line and "--concurrency" in line

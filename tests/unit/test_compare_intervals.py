@@ -137,3 +137,48 @@ def test_the_cli_refuses_incomparable_runs_unless_allowed(
     out = capsys.readouterr()
     assert "warning: comparing anyway although spec hashes differ" in " ".join(out.err.split())
     assert "no regression" in out.out
+
+
+def _compare_cli(
+    db: Path, a: str, b: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    from orchestrator.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["orch", "compare", a, b, "--store", str(db)])
+    code: int | str | None = 0
+    try:
+        main()
+    except SystemExit as done:
+        code = done.code
+    return int(code or 0), capsys.readouterr().out
+
+
+def test_identical_runs_print_one_line_and_no_empty_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "same.db"
+    s = Store(db)
+    _run(s, "run-a-000001", 2.0, [1.9, 2.1])
+    _run(s, "run-b-000002", 2.0, [1.9, 2.1])
+    s.close()
+    code, out = _compare_cli(db, "run-a-000001", "run-b-000002", monkeypatch, capsys)
+    assert code == 0
+    assert out.splitlines() == [
+        "orch compare run-a-000001 -> run-b-000002: no change beyond the 5% threshold: no regression"
+    ]
+
+
+def test_a_narrow_compare_table_keeps_its_title_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # narrower than the title, wider than the table
+    db = tmp_path / "drop.db"
+    s = Store(db)
+    _run(s, "20261204-220142-99b970", 2.0, [1.9, 2.1])
+    _run(s, "20261204-220148-60d10f", 1.0, [0.9, 1.1])
+    s.close()
+    code, out = _compare_cli(db, "20261204-220142-99b970", "20261204-220148-60d10f", monkeypatch, capsys)
+    assert code == 1  # a regression beyond noise
+    lines = out.splitlines()
+    assert lines[0] == "orch compare 20261204-220142-99b970 -> 20261204-220148-60d10f (threshold 5%)"
+    assert any("goodput req/s" in line for line in lines) and lines[-1] == "1 regression(s)"

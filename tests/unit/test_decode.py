@@ -3,7 +3,7 @@
 import json
 
 from orchestrator.loadgen.decode import Backlog, Sent, to_record
-from orchestrator.loadgen.http1 import Exchange
+from orchestrator.loadgen.exchange import Exchange
 
 
 def _event(obj: object) -> bytes:

@@ -24,7 +24,7 @@ from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, Proc
 from orchestrator.engines.sglang import ENGINE as SGLANG
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
-from orchestrator.spec.models import KubernetesTarget
+from orchestrator.spec.targets import KubernetesTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from k8s_plans import MODEL, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan

@@ -59,3 +59,19 @@ def test_a_cost_without_a_currency_is_refused() -> None:
     with pytest.raises(ValidationError, match="cost_per_gpu_hour needs a currency"):
         SweepSpec.model_validate({**base, "cost_per_gpu_hour": 2.5})
     assert SweepSpec.model_validate({**base, "cost_per_gpu_hour": 2.5, "currency": "EUR"}).currency == "EUR"
+
+
+def test_the_interactivity_target_counts_only_points_meeting_the_slo() -> None:
+    # c streams at 50 tok/s/user and 400 tok/s/GPU but fails the SLO: not a way to serve.
+    ok = pt("tp8", "a", 10.0, 100.0)
+    fails = MeasuredPoint("tp8", "c", None, False, 8, pt("tp8", "c", 20.0, 400.0).metrics)
+    obj = layout_objectives([ok, fails], "a", interactivity_target=40.0, cost_per_gpu_hour=None,
+                            currency=None)
+    at = obj["at_interactivity"]
+    assert at["label"] == "a" and at["tokens_per_s_per_gpu"] == 100.0
+    assert at["among"] == "load points meeting the SLO"
+    only_failing = layout_objectives([fails], None, interactivity_target=40.0, cost_per_gpu_hour=None,
+                                     currency=None)["at_interactivity"]
+    assert "label" not in only_failing and "tokens_per_s_per_gpu" not in only_failing
+    assert only_failing["verdict"] == (
+        "none meeting the SLO gives 40 tokens/s per user (c does at 400.0 tokens/s/GPU but fails the SLO)")

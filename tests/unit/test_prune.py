@@ -30,3 +30,16 @@ def test_exhaustive_grid_points() -> None:
     assert exhaustive_grid_points([1.0, 1.5, 2.0], 0.05, searched=True) == 16
     t = timing(10.0, [2.0, 2.0], [1.0] * 8, candidates=3, grid_points=16, searched=True)
     assert t.exhaustive_s == 3 * (2.0 + 16 * 1.0) and t.exhaustive_points == 48
+
+
+def test_a_closed_loop_grid_counts_distinct_whole_concurrencies() -> None:
+    # 1 to 16 in flight at 5%: a 5% step is below one request up to 20, so every integer once (16),
+    # where a geometric grid would count ceil(log 16 / log 1.05) + 1 = 58 points
+    assert exhaustive_grid_points([1.0, 3.0, 16.0], 0.05, searched=True, whole=True) == 16
+    assert exhaustive_grid_points([1.0, 3.0, 16.0], 0.05, searched=True) == 58
+    # 4 to 64 at 25%, by hand: 4 5 6 7 8 10 12 15 18 22 27 33 41 51 63, then 64
+    assert exhaustive_grid_points([4.0, 64.0], 0.25, searched=True, whole=True) == 16
+    assert exhaustive_grid_points([7.0, 7.0], 0.05, searched=True, whole=True) == 1
+    assert exhaustive_grid_points([2.0, 3.0], 0.05, searched=True, whole=True) == 2
+    t = timing(1.0, [1.0], [1.0], candidates=1, grid_points=16, searched=True, whole=True)
+    assert "whole concurrency" in t.definition

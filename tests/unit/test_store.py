@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from store_runs import add_run  # pytest puts this directory on sys.path
 
 from orchestrator.errors import OrchError
 from orchestrator.loadgen.records import RequestRecord
@@ -10,19 +11,7 @@ from orchestrator.store.export import export_run
 
 def _store(tmp_path: Path) -> Store:
     s = Store(tmp_path / "r.db")
-    s.create_run(
-        run_id="20260101-000000-abcdef",
-        spec_path="x.yaml",
-        spec_json={"a": 1},
-        spec_hash="h",
-        engine="sim",
-        engine_version="v",
-        model="m",
-        model_config_hash="c",
-        orch_version="o",
-        hardware={"cpu_model": "cpu"},
-        metadata={"eval_run_id": "e1"},
-    )
+    add_run(s, hardware={"cpu_model": "cpu"})
     return s
 
 
@@ -65,19 +54,7 @@ def test_compare_flags_regressions_beyond_the_threshold(tmp_path: Path) -> None:
         ("run-a-000001", 2.0, 100.0, True),
         ("run-b-000002", 1.5, 104.0, False),
     ):
-        s.create_run(
-            run_id=rid,
-            spec_path=None,
-            spec_json={},
-            spec_hash="h",
-            engine="sim",
-            engine_version=None,
-            model="m",
-            model_config_hash=None,
-            orch_version="o",
-            hardware={},
-            metadata={},
-        )
+        add_run(s, rid)
         s.add_point(
             rid,
             "tp8",

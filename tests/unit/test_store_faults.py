@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from store_runs import RUN_ID, add_run  # pytest puts this directory on sys.path
 
 from orchestrator.errors import StoreError
 from orchestrator.loadgen.records import RequestRecord
@@ -21,25 +22,13 @@ from orchestrator.store import faults
 from orchestrator.store.db import Store
 from orchestrator.store.journal import journal_path
 
-RUN = "20260101-000000-abcdef"
+RUN = RUN_ID
 REC = RequestRecord("q1", 0.0, 0.0, 1.0, (0.1, 0.2), (1, 1), 2, 5)
 
 
 def _run(store: Store) -> None:
     store.journal_run(RUN)
-    store.create_run(
-        run_id=RUN,
-        spec_path="x.yaml",
-        spec_json={"a": 1},
-        spec_hash="h",
-        engine="sim",
-        engine_version="v",
-        model="m",
-        model_config_hash="c",
-        orch_version="o",
-        hardware={},
-        metadata={"eval_run_id": "e1"},
-    )
+    add_run(store, RUN)
     store.set_layout(RUN, "tp2", 2, "pending", launch={"argv": ["x"]})
 
 

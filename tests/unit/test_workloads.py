@@ -16,7 +16,7 @@ from orchestrator.loadgen.workloads import (
     sharegpt_workload,
     trace_workload,
 )
-from orchestrator.spec.models import TokenDistribution
+from orchestrator.spec.workload import TokenDistribution
 
 
 class WordTokenizer:

@@ -1,0 +1,311 @@
+"""The sweep's result as a table, its summary lines (capacity, objectives, timing) and its JSON:
+shared by `orch sweep` and `orch report`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.loadgen.metrics import finite
+from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
+from orchestrator.pipeline.side_by_side import placement_lines
+from orchestrator.pipeline.sweep import SweepResult
+from orchestrator.spec.models import SweepSpec
+from orchestrator.store.db import PointRow, Store
+
+
+def ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f} ms"
+
+
+def num(v: float | None, nd: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{nd}f}"
+
+
+def _err(measured: object, predicted: object) -> str:
+    if not isinstance(measured, int | float) or not isinstance(predicted, int | float) or not measured:
+        return "?"
+    return f"{(predicted - measured) / measured:+.0%}"
+
+
+def _predicted(m: dict[str, Any]) -> str:
+    """The simulator's prediction for the same requests, with its error against the measurement."""
+    pred = m.get("predicted") or {}
+    if not pred or "error" in pred:
+        return "-"
+    ttft, tpot = (m.get("ttft_ms") or {}).get("p99"), (m.get("tpot_ms") or {}).get("p50")
+    return (
+        f"{num(pred.get('ttft_p99_ms'), 1)} ({_err(ttft, pred.get('ttft_p99_ms'))}) / "
+        f"{num(pred.get('tpot_p50_ms'), 1)} ({_err(tpot, pred.get('tpot_p50_ms'))})"
+    )
+
+
+def _engine(m: dict[str, Any]) -> str:
+    """The engines' own view of the point (scraped /metrics): peak KV use, mean running/waiting
+    requests, preemptions during the point."""
+    e = m.get("engine") or {}
+    if not e.get("samples"):
+        return "-"
+    kv = e.get("kv_usage_peak")
+    pre = e.get("preemptions")
+    return (
+        f"{'-' if kv is None else f'{kv:.0%}'}, {num(e.get('running_mean'), 1)}/"
+        f"{num(e.get('waiting_mean'), 1)}, {'-' if pre is None else f'{pre:.0f}'}"
+    )
+
+
+def _load_of(p: PointRow) -> float:
+    """Rate or concurrency, for ordering a layout's points."""
+    if p.rate is not None:
+        return p.rate
+    return float(p.label.removeprefix("concurrency=")) if p.label.startswith("concurrency=") else 0.0
+
+
+def _repeated(m: dict[str, Any]) -> str:
+    """' (3 runs)' when the point was repeated because it was close to the SLO (pipeline/repeats.py)."""
+    n = (m.get("repeated") or {}).get("measurements")
+    return f" ({n} runs)" if n and n > 1 else ""
+
+
+def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
+    table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
+    virtual = (store.extras(result.run_id, "sweep").get("sweep") or {}).get("mode") == "virtual"
+    cols = [
+        "layout",
+        "GPUs",
+        "status",
+        "load point",
+        "TTFT p99 ms",
+        "ITL p99 ms",
+        "TPOT p50 ms",
+        "out tok/s/GPU",
+        "goodput/GPU [95%]",
+    ]
+    if not virtual:  # in virtual time the prediction is the measurement
+        cols.append("predicted TTFT p99 / TPOT p50 (err)")
+    cols.append("engine KV peak, run/wait mean, preempt")
+    cols.append("SLO")
+    for col in cols:
+        table.add_column(
+            col,
+            justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
+            no_wrap=col != "SLO",  # the verdict text wraps; numbers and headers stay on one line
+            overflow="fold",
+        )
+    for o in result.outcomes:
+        if not o.points:
+            table.add_row(
+                o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), (o.reason or "")[:80]
+            )
+        for p in sorted(store.points(result.run_id, o.layout), key=_load_of):
+            m = p.metrics
+            per_gpu = m.get("per_gpu") or {}
+            iv = (m.get("intervals") or {}).get("goodput_per_gpu")
+            cells = [
+                o.layout,
+                str(o.gpus),
+                o.status,
+                p.label + _repeated(m),
+                num((m.get("ttft_ms") or {}).get("p99"), 1),
+                num((m.get("itl_chunk_ms") or {}).get("p99"), 1),
+                num((m.get("tpot_ms") or {}).get("p50"), 1),
+                num(per_gpu.get("output_throughput"), 1),
+                num(None if m.get("goodput") is None else m["goodput"] / o.gpus, 3)
+                + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""),
+            ]
+            if not virtual:
+                cells.append(_predicted(m))
+            cells.append(_engine(m))
+            table.add_row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
+    console.print(table)
+    caps = _capacity_lines(result, store)
+    if caps:
+        console.print(capacity_heading(store, result.run_id))
+        for line in caps:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    extras = store.extras(result.run_id)
+    for line in _objective_lines(extras) + _timing_lines(extras) + placement_lines(extras):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    sel = result.selection
+    for v in sel.verdicts:
+        mark = (
+            "[bold green]winner[/]"
+            if v.layout == sel.winner
+            else ("[yellow]tie[/]" if v.layout in sel.tie_with else "[red]loses[/]")
+        )
+        console.print(f"  {v.layout}: {mark}: {escape(v.reason)}", highlight=False)
+    if not sel.sound:
+        console.print(f"[bold red]{escape(unsound_message(result))}[/]", highlight=False)
+    if sel.winner is None:
+        console.print("[bold red]no layout meets the SLO[/]")
+    else:
+        console.print(
+            f"[bold]winner: {sel.winner}[/] (objective {sel.objective}); stored in {store.path} as "
+            f"run {result.run_id}",
+            highlight=False,
+        )
+
+
+def unsound_message(result: SweepResult) -> str:
+    bad = result.selection.unjudged
+    return (
+        f"decision not sound: {len(bad)} load point(s) could not be judged even when measured again "
+        f"({', '.join(bad)}); rerun on an idle machine (run {result.run_id})"
+    )
+
+
+def mode_note(spec: SweepSpec, served: bool) -> str:
+    if spec.engine.name != "sim":
+        return ""
+    if not served:
+        return (
+            " (simulated engine in virtual time: predicted, not measured on GPUs; "
+            f"deterministic for workload seed {spec.workload.seed})"
+        )
+    scale = spec.engine.time_scale
+    return " (simulated engine served over HTTP: predicted, not measured on GPUs" + (
+        f"; run at time scale {scale:g}, reported in simulated time)" if scale != 1 else ")"
+    )
+
+
+def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
+    lines = []
+    cap_iv = {v.layout: v.capacity_interval for v in result.selection.verdicts}
+    for key, cap in store.extras(result.run_id, "capacity/").items():
+        by, _, _, seed = stored_capacity(cap)
+        iv = cap_iv.get(key.removeprefix("capacity/"))
+        # the interval's lower end is the highest sure pass; 0 says none was measured, so say it
+        low = f"{iv[0]:g}" if iv and iv[0] > 0 else "0 (no sure pass measured)"
+        sure = f" [{low}, {'-' if iv[1] is None else f'{iv[1]:g}'}]" if iv else ""
+        pts = ", ".join(
+            f"{p[by]:g}{'' if p['passed'] else ('?' if not p['judged'] else 'x')}" for p in cap["points"]
+        )
+        unjudged = cap.get("unjudged") or []
+        left = (
+            f"; unjudged (unknown, not failures): {', '.join(load_label(by, x) for x in unjudged)}; "
+            f"stopped: {cap['stopped_because']}"
+            if unjudged else ""
+        )
+        seed_text = f"{seed:g}/s" if by == "rate" else f"{seed:g}"
+        lines.append(
+            f"  {key.removeprefix('capacity/')}: {_capacity_text(cap, sure)}; seed {seed_text} "
+            f"from {cap['seed_source']}; measured {pts} (x fails, ? unjudged){left}"
+        )
+    return lines
+
+
+def capacity_heading(store: Store, run_id: str) -> str:
+    caps = store.extras(run_id, "capacity/").values()
+    what = "concurrency" if any(c.get("by") == "concurrency" for c in caps) else "request rate"
+    return f"SLO capacity (highest {what} meeting the SLO, by bracketing and bisection):"
+
+
+def _capacity_text(cap: dict[str, Any], sure: str) -> str:
+    by, capacity, (lo, hi), _ = stored_capacity(cap)
+    unit = UNIT[by]
+    if capacity is None:
+        if not any(p["judged"] for p in cap["points"]):
+            return "capacity unknown: no load point could be judged"
+        return f"capacity 0 {unit}: fails the SLO down to the search minimum ({cap['limiting']})"
+    if hi is None:
+        return f"capacity >= {lo:g} {unit} ({cap['stopped_because']})"
+    return f"capacity {lo:g} {unit}{sure}, fails at {hi:g} ({cap['limiting']})"
+
+
+def _objective_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for layout, obj in (extras.get("objectives") or {}).items():
+        parts = []
+        cur = obj.get("currency") or ""
+        cap = obj.get("at_capacity")
+        if cap:
+            parts.append(
+                f"at capacity {num(cap.get('tokens_per_s_per_gpu'), 1)} tok/s/GPU, "
+                f"{num(cap.get('tokens_per_s_per_user'), 1)} tok/s/user"
+                + (f", {num(cap.get('cost_per_million_output_tokens'), 3)} {cur}/M output tokens"
+                   if "cost_per_million_output_tokens" in cap else "")
+            )
+        at = obj.get("at_interactivity")
+        if at:
+            target = f"at >= {at['target_tokens_per_s_per_user']:g} tok/s/user within the SLO"
+            parts.append(
+                f"{target}: {at['verdict']}" if "verdict" in at else
+                f"{target}: {num(at.get('tokens_per_s_per_gpu'), 1)} tok/s/GPU ({at.get('label')})"
+                + (f", {num(at.get('cost_per_million_output_tokens'), 3)} {cur}/M output tokens"
+                   if "cost_per_million_output_tokens" in at else "")
+            )
+        if parts:
+            lines.append(f"  {layout}: " + "; ".join(parts))
+    front = (extras.get("pareto") or {}).get("frontier") or []
+    if lines:
+        lines.insert(0, "objectives (interactivity = 1000 / TPOT p50 ms):")
+    if front:
+        lines.append(
+            "Pareto frontier (tok/s/user, tok/s/GPU): "
+            + ", ".join(
+                f"{f['layout']} {f['label']} "
+                f"({f['tokens_per_s_per_user']:.1f}, {f['tokens_per_s_per_gpu']:.1f})"
+                for f in front
+            )
+        )
+    return lines
+
+
+def _timing_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
+    t = (extras.get("sweep") or {}).get("timing")
+    if not t:
+        return []
+    ratio = f" ({t['exhaustive_s'] / t['wall_s']:.1f}x this sweep's time)" if t["wall_s"] > 0 else ""
+    return [
+        f"time to decision: {t['wall_s']:.1f} s for {t['points_measured']} load points on "
+        f"{t['layouts_measured']} layouts; an exhaustive grid: {t['exhaustive_points']} points on "
+        f"{t['exhaustive_layouts']} layouts, about {t['exhaustive_s']:.0f} s{ratio}"
+    ]
+
+
+def json_out(result: SweepResult, store: Store) -> str:
+    return json.dumps(
+        finite(
+            {
+                "run_id": result.run_id,
+                "store": str(store.path),
+                **store.extras(result.run_id, "sweep"),
+                **store.extras(result.run_id, "objectives"),
+                **store.extras(result.run_id, "pareto"),
+                **store.extras(result.run_id, "cluster"),
+                "placement": {
+                    k.removeprefix("placement/"): v
+                    for k, v in store.extras(result.run_id, "placement/").items()
+                },
+                "capacity": {
+                    k.removeprefix("capacity/"): v
+                    for k, v in store.extras(result.run_id, "capacity/").items()
+                },
+                "selection": result.selection.to_dict(),
+                "layouts": [
+                    {
+                        "layout": o.layout,
+                        "gpus": o.gpus,
+                        "status": o.status,
+                        "reason": o.reason,
+                        "points": [
+                            {
+                                "label": p.label,
+                                "rate": p.rate,
+                                "passed": p.passed,
+                                "verdict": p.verdict,
+                                "metrics": p.metrics,
+                            }
+                            for p in store.points(result.run_id, o.layout)
+                        ],
+                    }
+                    for o in result.outcomes
+                ],
+            }
+        ),
+        indent=2,
+    )

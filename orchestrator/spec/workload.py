@@ -1,0 +1,199 @@
+"""The load of a sweep: the requests (token counts and their distributions), their arrival, and the
+capacity search that picks the rates when the spec lists none."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from orchestrator.spec.base import SpecModel
+from orchestrator.spec.checks import MAX_COUNT, MAX_DURATION_S, MAX_RATE_PER_S, MAX_TOKENS
+
+
+class TokenDistribution(SpecModel):
+    """A distribution of token counts, sampled per request with the workload seed."""
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(description="Distribution family.")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean token count (uniform: midpoint).")
+    stddev: float = Field(0.0, ge=0, le=MAX_TOKENS, description="Standard deviation (normal, lognormal).")
+    min: int = Field(1, gt=0, le=MAX_TOKENS, description="Smallest count; samples are clipped to [min, max].")
+    max: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Largest count; uniform samples from [min, max]."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TokenDistribution:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        if self.kind == "uniform" and self.max is None:
+            raise ValueError("a uniform distribution needs 'max'")
+        return self
+
+
+TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)] | TokenDistribution
+
+
+class SearchSpec(SpecModel):
+    """How the sweep finds a layout's SLO capacity: bracket from a seed rate, then bisect."""
+
+    tolerance_frac: float = Field(
+        0.05, gt=0, lt=1, description="Stop when the bracket is narrower than this share of the capacity."
+    )
+    max_points: int = Field(12, ge=2, le=1000, description="Most load points measured per layout.")
+    min_rate_per_s: float = Field(
+        0.05, gt=0, le=MAX_RATE_PER_S, description="Lowest rate tried; failing here is capacity 0."
+    )
+    max_rate_per_s: float = Field(1000.0, gt=0, le=MAX_RATE_PER_S, description="Highest rate tried.")
+    start_rate_per_s: float | None = Field(
+        None, gt=0, le=MAX_RATE_PER_S,
+        description="First rate tried; default: the simulator's or planner's prediction.",
+    )
+    # closed loop (workload.loop: closed): the search is over whole numbers of requests in flight
+    min_concurrency: int = Field(
+        1, ge=1, le=MAX_COUNT,
+        description="loop: closed only: lowest concurrency tried; failing here is capacity 0.",
+    )
+    max_concurrency: int = Field(
+        1024, ge=1, le=MAX_COUNT, description="loop: closed only: highest concurrency tried."
+    )
+    start_concurrency: int | None = Field(
+        None, ge=1, le=MAX_COUNT,
+        description="loop: closed only: first concurrency tried; default: the simulator's or planner's "
+        "prediction.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchSpec:
+        _check_bounds("concurrency", self.min_concurrency, self.max_concurrency, self.start_concurrency)
+        _check_bounds("rate_per_s", self.min_rate_per_s, self.max_rate_per_s, self.start_rate_per_s)
+        return self
+
+
+def _check_bounds(axis: str, lo: float, hi: float, start: float | None) -> None:
+    """min_<axis> below max_<axis>, and start_<axis> (if set) within them; the same rule for both axes.
+    Whole concurrencies print as written, rates in short float form."""
+
+    def f(v: float) -> str:
+        return str(v) if isinstance(v, int) else f"{v:g}"
+
+    if lo >= hi:
+        raise ValueError(f"min_{axis} ({f(lo)}) must be below max_{axis} ({f(hi)})")
+    if start is not None and not lo <= start <= hi:
+        raise ValueError(
+            f"start_{axis} ({f(start)}) must lie within [min_{axis}, max_{axis}] = [{f(lo)}, {f(hi)}]"
+        )
+
+
+class WorkloadSpec(SpecModel):
+    """The requests sent to each layout and how they arrive."""
+
+    kind: Literal["random", "sharegpt", "prefix", "trace"] = Field(
+        "random", description="random tokens, ShareGPT conversations, shared-prefix prompts, or a trace."
+    )
+    input_tokens: TokenCount = Field(1024, description="Prompt tokens: a number or a distribution.")
+    output_tokens: TokenCount = Field(256, description="Output tokens: a number or a distribution.")
+    prefix_tokens: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="prefix only: tokens shared by prompts."
+    )
+    dataset_path: str | None = Field(None, description="Dataset or trace file (sharegpt, trace).")
+    arrival: Literal["poisson", "gamma", "constant"] = Field("poisson", description="Arrival process.")
+    burstiness: float = Field(
+        1.0, ge=0.001, le=1000, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
+    )
+    loop: Literal["open", "closed"] = Field(
+        "open",
+        description="open: requests arrive at a rate (rates_per_s, or a search over rates); closed: a fixed "
+        "number of requests in flight, the next sent as one ends (concurrency, or a search over it).",
+    )
+    concurrency: list[Annotated[int, Field(gt=0, le=MAX_COUNT)]] | None = Field(
+        None, min_length=1, max_length=1000,
+        description="loop: closed only: requests in flight to measure each layout at; without them the sweep "
+        "searches each layout's SLO capacity in concurrency (search.min/max_concurrency).",
+    )
+    rates_per_s: list[Annotated[float, Field(gt=0, le=MAX_RATE_PER_S)]] | None = Field(
+        None, min_length=1, max_length=1000,
+        description="Request rates to measure each layout at, in requests per second; without them the "
+        "sweep searches each layout's SLO capacity (see 'search').",
+    )
+    search: SearchSpec = Field(
+        default_factory=lambda: SearchSpec(), description="The capacity search (used without rates_per_s)."
+    )
+    num_requests: int | None = Field(None, gt=0, le=MAX_COUNT, description="Requests per load point.")
+    duration_s: float | None = Field(
+        None, gt=0, le=MAX_DURATION_S, description="Length of each load point in seconds."
+    )
+    warmup_s: float = Field(
+        0.0, ge=0, le=MAX_DURATION_S, description="Seconds at the start excluded from metrics."
+    )
+    seed: int = Field(0, ge=0, lt=2**63, description="Seed of prompts, lengths and arrival times.")
+    max_concurrency: int | None = Field(None, gt=0, le=MAX_COUNT, description="Cap on requests in flight.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if self.kind in ("sharegpt", "trace") and self.dataset_path is None:
+            raise ValueError(f"workload kind '{self.kind}' needs 'dataset_path'")
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("give 'num_requests' or 'duration_s' (or both)")
+        self._one_loop()
+        if self.loop == "closed":
+            return self  # no arrival times are drawn, and each load point lasts its duration or count
+        if self.num_requests is None and self.duration_s is not None:
+            # Arrival times are drawn up front: rate x duration of them must fit in memory.
+            # A capacity search may go up to its highest rate.
+            highest = max(self.rates_per_s) if self.rates_per_s else self.search.max_rate_per_s
+            expected = highest * self.duration_s
+            if expected > MAX_COUNT:
+                raise ValueError(
+                    f"duration_s {self.duration_s:g} at {highest:g}/s is about {expected:.3g} "
+                    f"requests per load point, more than {MAX_COUNT:,}; shorten it or set num_requests"
+                )
+        if self.warmup_s > 0:
+            # The shortest load point: the highest rate sends num_requests soonest.
+            lengths = [self.duration_s] if self.duration_s is not None else []
+            if self.num_requests is not None and self.rates_per_s:
+                # (A search's rates are not known yet; the grid's are.)
+                lengths.append(self.num_requests / max(self.rates_per_s))
+            shortest = min(lengths, default=float("inf"))
+            if self.warmup_s >= shortest:
+                raise ValueError(
+                    f"warmup_s ({self.warmup_s:g}) must be shorter than each load point (the shortest lasts "
+                    f"about {shortest:.3g} s); lower warmup_s or raise duration_s / num_requests"
+                )
+        return self
+
+    def _one_loop(self) -> None:
+        """Each loop's own fields: a closed loop's load is its concurrency, an open loop's its rate."""
+        # bounds changed from their defaults (a spec folded in again dumps every field, so "was it
+        # given" is not "was it set")
+        changed = {
+            k for k, f in SearchSpec.model_fields.items() if getattr(self.search, k) != f.default
+        }
+        rate_fields = sorted(changed & {"min_rate_per_s", "max_rate_per_s", "start_rate_per_s"})
+        conc_fields = sorted(changed & {"min_concurrency", "max_concurrency", "start_concurrency"})
+        if self.loop == "closed":
+            if self.rates_per_s is not None:
+                raise ValueError(
+                    "rates_per_s is an open-loop grid; with loop: closed give concurrency: [...]"
+                )
+            if self.max_concurrency is not None:
+                raise ValueError(
+                    "max_concurrency caps an open loop; a closed loop's concurrency is its load point "
+                    "(concurrency: [...], or search.min_concurrency / max_concurrency)"
+                )
+            if rate_fields:
+                raise ValueError(
+                    f"search.{rate_fields[0]} bounds an open loop's rate; with loop: closed use "
+                    "search.min_concurrency / max_concurrency / start_concurrency"
+                )
+        else:
+            if self.concurrency is not None:
+                raise ValueError(
+                    "concurrency is a closed-loop grid (requests in flight); set loop: closed, or give "
+                    "rates_per_s for an open loop"
+                )
+            if conc_fields:
+                raise ValueError(
+                    f"search.{conc_fields[0]} bounds a closed loop; set loop: closed, or use "
+                    "search.min_rate_per_s / max_rate_per_s / start_rate_per_s"
+                )

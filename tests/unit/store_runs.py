@@ -1,0 +1,27 @@
+"""A run in a results store with plain test values, for the store's tests (test_store*.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.store.db import Store
+
+RUN_ID = "20260101-000000-abcdef"
+
+
+def add_run(store: Store, run_id: str = RUN_ID, **changes: Any) -> None:
+    """store.create_run with these values; `changes` replaces any of them (say, hardware={})."""
+    args: dict[str, Any] = {
+        "run_id": run_id,
+        "spec_path": "x.yaml",
+        "spec_json": {"a": 1},
+        "spec_hash": "h",
+        "engine": "sim",
+        "engine_version": "v",
+        "model": "m",
+        "model_config_hash": "c",
+        "orch_version": "o",
+        "hardware": {},
+        "metadata": {"eval_run_id": "e1"},
+    }
+    store.create_run(**(args | changes))
