@@ -22,6 +22,20 @@ SETUP_HINT = "run `source .ci/setup.d/50-ray.sh` (installs ray into .venv) or pi
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+# Run in a fresh Python after a sweep (argv: tests dir, Ray address, GPUs the cluster declares): prints the
+# actors and placement groups left behind and the GPUs free again, as JSON. A separate process, so the
+# test's own interpreter never joins the cluster it checks.
+LEFTOVERS_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from ray_cluster import free_gpus, leftovers, ray_or_skip
+ray = ray_or_skip()
+ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False)
+actors, groups = leftovers(ray)
+print(json.dumps({"actors": actors, "groups": groups, "gpus": free_gpus(ray, float(sys.argv[3]))}))
+"""
+
+
 def ray_or_skip() -> Any:
     os.environ.update(LOOPBACK_ENV)  # before ray is imported: every socket stays on 127.0.0.1
     try:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import ray_head, token_env
+from ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
 from sweep_procs import ORCH, sim_pids  # pytest puts this directory on sys.path
 
 pytestmark = pytest.mark.ray
@@ -50,15 +50,6 @@ while time.monotonic() < deadline:
         break
     time.sleep(0.2)
 print(json.dumps({"live_together": seen, "available_gpus": ray.available_resources().get("GPU", 0.0)}))
-"""
-CHECK = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from ray_cluster import free_gpus, leftovers, ray_or_skip
-ray = ray_or_skip()
-ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False)
-actors, groups = leftovers(ray)
-print(json.dumps({"actors": actors, "groups": groups, "gpus": free_gpus(ray, float(sys.argv[3]))}))
 """
 
 
@@ -170,7 +161,7 @@ def test_tp8_and_tp4x2_run_at_once_on_disjoint_ray_gpus_and_leave_nothing(head: 
     assert len(set().union(*ids)) == GPUS  # disjoint: 16 distinct GPU ids over the three engines
 
     check = subprocess.run(
-        [sys.executable, "-c", CHECK, tests_dir, head, str(GPUS)],
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, tests_dir, head, str(GPUS)],
         capture_output=True, text=True, timeout=120, check=False, env=_env(),
     )  # fmt: skip
     assert check.returncode == 0, check.stderr[-2000:]
@@ -203,7 +194,7 @@ def test_waves_are_sized_from_what_the_ray_cluster_has(head: str, tmp_path: Path
         if layout["layout"] == "tp4":
             assert all("side_by_side_with" not in p["metrics"] for p in layout["points"])
     check = subprocess.run(
-        [sys.executable, "-c", CHECK, str(Path(__file__).resolve().parents[1]), head, str(GPUS)],
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, str(Path(__file__).resolve().parents[1]), head, str(GPUS)],
         capture_output=True, text=True, timeout=120, check=False, env=_env(),
     )  # fmt: skip
     assert json.loads(check.stdout.splitlines()[-1]) == {"actors": [], "groups": [], "gpus": GPUS}

@@ -15,22 +15,13 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import ray_head, token_env
+from ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
 
 pytestmark = pytest.mark.ray
 
 
 # The head runs with token authentication, as Ray 2.60 clusters do by default; every driver gets the token.
 TOKEN = secrets.token_hex(32)
-CHECK = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from ray_cluster import free_gpus, leftovers, ray_or_skip
-ray = ray_or_skip()
-ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False)
-actors, groups = leftovers(ray)
-print(json.dumps({"actors": actors, "groups": groups, "gpus": free_gpus(ray, 8)}))
-"""
 
 
 def _env() -> dict[str, str]:
@@ -97,7 +88,7 @@ def test_orch_sweep_through_ray_picks_a_winner_and_leaves_nothing(head: str, tmp
     assert any("tp4x2-r1" in n for n in logs) and any("tp2x2-r1" in n for n in logs)
     # Checked from another driver: this test process may already hold a Ray connection of its own.
     check = subprocess.run(
-        [sys.executable, "-c", CHECK, str(Path(__file__).resolve().parents[1]), head],
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, str(Path(__file__).resolve().parents[1]), head, "8"],
         capture_output=True, text=True, timeout=120, check=False, env=_env(),
     )  # fmt: skip
     assert check.returncode == 0, check.stderr[-2000:]

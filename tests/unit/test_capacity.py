@@ -80,15 +80,6 @@ def test_bad_search_bounds_are_spec_errors(fields: dict[str, float], message: st
 
 # -- closed loop: whole numbers of requests in flight ---------------------------------------------
 
-def fake_concurrency(capacity: int, calls: list[float]) -> object:
-    def probe(load: float) -> Probe:
-        calls.append(load)
-        ok = load <= capacity
-        return Probe(load, ok, "" if ok else f"SLO not met: itl_p99_ms {100 + load:.1f} > 100")
-
-    return probe
-
-
 @pytest.mark.parametrize("capacity", [1, 2, 7, 21, 64, 300])
 @pytest.mark.parametrize("seed", [1.0, 5.3, 43.0, 900.0])
 def test_the_concurrency_search_steps_in_whole_requests_and_brackets_the_capacity(
@@ -96,7 +87,7 @@ def test_the_concurrency_search_steps_in_whole_requests_and_brackets_the_capacit
 ) -> None:
     calls: list[float] = []
     search = SearchSpec(tolerance_frac=0.05, max_points=30, min_concurrency=1, max_concurrency=1024)
-    cap = search_capacity("tp8", fake_concurrency(capacity, calls), search, seed, "test",  # type: ignore[arg-type]
+    cap = search_capacity("tp8", fake(capacity, calls), search, seed, "test",  # type: ignore[arg-type]
                           by="concurrency")
     assert all(c == int(c) and 1 <= c <= 1024 for c in calls) and len(set(calls)) == len(calls)
     lo, hi = cap.bracket
@@ -111,10 +102,10 @@ def test_the_concurrency_search_steps_in_whole_requests_and_brackets_the_capacit
 def test_the_concurrency_search_says_capacity_zero_and_passing_at_the_top() -> None:
     search = SearchSpec(min_concurrency=2, max_concurrency=64)
     calls: list[float] = []
-    zero = search_capacity("a", fake_concurrency(0, calls), search, 16, "t", by="concurrency")  # type: ignore[arg-type]
+    zero = search_capacity("a", fake(0, calls), search, 16, "t", by="concurrency")  # type: ignore[arg-type]
     assert zero.capacity is None and min(calls) == 2 and "min_concurrency (2)" in zero.stopped_because
     assert zero.verdict.startswith("capacity 0: fails the SLO down to 2 concurrent requests (itl_p99_ms")
-    top = search_capacity("a", fake_concurrency(10**6, []), search, 16, "t", by="concurrency")  # type: ignore[arg-type]
+    top = search_capacity("a", fake(10**6, []), search, 16, "t", by="concurrency")  # type: ignore[arg-type]
     assert top.capacity == 64 and top.bracket == (64, None) and "max_concurrency (64)" in top.stopped_because
 
 
