@@ -163,6 +163,7 @@ def model_from_hf_config(d: dict[str, Any], name: str, where: str | None = None)
         qk_rope_head_dim=rope_dim if kv_lora else 0,
         qk_nope_head_dim=nope_dim if kv_lora else 0,
         v_head_dim=v_dim if kv_lora else 0,
+        num_nextn_predict_layers=opt("num_nextn_predict_layers"),
     )
 
 

@@ -34,6 +34,8 @@ class ModelConfig:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # Multi-token-prediction layers shipped beside the model (DeepSeek-V3: 1); what MTP drafts with.
+    num_nextn_predict_layers: int = 0
 
     @property
     def is_moe(self) -> bool:

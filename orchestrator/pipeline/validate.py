@@ -12,6 +12,7 @@ from orchestrator.engines.base import check_extra_args
 from orchestrator.engines.from_spec import engine_options, placement
 from orchestrator.errors import SpecError
 from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.speculative import speculative_options, split_field
 from orchestrator.spec.load import LoadedSpec, load_spec_lines
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.workload import TokenDistribution
@@ -67,6 +68,11 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> None:
             load_expert_stats(spec.model.expert_stats_path, num_experts=cfg.num_routed_experts)
         except SpecError as exc:
             raise loaded.error("model.expert_stats_path", str(exc)) from None
+    if spec.engine.speculative is not None:
+        try:
+            speculative_options(spec.engine.speculative, cfg)  # MTP layers, the draft's vocabulary
+        except SpecError as exc:
+            raise loaded.error(*split_field(str(exc))) from None
     w = spec.workload
     context = spec.model.max_model_len or cfg.max_position_embeddings
     prefix = (w.prefix_tokens or PREFIX_TOKENS_DEFAULT) if w.kind == "prefix" else 0

@@ -13,6 +13,7 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.experts import load_expert_stats
 from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.speculative import single_speculative
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.workload import TokenDistribution
 
@@ -98,4 +99,5 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         assumptions=assumptions,
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,
+        speculative=single_speculative(spec.engine.speculative, cfg),
     )

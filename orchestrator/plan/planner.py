@@ -19,6 +19,8 @@ from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
 from orchestrator.plan.experts import imbalance, lognormal_popularity, place_redundant
 from orchestrator.plan.params import ParamCounts, count_params
+from orchestrator.plan.speculative import SpeculativeSettings
+from orchestrator.plan.speculative_cost import SpeculativeCost, build_speculative_cost
 
 GB = 1e9
 
@@ -40,6 +42,7 @@ class PlanInputs:
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
     fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
+    speculative: SpeculativeSettings | None = None  # engine.speculative, one k
 
     @property
     def counts(self) -> ParamCounts:
@@ -66,14 +69,22 @@ class DecodeEstimate:
     touched_expert_fraction: float | None
     # Prefill charged (decode_estimate): `itl_ms` is then the mean step over decode-only steps and
     # steps carrying a prompt chunk of `prefill_chunk_tokens`; those take `chunk_step_ms` (the ITL tail).
+    # With speculative decoding a step gives each sequence `tokens_per_step` tokens at once: `itl_ms` is
+    # the gap between those bursts and `tpot_ms` the time per token.
     decoding: int = 0  # sequences kept decoding (the batch, unless prefill cannot keep it full)
     prefill_chunk_tokens: int = 0
     chunk_step_fraction: float = 0.0
     chunk_step_ms: float = 0.0
+    tokens_per_step: float = 1.0
+
+    @property
+    def tpot_ms(self) -> float:
+        return self.itl_ms / self.tokens_per_step
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch": self.batch, "context_tokens": self.context_tokens, "itl_ms": self.itl_ms,
+            "tpot_ms": self.tpot_ms, "tokens_per_step": self.tokens_per_step,
             "decoding": self.decoding, "prefill_chunk_tokens": self.prefill_chunk_tokens,
             "chunk_step_fraction": self.chunk_step_fraction, "chunk_step_ms": self.chunk_step_ms,
             "microbatches": self.microbatches, "parts": self.parts.to_ms_dict(),
@@ -141,27 +152,46 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     )
 
 
-def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float, float]:
+def speculative_cost(inputs: PlanInputs, cost: LayoutCost) -> SpeculativeCost | None:
+    """The speculative-decoding step model of one layout, or None without `engine.speculative`."""
+    if inputs.speculative is None:
+        return None
+    return build_speculative_cost(
+        inputs.speculative, cost, gpus_per_node=inputs.cluster.gpus_per_node,
+        model_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
+        fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions,
+        quant_group_size=inputs.quant_group_size,
+    )
+
+
+def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost,
+                       spec: SpeculativeCost | None = None) -> tuple[int, float, float]:
     """(KV tokens one engine rank holds, heaviest stage's weight bytes per GPU, usable bytes per GPU).
 
     The stage with the least room left after its weights bounds the rank: every stage holds KV for
-    the same tokens. Negative means the weights alone do not fit.
+    the same tokens. Negative means the weights alone do not fit. A drafter (`spec`) adds its weights
+    and its KV per token on the last stage.
     """
     reserve = inputs.assumptions.runtime_reserve_bytes
     usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
     tokens = math.inf
     heaviest = 0.0
-    for st in cost.stages:
+    last = len(cost.stages) - 1
+    for i, st in enumerate(cost.stages):
         weights = st.dense_weight_bytes + st.expert_weight_bytes
+        per_token = st.kv_bytes_per_token
+        if spec is not None and i == last:
+            weights += spec.draft_weight_bytes_per_gpu
+            per_token += spec.draft_kv_bytes_per_token_per_gpu
         heaviest = max(heaviest, weights)
         room = usable - weights
-        tokens = min(tokens, room / st.kv_bytes_per_token)
+        tokens = min(tokens, room / per_token)
     return math.floor(tokens), heaviest, usable
 
 
 def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
                     kv_tokens: int, *, prompt_tokens: int = 0, output_tokens: int | None = None,
-                    step_budget_tokens: int = 8192) -> DecodeEstimate:
+                    step_budget_tokens: int = 8192, spec: SpeculativeCost | None = None) -> DecodeEstimate:
     """Tokens/s and ITL of `batch` sequences decoding at `context` tokens each.
 
     With `output_tokens` (per request) the prefill that keeps the batch full is charged as vLLM's
@@ -171,26 +201,36 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
     mean step (TPOT) is f t(batch + c) + (1 - f) t(batch), the chunk steps being the ITL tail;
     otherwise every step carries P tokens. A batch with batch (1 + prompt/output) > budget cannot be
     kept full: only budget / (1 + prompt/output) sequences decode.
+    With `spec` every step is priced by `SpeculativeCost.round_s`, each decode takes k+1 tokens of the
+    budget, and a step gives each sequence `tokens_per_step` tokens.
     """
     decoding = batch
-    ratio = prompt_tokens / output_tokens if output_tokens and prompt_tokens else 0.0
+    per_step = spec.tokens_per_step if spec is not None else 1.0
+    budget_per_decode = spec.k + 1 if spec is not None else 1
+    ratio = prompt_tokens / output_tokens * per_step if output_tokens and prompt_tokens else 0.0
     if ratio:
-        decoding = max(1, min(batch, math.floor(step_budget_tokens / (1 + ratio))))
+        decoding = max(1, min(batch, math.floor(step_budget_tokens / (budget_per_decode + ratio))))
     parts, decode_s, m = cost.decode_round_s(decoding, context)
+    if spec is not None:
+        decode_s = spec.decode_step_s(decoding, context)
     mean_s, chunk_s, frac, chunk = decode_s, 0.0, 0.0, 0.0
     if ratio:
         needed = decoding * ratio
-        chunk = float(max(1, min(prompt_tokens, step_budget_tokens - decoding)))
+        chunk = float(max(1, min(prompt_tokens, step_budget_tokens - budget_per_decode * decoding)))
         frac = min(1.0, needed / chunk)
         chunk = max(chunk, needed)  # several prompts per step when one chunk is not enough
         # Averaged over a prompt, a prefill token attends to (prompt + 1) / 2 tokens; a chunk that is
         # not a prompt's first reads the KV of the chunks before it (on average half the rest).
         pairs = chunk * (prompt_tokens + 1) / 2
         kv = decoding * context + max(0.0, prompt_tokens - chunk) / 2
-        chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
-                               prefill_pairs=pairs)
+        if spec is not None:
+            chunk_s = spec.round_s(decoding + chunk, kv, decoding * (context + 1) + pairs, decoding + 1,
+                                   decodes=decoding, prefill_pairs=pairs)
+        else:
+            chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
+                                   prefill_pairs=pairs)
         mean_s = frac * chunk_s + (1 - frac) * decode_s
-    per_replica = layout.dp * decoding / mean_s
+    per_replica = layout.dp * decoding * per_step / mean_s
     moe_tokens = math.ceil(decoding / m) * (layout.dp if layout.ep else 1)
     return DecodeEstimate(
         batch=batch, context_tokens=context, parts=parts, itl_ms=mean_s * 1e3, microbatches=m,
@@ -199,7 +239,7 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         fits_kv=batch * context <= kv_tokens,
         touched_expert_fraction=cost.touched_fraction(moe_tokens) if cost.cfg.is_moe else None,
         decoding=decoding, prefill_chunk_tokens=round(chunk), chunk_step_fraction=frac,
-        chunk_step_ms=chunk_s * 1e3,
+        chunk_step_ms=chunk_s * 1e3, tokens_per_step=per_step,
     )
 
 
@@ -222,7 +262,8 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)
-    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
+    spec = speculative_cost(inputs, cost)
+    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost, spec)
     stage0 = cost.stages[0]
     if kv_tokens < 0:
         reject.append(f"weights {weights / GB:.1f} GB per GPU + reserve "
@@ -247,7 +288,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     def estimate(b: int) -> DecodeEstimate:
         return decode_estimate(cost, layout, b, context_tokens, kv_tokens, prompt_tokens=prompt_tokens,
                                output_tokens=output_tokens,
-                               step_budget_tokens=inputs.max_num_batched_tokens)
+                               step_budget_tokens=inputs.max_num_batched_tokens, spec=spec)
 
     decode = tuple(estimate(b) for b in batches)
     prefill = cost.prefill(prompt_tokens)

@@ -11,6 +11,9 @@ With `reserve_whole_kv` (TensorRT-LLM's default capacity policy, GUARANTEED_NO_E
 admitted only when the KV for its whole prompt and every output token it may generate is free beside
 what the running requests have reserved, so a running request never grows into a full cache and
 nothing is preempted.
+With speculative decoding (`EngineConfig.speculative`) each decode takes k+1 tokens of the budget and
+of the KV cache during its step, the step is priced by the planner's `SpeculativeCost`, and a decoding
+sequence emits `tokens_per_step` tokens per step on average, in bursts (sim/speculative.py).
 
 Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
 implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
@@ -24,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from orchestrator.plan.cost import LayoutCost
+from orchestrator.plan.speculative_cost import SpeculativeCost
+from orchestrator.sim.speculative import phase_of, steps_to_emit, tokens_after
 
 BLOCK_TOKENS = 16  # paged-KV block size; on average half a block per sequence is allocated but empty
 
@@ -35,6 +40,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     block_tokens: int = BLOCK_TOKENS
     reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
+    speculative: SpeculativeCost | None = None
 
 
 @dataclass
@@ -52,19 +58,24 @@ class Seq:
     segments: list[tuple[int, int]] = field(default_factory=list)  # (first, last) emitting steps
     preemptions: int = 0
     finished: bool = False
+    rate: float = 1.0  # tokens per decode step on average (speculative decoding: above 1)
+    phase: float = 0.0  # where in its burst pattern the sequence starts (sim/speculative.py)
 
     def generated_at(self, step: int) -> int:
         """Tokens emitted before `step` runs."""
         if self.decode_start_step < 0:
             return self.generated
-        return self.generated + (step - self.decode_start_step)
+        steps = step - self.decode_start_step
+        if self.rate != 1.0:
+            return min(self.generated + tokens_after(steps, self.rate, self.phase), self.max_tokens)
+        return self.generated + steps
 
 
 @dataclass(slots=True)
 class StepPlan:  # not frozen: built once per engine step, and frozen dataclasses are slow to build
     index: int
-    tokens: int  # new tokens computed
-    kv_tokens: int  # context tokens whose KV is read
+    tokens: int  # new tokens computed (one per decode; speculation's drafts are priced apart)
+    kv_tokens: float  # context tokens whose KV is read
     attn_pairs: float
     decodes: int
     prefill_chunks: tuple[tuple[Seq, int], ...]  # (sequence, tokens of its prompt computed now)
@@ -84,11 +95,18 @@ class EngineCore:
         self.decoding: dict[str, Seq] = {}
         self.finish_heap: list[tuple[int, int, str]] = []  # (last step, tiebreak, request id)
         self.step_index = 0
-        self.decode_ctx = 0  # sum of context tokens of decoding sequences (before this step)
+        # Sum of context tokens of decoding sequences (before this step); with speculation the
+        # expected sum (rate per sequence per step), which is what the cost model prices.
+        self.decode_ctx: float = 0
         self.prefill_kv = 0  # KV tokens allocated to prefilling sequences
         self.preemptions = 0
         self.reserved_kv = 0  # reserve_whole_kv: prompt + max output (+ half a block) per running request
         self._tiebreak = 0
+        spec = config.speculative
+        self.spec = spec
+        self.rate: float = spec.tokens_per_step if spec is not None else 1
+        self.decode_tokens = spec.k + 1 if spec is not None else 1  # budget and KV slots of one decode
+        self._admitted = 0
 
     # -- queue -------------------------------------------------------------------------------------
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
@@ -98,6 +116,9 @@ class EngineCore:
     def add(self, seq: Seq) -> None:
         """Queue a request; callers reject the ones `fits` refuses (vLLM: longer than max_model_len)."""
         seq.prefill_target = seq.prompt_tokens + seq.generated
+        if self.spec is not None:
+            seq.rate, seq.phase = self.rate, phase_of(self._admitted)
+            self._admitted += 1
         self.waiting.append(seq)
 
     @property
@@ -110,12 +131,25 @@ class EngineCore:
     def _reservation(self, seq: Seq) -> int:
         return seq.prompt_tokens + seq.max_tokens + self.config.block_tokens // 2
 
-    def kv_used_tokens(self) -> int:
+    def kv_used_tokens(self) -> float:
         return self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
 
     @property
     def kv_usage(self) -> float:
         return min(1.0, self.kv_used_tokens() / max(self.config.kv_capacity_tokens, 1))
+
+    def _decode_ctx_of(self, seq: Seq, step: int) -> float:
+        """What `decode_ctx` holds for a decoding `seq` before `step` runs."""
+        return seq.prompt_tokens + seq.generated + (step - seq.decode_start_step) * self.rate
+
+    def _steps_left(self, seq: Seq) -> int:
+        """Decode steps until `seq`, decoding from now, has all its tokens."""
+        left = seq.max_tokens - seq.generated
+        return left if self.spec is None else steps_to_emit(left, seq.rate, seq.phase)
+
+    def tokens_in_step(self, seq: Seq, step: int) -> int:
+        """Tokens a decoding `seq` emits in `step` (1 without speculation)."""
+        return seq.generated_at(step + 1) - seq.generated_at(step)
 
     # -- scheduling --------------------------------------------------------------------------------
     def _preempt_last(self) -> None:
@@ -125,8 +159,8 @@ class EngineCore:
             self.reserved_kv -= self._reservation(seq)
         if rid in self.decoding:
             del self.decoding[rid]
+            self.decode_ctx -= self._decode_ctx_of(seq, step)
             seq.generated = seq.generated_at(step)
-            self.decode_ctx -= seq.prompt_tokens + seq.generated
             if seq.segments and seq.segments[-1][1] == -1:
                 seq.segments[-1] = (seq.segments[-1][0], step - 1)
             seq.decode_start_step = -1
@@ -164,7 +198,7 @@ class EngineCore:
         preempted = False
         while True:
             decodes = len(self.decoding)
-            budget = cfg.max_num_batched_tokens - decodes
+            budget = cfg.max_num_batched_tokens - decodes * self.decode_tokens
             chunks: list[tuple[Seq, int]] = []
             for seq in self.prefilling.values():
                 if budget <= 0:
@@ -172,7 +206,7 @@ class EngineCore:
                 chunk = min(seq.prefill_target - seq.computed, budget)
                 chunks.append((seq, chunk))
                 budget -= chunk
-            used = self.kv_used_tokens() + decodes + sum(c for _, c in chunks)
+            used = self.kv_used_tokens() + decodes * self.decode_tokens + sum(c for _, c in chunks)
             if used <= capacity or not self.running:
                 break
             self._preempt_last()
@@ -210,6 +244,9 @@ class EngineCore:
         """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
         if plan.tokens == 0:
             return 0.0
+        if self.spec is not None:
+            return self.spec.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
+                                     decodes=plan.decodes, prefill_pairs=plan.prefill_pairs)
         return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
                                  prefill_pairs=plan.prefill_pairs)
 
@@ -226,7 +263,7 @@ class EngineCore:
         """
         step = plan.index
         started: list[Seq] = []
-        self.decode_ctx += plan.decodes
+        self.decode_ctx += plan.decodes * self.rate
         for seq, chunk in plan.prefill_chunks:
             seq.computed += chunk
             self.prefill_kv += chunk
@@ -243,7 +280,7 @@ class EngineCore:
             seq.decode_start_step = step + 1
             self.decoding[seq.request_id] = seq
             self.decode_ctx += seq.prompt_tokens + seq.generated
-            last = step + seq.max_tokens - seq.generated
+            last = step + self._steps_left(seq)
             self._tiebreak += 1
             heapq.heappush(self.finish_heap, (last, self._tiebreak, seq.request_id))
         finished: list[Seq] = []
@@ -258,11 +295,11 @@ class EngineCore:
             if seq_or_none is None or seq_or_none.decode_start_step < 0:
                 continue  # preempted since; a fresh entry was pushed on re-admission
             seq = seq_or_none
-            if seq.decode_start_step + seq.max_tokens - seq.generated - 1 != step:
+            if seq.decode_start_step + self._steps_left(seq) - 1 != step:
                 continue  # stale entry from before a preemption
             del self.decoding[rid]
+            self.decode_ctx -= self._decode_ctx_of(seq, step + 1)
             seq.generated = seq.generated_at(step + 1)
-            self.decode_ctx -= seq.prompt_tokens + seq.generated
             self._finish(seq, step)
             finished.append(seq)
         self.step_index += 1

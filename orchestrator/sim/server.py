@@ -99,8 +99,12 @@ class SimServer:
             self.step_s_sum += step_s
             step_end = start + step_s * self.time_scale
             await _sleep_until(loop, step_end)
-            for rid in eng.decoding:
-                self._emit(rid, 1)
+            if eng.spec is None:
+                for rid in eng.decoding:
+                    self._emit(rid, 1)
+            else:  # speculative decoding: a burst of tokens per sequence
+                for rid, seq in eng.decoding.items():
+                    self._emit(rid, eng.tokens_in_step(seq, plan.index))
             started, finished = eng.complete(plan)
             for seq in started:
                 self._emit(seq.request_id, 1)

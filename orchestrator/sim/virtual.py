@@ -20,6 +20,7 @@ from typing import Literal
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
+from orchestrator.sim.speculative import burst_sizes
 
 Balance = Literal["least_outstanding", "round_robin"]
 
@@ -239,9 +240,20 @@ class _Run:
         times: list[float] = []
         for first, last in seq.segments:
             times.extend(self.step_ends[e][first:last + 1])
+        tokens = (1,) * len(times) if seq.rate == 1.0 else _bursts(seq)
         return RequestRecord(
             request_id=req.request_id, scheduled_s=scheduled, sent_s=sent_s,
             done_s=times[-1] if times else sent_s, chunk_times_s=tuple(times),
-            chunk_tokens=(1,) * len(times), output_tokens=len(times), prompt_tokens=req.prompt_tokens,
+            chunk_tokens=tokens, output_tokens=sum(tokens), prompt_tokens=req.prompt_tokens,
             queued_s=queued, extra={"preemptions": str(seq.preemptions)} if seq.preemptions else {},
         )
+
+
+def _bursts(seq: Seq) -> tuple[int, ...]:
+    """Tokens per emitting step of a speculatively decoded sequence: each segment (one run from a
+    prefill to a finish or preemption) is the prefill's token, then its decode steps' bursts."""
+    out: list[int] = []
+    for first, last in seq.segments:
+        out.append(1)
+        out += burst_sizes(last - first, seq.rate, seq.phase, seq.max_tokens - sum(out))
+    return tuple(out)

@@ -31,6 +31,7 @@ from orchestrator.spec.checks import (
     check_secret_refs,
     json_metadata,
 )
+from orchestrator.spec.speculative import SpeculativeSpec
 from orchestrator.spec.targets import KubernetesTarget, LocalTarget, RayTarget, TargetSpec
 from orchestrator.spec.workload import SearchSpec, TokenCount, TokenDistribution, WorkloadSpec
 
@@ -46,6 +47,7 @@ __all__ = [
     "SLOSpec",
     "SearchSpec",
     "SecretRef",
+    "SpeculativeSpec",
     "SweepSpec",
     "TargetSpec",
     "TokenCount",
@@ -203,6 +205,11 @@ class EngineSpec(SpecModel):
     )
     startup_s: float | None = Field(
         None, gt=0, le=MAX_DURATION_S, description="Time allowed for the engine to become ready, in seconds."
+    )
+    speculative: SpeculativeSpec | None = Field(
+        None,
+        description="Speculative decoding: method, tokens drafted per step, acceptance "
+        "(docs/speculative.md).",
     )
 
     @field_validator("env")

@@ -1,0 +1,191 @@
+"""Speculative decoding as the planner and the simulator take it: `SpeculativeSettings`, resolved once
+from the spec's `engine.speculative` against the model's config, with the checks that need that config.
+
+Acceptance: `acceptance[i]` is the chance that drafted token i+1 is accepted when tokens 1..i were (the
+verifier stops at the first rejection). Token i+1 is accepted with probability prod(acceptance[:i+1]),
+so the expected accepted tokens per step are the sum of those prefix products, and a step emits that
+plus one (the verifier's own token). vLLM's per-position counters
+(`vllm:spec_decode_num_accepted_tokens_per_pos` / `vllm:spec_decode_num_drafts`) are the prefix products
+themselves; docs/speculative.md converts.
+
+The drafter, as vLLM 0.33 builds it (vllm/v1/spec_decode/llm_base_proposer.py):
+- mtp: the model's own MTP layers (`num_nextn_predict_layers`); k > layers reruns them. Embedding and
+  LM head are shared with the model (`_maybe_share_embeddings`, `_maybe_share_lm_head`: "MTP model").
+- eagle3: an EAGLE-3 head; by default one dense decoder layer of the model's shape with its own LM
+  head, sharing the model's embedding (heads ship none). `draft_model:` gives the head's own config.
+- draft_model: a separate model, nothing shared; its vocabulary must equal the model's.
+- ngram: prompt lookup on the CPU; no weights, no KV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestrator.catalog.loader import load_model
+from orchestrator.catalog.types import ModelConfig
+from orchestrator.errors import SpecError
+from orchestrator.spec.speculative import SpeculativeSpec
+
+FIELD = "engine.speculative"
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """One speculative-decoding setting of one engine: a single k, resolved against the model."""
+
+    method: str  # eagle3 | mtp | ngram | draft_model
+    num_speculative_tokens: int
+    acceptance: tuple[float, ...]  # per position, conditional on the positions before (length k)
+    drafter: ModelConfig | None = None  # shapes of ONE draft forward pass; None for ngram
+    drafter_copies: int = 1  # how many such layer sets the drafter holds (MTP: its MTP layers)
+    shares_embedding: bool = False
+    shares_lm_head: bool = False
+    draft_weight_dtype: str | None = None  # None: the model's own (MTP is quantized as the model)
+    draft_path: str | None = None  # weights for real engines
+    draft_revision: str | None = None
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.acceptance) != self.num_speculative_tokens:
+            raise ValueError("one acceptance per drafted position")
+
+    @property
+    def expected_accepted_tokens(self) -> float:
+        """Sum over positions of the chance that every token up to it is accepted."""
+        total, prefix = 0.0, 1.0
+        for a in self.acceptance:
+            prefix *= a
+            total += prefix
+        return total
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a decoding sequence gets per engine step, on average: accepted ones plus the verifier's."""
+        return 1.0 + self.expected_accepted_tokens
+
+    @property
+    def label(self) -> str:
+        """How a candidate name shows it: `ngram k=4`."""
+        return f"{self.method} k={self.num_speculative_tokens}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
+            "acceptance": list(self.acceptance),
+            "expected_accepted_tokens": self.expected_accepted_tokens,
+            "tokens_per_step": self.tokens_per_step,
+            "drafter": self.drafter.name if self.drafter else None, "drafter_copies": self.drafter_copies,
+            "shares_embedding": self.shares_embedding, "shares_lm_head": self.shares_lm_head,
+            "draft_weight_dtype": self.draft_weight_dtype, "draft_path": self.draft_path,
+            "prompt_lookup_min": self.prompt_lookup_min, "prompt_lookup_max": self.prompt_lookup_max,
+        }
+
+
+def _dense_layer_of(cfg: ModelConfig, name: str) -> ModelConfig:
+    """One dense decoder layer with the model's attention and MLP width (an EAGLE head's default)."""
+    width = cfg.intermediate_size or (cfg.num_experts_per_token * cfg.moe_intermediate_size
+                                      + cfg.shared_expert_intermediate_size)
+    return replace(cfg, name=name, num_layers=1, intermediate_size=width, num_routed_experts=0,
+                   num_experts_per_token=0, moe_intermediate_size=0, num_shared_experts=0,
+                   shared_expert_intermediate_size=0, first_k_dense_layers=0, num_nextn_predict_layers=0)
+
+
+def _load_draft(spec: SpeculativeSpec) -> tuple[ModelConfig, str]:
+    draft = spec.draft_model
+    assert draft is not None
+    field = f"{FIELD}.draft_model." + ("name" if draft.name is not None else "config_path")
+    try:
+        return load_model(draft.name or draft.config_path or ""), field
+    except SpecError as exc:
+        raise SpecError(f"{field}: {exc}") from None
+
+
+def _mtp(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSettings:
+    layers = cfg.num_nextn_predict_layers
+    if layers == 0:
+        raise SpecError(
+            f"{FIELD}.method: mtp drafts with the model's multi-token-prediction layers, and {cfg.name}'s "
+            "config has none (no num_nextn_predict_layers); use eagle3, ngram or draft_model"
+        )
+    if k > layers and k % layers:
+        # vLLM 0.33 SpeculativeConfig: "num_speculative_tokens ... must be divisible by n_predict".
+        raise SpecError(
+            f"{FIELD}.num_speculative_tokens: {k} is above the model's {layers} MTP layers and not a "
+            f"multiple of them; vLLM reruns the layers in whole rounds (give <= {layers} or a multiple)"
+        )
+    # One pass runs one MTP layer: a decoder layer of the model's kind (MoE for DeepSeek-V3).
+    layer = replace(cfg, name=f"{cfg.name} MTP layer", num_layers=1, first_k_dense_layers=0,
+                    num_nextn_predict_layers=0)
+    return SpeculativeSettings("mtp", k, spec.acceptance_for(k), layer, drafter_copies=layers,
+                               shares_embedding=True, shares_lm_head=True)
+
+
+def _eagle3(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSettings:
+    draft = spec.draft_model
+    if draft is None:
+        head = _dense_layer_of(cfg, f"{cfg.name} EAGLE-3 head (one layer)")
+        return SpeculativeSettings("eagle3", k, spec.acceptance_for(k), head, shares_embedding=True,
+                                   draft_weight_dtype="bf16")
+    head, field = _load_draft(spec)
+    if head.hidden_size != cfg.hidden_size:
+        raise SpecError(
+            f"{field}: the EAGLE-3 head's hidden size {head.hidden_size} differs from {cfg.name}'s "
+            f"{cfg.hidden_size}; a head reads the model's hidden states, so it must be trained for this model"
+        )
+    return SpeculativeSettings("eagle3", k, spec.acceptance_for(k), head, shares_embedding=True,
+                               draft_weight_dtype=draft.weight_dtype, draft_path=draft.path,
+                               draft_revision=draft.revision)
+
+
+def _draft_model(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSettings:
+    draft = spec.draft_model
+    assert draft is not None
+    model, field = _load_draft(spec)
+    if model.vocab_size != cfg.vocab_size:
+        # vLLM 0.33 SpeculativeConfig.verify_equal_vocab_size_if_draft_model.
+        raise SpecError(
+            f"{field}: the draft's vocabulary ({model.vocab_size}) differs from {cfg.name}'s "
+            f"({cfg.vocab_size}); vLLM refuses a draft with another tokenizer: pick one of the same family"
+        )
+    return SpeculativeSettings("draft_model", k, spec.acceptance_for(k), model,
+                               draft_weight_dtype=draft.weight_dtype, draft_path=draft.path,
+                               draft_revision=draft.revision)
+
+
+def speculative_options(spec: SpeculativeSpec, cfg: ModelConfig) -> tuple[SpeculativeSettings, ...]:
+    """One setting per k the spec lists; SpecError `engine.speculative.FIELD: ...` on what the model
+    refuses."""
+    out = []
+    for k in spec.token_counts:
+        if spec.method == "mtp":
+            out.append(_mtp(spec, cfg, k))
+        elif spec.method == "eagle3":
+            out.append(_eagle3(spec, cfg, k))
+        elif spec.method == "draft_model":
+            out.append(_draft_model(spec, cfg, k))
+        else:
+            out.append(SpeculativeSettings("ngram", k, spec.acceptance_for(k),
+                                           prompt_lookup_min=spec.prompt_lookup_min,
+                                           prompt_lookup_max=spec.prompt_lookup_max))
+    return tuple(out)
+
+
+def single_speculative(spec: SpeculativeSpec | None, cfg: ModelConfig) -> SpeculativeSettings | None:
+    """The one setting a single engine runs; a list of k is a search (`orch sweep`), not one engine."""
+    if spec is None:
+        return None
+    options = speculative_options(spec, cfg)
+    if len(options) > 1:
+        raise SpecError(
+            f"{FIELD}.num_speculative_tokens: {list(spec.token_counts)} is a list, and one engine runs one "
+            "value; give one k here (a sweep searches a list once settings are candidates)"
+        )
+    return options[0]
+
+
+def split_field(message: str) -> tuple[str, str]:
+    """(`engine.speculative.x`, the rest) of a SpecError raised here, for `file:line:` reporting."""
+    head, sep, rest = message.partition(": ")
+    return (head, rest) if sep and head.startswith(FIELD) else (FIELD, message)
