@@ -83,6 +83,22 @@ class SpeculativeSettings:
         }
 
 
+def uniform_acceptance(tokens_per_step: float, k: int) -> float:
+    """The one per-position acceptance a, the same at every position, at which k drafts give
+    `tokens_per_step` (1 + a + a^2 + ... + a^k); what a mean accept length (SGLang's) pins down."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    target = min(max(tokens_per_step, 1.0), k + 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # bisection: the sum grows with a
+        mid = (lo + hi) / 2
+        if sum(mid ** i for i in range(k + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def _dense_layer_of(cfg: ModelConfig, name: str) -> ModelConfig:
     """One dense decoder layer with the model's attention and MLP width (an EAGLE head's default)."""
     width = cfg.intermediate_size or (cfg.num_experts_per_token * cfg.moe_intermediate_size

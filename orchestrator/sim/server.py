@@ -30,6 +30,7 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
 from orchestrator.sim.openai_format import count_prompt, error, sse, token_text, usage
+from orchestrator.sim.speculative import SpecDecodeCounters, speculative_from_flags
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 RESYNC_S = 0.05  # wall seconds behind the simulated clock after which the engine loop restarts it
@@ -56,6 +57,8 @@ class SimServer:
         self.requests_total = 0
         self.tasks: list[asyncio.Task[None]] = []
         self.exit_after: int | None = None
+        spec = engines[0].spec if engines else None
+        self.spec_counters = SpecDecodeCounters(spec.k) if spec is not None else None
         self.arrived = [0.0] * len(engines)  # when the request that woke an idle engine arrived
         self.accepted = 0
         self.behind_s_sum = 0.0  # wall seconds the engine loops started steps late, summed
@@ -103,8 +106,12 @@ class SimServer:
                 for rid in eng.decoding:
                     self._emit(rid, 1)
             else:  # speculative decoding: a burst of tokens per sequence
+                counters = self.spec_counters
+                assert counters is not None
                 for rid, seq in eng.decoding.items():
-                    self._emit(rid, eng.tokens_in_step(seq, plan.index))
+                    burst = eng.tokens_in_step(seq, plan.index)
+                    counters.add(burst)
+                    self._emit(rid, burst)
             started, finished = eng.complete(plan)
             for seq in started:
                 self._emit(seq.request_id, 1)
@@ -157,6 +164,8 @@ class SimServer:
             "# TYPE orch_sim_lost_seconds_sum counter", f"orch_sim_lost_seconds_sum {self.lost_s_sum:.6f}",
             "# TYPE orch_sim_step_seconds_sum counter", f"orch_sim_step_seconds_sum {self.step_s_sum:.6f}",
         ]
+        if self.spec_counters is not None:
+            lines += self.spec_counters.lines(label)
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -317,6 +326,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scheduler", choices=("vllm", "guaranteed-no-evict"), default="vllm",
                    help="admission: vLLM v1's (preempt and recompute) or TensorRT-LLM's guaranteed-no-evict")
     p.add_argument("--runtime-reserve-bytes", type=float, default=None)
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help='speculative decoding as vLLM takes it, e.g. '
+                        '{"method":"ngram","num_speculative_tokens":4}')
+    p.add_argument("--speculative-acceptance", default=None, metavar="RATES",
+                   help="per-position acceptance: one rate, or one per position comma-separated")
     p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
     p.add_argument("--startup-s", type=float, default=0.0, help="wall seconds before /health is 200")
     p.add_argument("--host", default="127.0.0.1")
@@ -360,6 +374,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         max_model_len=max_len, gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=args.max_num_seqs, assumptions=assumptions,
         fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
+        speculative=speculative_from_flags(args.speculative_config, args.speculative_acceptance, cfg),
     )
     engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens,
                               reserve_whole_kv=args.scheduler == "guaranteed-no-evict")

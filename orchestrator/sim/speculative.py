@@ -12,7 +12,17 @@ percentiles come out tighter than measured ones.
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.catalog.types import ModelConfig
+from orchestrator.errors import SpecError
+from orchestrator.plan.speculative import SpeculativeSettings, single_speculative
+from orchestrator.spec.speculative import SpeculativeSpec
 
 GOLDEN = 0.6180339887498949  # phases i * GOLDEN mod 1 spread evenly over [0, 1) for any count
 
@@ -48,3 +58,81 @@ def burst_sizes(steps: int, rate: float, phase: float, cap: int) -> list[int]:
         out.append(now - before)
         before = now
     return out
+
+
+@dataclass
+class SpecDecodeCounters:
+    """vLLM's speculative-decoding counters as the simulated server exports them (the names a scrape of
+    a real vLLM reads, loadgen/spec_decode_metrics.py). Every decode step of a sequence is one draft of
+    k tokens, of which the burst minus the verifier's own token were accepted, the first ones in order."""
+
+    k: int
+    drafts: int = 0
+    accepted: int = 0
+    per_position: list[int] = field(default_factory=list)
+
+    def add(self, burst: int) -> None:
+        accepted = min(burst - 1, self.k)
+        self.drafts += 1
+        self.accepted += accepted
+        if len(self.per_position) < self.k:
+            self.per_position = [0] * self.k
+        for i in range(accepted):
+            self.per_position[i] += 1
+
+    def lines(self, label: str) -> list[str]:
+        inner = label[1:-1]
+        out = [
+            "# TYPE vllm:spec_decode_num_drafts counter",
+            f"vllm:spec_decode_num_drafts_total{label} {self.drafts}",
+            "# TYPE vllm:spec_decode_num_draft_tokens counter",
+            f"vllm:spec_decode_num_draft_tokens_total{label} {self.drafts * self.k}",
+            "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+            f"vllm:spec_decode_num_accepted_tokens_total{label} {self.accepted}",
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+        ]
+        counts = self.per_position or [0] * self.k
+        out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{inner},position="{i}"}} {n}'
+                for i, n in enumerate(counts)]
+        return out
+
+
+def speculative_from_flags(config_json: str | None, acceptance: str | None,
+                           cfg: ModelConfig) -> SpeculativeSettings | None:
+    """`--speculative-config` (vLLM's JSON: method, num_speculative_tokens; `model` names a draft preset
+    or config for draft_model/eagle3) and `--speculative-acceptance` (one rate or one per position,
+    comma-separated) of `orch sim serve`, resolved as the spec's engine.speculative is."""
+    if config_json is None:
+        if acceptance is not None:
+            raise SpecError("--speculative-acceptance needs --speculative-config")
+        return None
+    try:
+        raw = json.loads(config_json)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"--speculative-config: not JSON ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise SpecError("--speculative-config: a JSON object, e.g. {\"method\": \"ngram\", "
+                        "\"num_speculative_tokens\": 4}")
+    if acceptance is None:
+        raise SpecError("--speculative-config needs --speculative-acceptance (e.g. 0.6 or 0.8,0.6,0.5)")
+    try:
+        rates = [float(x) for x in acceptance.split(",")]
+    except ValueError:
+        raise SpecError(f"--speculative-acceptance {acceptance!r}: numbers, comma-separated") from None
+    block: dict[str, Any] = {
+        "method": raw.get("method"), "num_speculative_tokens": raw.get("num_speculative_tokens"),
+        "acceptance_rate": rates[0] if len(rates) == 1 else rates,
+    }
+    if raw.get("model") and block["method"] in ("eagle3", "draft_model"):
+        key = "config_path" if "/" in str(raw["model"]) or str(raw["model"]).endswith(".json") else "name"
+        block["draft_model"] = {key: raw["model"]}
+    for bound in ("prompt_lookup_min", "prompt_lookup_max"):
+        if raw.get(bound) is not None:
+            block[bound] = raw[bound]
+    try:
+        spec = SpeculativeSpec.model_validate(block)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "speculative"
+        raise SpecError(f"--speculative-config: {where}: {err['msg']}") from None
+    return single_speculative(spec, cfg)
