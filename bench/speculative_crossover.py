@@ -82,8 +82,8 @@ def main() -> None:
         print(f"{c:>4} | {p_off.tpot_ms:10.2f} /{p_on.tpot_ms:9.2f} {pg:5.2f} | "
               f"{s_off.tpot_ms.p50:10.2f} /{s_on.tpot_ms.p50:9.2f} {sg:5.2f} | "
               f"{s_off.per_gpu['output_throughput']:9.0f} /{s_on.per_gpu['output_throughput']:8.0f}")
-    for who, c in crossing.items():
-        print(f"{who}: speculation " + (f"stops paying at concurrency {c}" if c else
+    for who, where in crossing.items():
+        print(f"{who}: speculation " + (f"stops paying at concurrency {where}" if where else
                                          f"pays at every concurrency up to {LEVELS[-1]}"))
     print(f"({time.perf_counter() - t0:.1f} s)")
 

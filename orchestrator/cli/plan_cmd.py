@@ -60,6 +60,14 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
         f"{inp.weight_dtype}) on {inp.cluster.nodes} x {inp.cluster.gpus_per_node} {inp.gpu.name}; "
         f"context {result.context_tokens} tokens, prompt {result.prompt_tokens} tokens"
         + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), highlight=False)
+    if inp.speculative is not None:
+        sp = inp.speculative
+        console.print(
+            f"speculative decoding: {sp.label}, acceptance {', '.join(f'{x:g}' for x in sp.acceptance)} "
+            f"per position: {sp.tokens_per_step:.2f} tokens per step; ITL below is the gap between those "
+            f"bursts (TPOT = ITL / {sp.tokens_per_step:.2f}), tok/s counts every token; speculation's own "
+            f"cost {inp.gpu.spec_step_overhead_s * 1e3:g} ms per step + "
+            f"{inp.gpu.spec_sequence_overhead_s * 1e3:g} ms per sequence", highlight=False)
     table = Table(title="plan: predicted by the cost model (not measured)", title_justify="left")
     for col in ("layout", "GPUs", "fits", "weights GB/GPU", "KV tok/replica", "KV tok total", "max batch"):
         table.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",

@@ -50,6 +50,7 @@ class PlanResult:
                 "request_overhead_s": inp.gpu.request_overhead_s,
                 "gpu_memory_utilization": inp.gpu_memory_utilization,
             },
+            "speculative": inp.speculative.to_dict() if inp.speculative else None,
             "rows": [r.to_dict() for r in self.rows],
         }
 

@@ -10,7 +10,10 @@ A step of a batch with D decoding sequences (and maybe prompt chunks):
   sequence; n-gram lookup runs on the CPU and is taken as free;
 - on average each decoding sequence gets `tokens_per_step` tokens (plan/speculative.py), so
   TPOT = step / tokens_per_step, and the tokens of a step arrive together (ITL = the step).
-The drafter's passes ride in the engine's step: they pay no step overhead of their own. Its weights sit
+The drafter's passes ride in the engine's step: they pay no step overhead of their own; what
+speculation adds beside them (the proposer call, the rejection sampler, n-gram lookups, preparing k+1
+positions per sequence) is the GPU preset's `spec_step_overhead_s` per step plus
+`spec_sequence_overhead_s` per decoding sequence (0 unless measured: docs/speculative.md). Its weights sit
 on the GPUs of the last PP stage (vLLM builds the drafter with pipeline_parallel_size=1, TP as the
 model's), and its KV shares the model's cache: every cached token holds both.
 """
@@ -58,6 +61,8 @@ class SpeculativeCost:
         verify_pairs = prefill_pairs + (k + 1) * decode_pairs + decodes * k * (k + 1) / 2
         step = self.target.round_s(verify_tokens, kv_tokens, verify_pairs, sequences,
                                    prefill_pairs=prefill_pairs)
+        gpu = self.target.gpu
+        step += gpu.spec_step_overhead_s + decodes * gpu.spec_sequence_overhead_s
         draft = self.draft
         if draft is None or verify_tokens <= 0:
             return step
