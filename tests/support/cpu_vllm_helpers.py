@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import orch as run_orch
+from tests.support.paths import ROOT
+
 BUILD = Path(__file__).resolve().parent / "parsers" / "build_tiny_model.py"
 
 
@@ -41,7 +42,5 @@ def orch_env() -> dict[str, str]:
 
 
 def orch(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=timeout, check=False, env=orch_env(), cwd=ROOT,
-    )  # fmt: skip
+    """`orch ARGS` from the repository root with the venv's vLLM CLI; real engines start slowly."""
+    return run_orch(*args, timeout=timeout, env=orch_env(), cwd=ROOT)

@@ -29,7 +29,6 @@ import itertools
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ import uuid
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from tests.support.ports import free_port
 
 Obj = dict[str, Any]
 
@@ -69,12 +70,6 @@ def _matches(labels: dict[str, str], selector: str) -> bool:
         if (labels.get(key) != value) if eq else (key not in labels):
             return False
     return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _served_name(argv: list[str]) -> str:
@@ -210,7 +205,7 @@ class FakeCluster:
             if fate != "never-ready":  # a worker rank: no endpoint of its own
                 self._ready(pod, base)
             return
-        port = _free_port()
+        port = free_port()
         layout = re.sub(r"x\d+$", "", pod["metadata"]["labels"].get("orch.dev/layout", "tp1"))
         argv = [sys.executable, "-m", "orchestrator.sim.server", "--model", self.sim_model,
                 "--gpu", self.sim_gpu, "--layout", layout,

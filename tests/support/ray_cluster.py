@@ -18,21 +18,24 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import pythonpath_env
+from tests.support.ports import free_port
+
 SETUP_HINT = "run `source .ci/setup.d/50-ray.sh` (installs ray into .venv) or pip install 'orch[ray]'"
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-# Run in a fresh Python after a sweep (argv: tests dir, Ray address, GPUs the cluster declares): prints the
+# Run in a fresh Python after a sweep (argv: Ray address, GPUs the cluster declares; env: token_env's,
+# which puts the repository on PYTHONPATH): prints the
 # actors and placement groups left behind and the GPUs free again, as JSON. A separate process, so the
 # test's own interpreter never joins the cluster it checks.
 LEFTOVERS_SCRIPT = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from ray_cluster import free_gpus, leftovers, ray_or_skip
+from tests.support.ray_cluster import free_gpus, leftovers, ray_or_skip
 ray = ray_or_skip()
-ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False)
+ray.init(address=sys.argv[1], logging_level="WARNING", log_to_driver=False)
 actors, groups = leftovers(ray)
-print(json.dumps({"actors": actors, "groups": groups, "gpus": free_gpus(ray, float(sys.argv[3]))}))
+print(json.dumps({"actors": actors, "groups": groups, "gpus": free_gpus(ray, float(sys.argv[2]))}))
 """
 
 
@@ -46,17 +49,6 @@ def ray_or_skip() -> Any:
             pytest.fail(f"ORCH_CI=1 but {message}")
         pytest.skip(message)
     return ray
-
-
-def free_port() -> int:
-    """An OS-chosen free port outside Ray's worker range (10002-19999)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not 10002 <= port <= 19999:
-            return port
-    raise OSError("no free port outside 10002-19999")
 
 
 def leftovers(ray: Any, wait_s: float = 30.0) -> tuple[list[Any], list[str]]:
@@ -85,8 +77,9 @@ def free_gpus(ray: Any, want: float, wait_s: float = 30.0) -> float:
 
 def token_env(token: str) -> dict[str, str]:
     """The environment of every process that talks to a head started with token authentication (Ray
-    2.60's default): drivers, `orch sweep`, the head itself."""
-    return {**os.environ, **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    2.60's default): drivers, `orch sweep`, the head itself. The repository is on PYTHONPATH, so a
+    driver script run with `python -c` imports tests.support."""
+    return {**pythonpath_env(), **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
 def ray_head(gpus: int, token: str) -> Iterator[str]:

@@ -12,8 +12,9 @@ from orchestrator.loadgen.metrics import compute_metrics, finite
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from tests.support.paths import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 RUN_ID = "20260101-000000-synthe"
 SLO = {"ttft_p99_ms": 2000.0, "itl_p99_ms": 100.0}
 # (layout, gpus, rate, TTFT ms, ITL ms, passed)

@@ -1,13 +1,12 @@
 """orch's simulated server on a free loopback port, and a workload to drive it and virtual time alike.
 
-Shared by tests/integration/test_sim_server.py (both paths give the same answers) and
+Shared by tests/integration/sim/test_server.py (both paths give the same answers) and
 bench/sim_served_agreement.py (how close their latencies are on this machine).
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,11 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.virtual import SimRequest, simulate
+from tests.support.ports import free_port
 
 MODEL = "qwen2.5-72b"
 # The engine both paths simulate: the server's flags and the planner inputs of virtual time.
 _SERVER_ARGS = ("--model", MODEL, "--layout", "tp8", "--gpu", "h100-sxm", "--max-model-len", "8192")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def status(url: str) -> int:

@@ -157,7 +157,7 @@ def serve_in_thread(cfg: ServerConfig | None = None) -> Iterator[str]:
 
 
 def _main() -> None:
-    """`python tests/streaming_server.py [--ttft-ms 50 --itl-ms 10 --slots N]`: serve until killed."""
+    """`python tests/support/streaming_server.py [--ttft-ms 50 --itl-ms 10 --slots N]`: serve until killed."""
     import argparse
 
     ap = argparse.ArgumentParser()

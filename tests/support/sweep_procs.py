@@ -1,5 +1,6 @@
 """A real `orch sweep --served` in the background, and the simulated-server processes it starts (by PID,
-from /proc): what the fault tests (test_sweep_faults.py, test_cli_store_faults.py) interrupt and check."""
+from /proc): what the fault tests (pipeline/test_sweep_faults.py, cli/test_store_faults.py) interrupt and
+check."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ORCH = (sys.executable, "-c", "from orchestrator.cli import main; main()")
+from tests.support.cli import ORCH
 
 
 def sigint_default() -> None:

@@ -1,5 +1,5 @@
 """`orch bench` and `vllm bench serve` against one vLLM-on-CPU server: the parts the test and the
-benchmark share (tests/integration/test_vllm_agreement.py asserts what cannot depend on machine load;
+benchmark share (tests/integration/loadgen/test_vllm_agreement.py asserts what cannot depend on machine load;
 bench/vllm_agreement.py compares the timings and prints ratios).
 
 Our client runs as `orch bench` inside the vLLM venv (PYTHONPATH = this checkout, `--tokenizer` for
@@ -32,10 +32,8 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -45,9 +43,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu_vllm_helpers import build_tiny_model  # noqa: E402
+from tests.support.cpu_vllm_helpers import build_tiny_model
+from tests.support.paths import ROOT as REPO
+from tests.support.ports import free_port
 
 READY_TIMEOUT_S = 420.0
 IN_LEN, OUT_LEN = 32, 32
@@ -57,15 +55,6 @@ WARMUP_S = 8.0
 #: Words of the tiny model's BPE training text: each is one token, with or without a leading space.
 WORDS = ("alpha", "beta", "gamma", "delta", "serve", "layout", "tensor", "pipeline", "expert", "token")
 Figures = dict[str, float]
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not 10002 <= port <= 19999:  # Ray's worker range, in case a Ray test runs beside
-            return port
 
 
 def _healthy(url: str) -> bool:

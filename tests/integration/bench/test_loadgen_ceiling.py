@@ -9,7 +9,9 @@ from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "loadgen_ceiling.py"
+from tests.support.paths import ROOT
+
+BENCH = ROOT / "bench" / "loadgen_ceiling.py"
 
 
 def _module() -> ModuleType:

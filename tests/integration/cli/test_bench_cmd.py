@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostile_server import RawServer, forever
-from streaming_server import ServerConfig, serve_in_thread
+from tests.support.cli import orch
+from tests.support.hostile_server import RawServer, forever
+from tests.support.streaming_server import ServerConfig, serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +25,14 @@ def server_url() -> Iterator[str]:
         yield url
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run(
-        [sys.executable, "-c", code, "bench", *args], capture_output=True, text=True, timeout=120, check=False
-    )
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """`orch bench ARGS`."""
+    return orch("bench", *args)
 
 
 def test_bench_json_and_save(server_url: str, tmp_path: Path) -> None:
     save = tmp_path / "r.jsonl"
-    res = _orch("--base-url", f"{server_url},{server_url}/v1", "--model", "m", "--rate", "50,100",
+    res = _bench("--base-url", f"{server_url},{server_url}/v1", "--model", "m", "--rate", "50,100",
                 "--arrival", "constant", "--num-requests", "20", "--input-len", "uniform:8-32",
                 "--output-len", "6", "--slo", "ttft_p99_ms=500,itl_p99_ms=100", "--json", "--save", str(save))
     assert res.returncode == 0, res.stderr
@@ -50,7 +48,7 @@ def test_bench_json_and_save(server_url: str, tmp_path: Path) -> None:
 
 
 def test_bench_vllm_format(server_url: str) -> None:
-    res = _orch("--base-url", server_url, "--model", "m", "--rate", "80", "--num-requests", "10",
+    res = _bench("--base-url", server_url, "--model", "m", "--rate", "80", "--num-requests", "10",
                 "--input-len", "8", "--output-len", "5", "--json", "--format", "vllm")
     assert res.returncode == 0, res.stderr
     r = json.loads(res.stdout)
@@ -67,14 +65,14 @@ def test_bench_vllm_format(server_url: str) -> None:
 
 
 def test_bench_table_concurrency_chat(server_url: str) -> None:
-    res = _orch("--base-url", server_url, "--model", "m", "--endpoint", "chat", "--concurrency", "2",
+    res = _bench("--base-url", server_url, "--model", "m", "--endpoint", "chat", "--concurrency", "2",
                 "--num-requests", "6", "--input-len", "16", "--output-len", "4")
     assert res.returncode == 0, res.stderr
     assert "concurrency=2" in res.stdout and "TTFT" in res.stdout and "6 / 0" in res.stdout
 
 
 def test_bench_search(server_url: str) -> None:
-    res = _orch("--base-url", server_url, "--model", "m", "--search", "--search-start", "50", "--search-max",
+    res = _bench("--base-url", server_url, "--model", "m", "--search", "--search-start", "50", "--search-max",
                 "200", "--num-requests", "10", "--input-len", "8", "--output-len", "3", "--slo",
                 "ttft_p99_ms=1000", "--json")
     assert res.returncode == 0, res.stderr
@@ -86,7 +84,7 @@ def test_bench_search(server_url: str) -> None:
 
 
 def test_unreachable_server_counts_failures_and_exits_6() -> None:
-    res = _orch("--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "100", "--num-requests", "3",
+    res = _bench("--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "100", "--num-requests", "3",
                 "--input-len", "4", "--output-len", "2")
     assert res.returncode == 6, res.stderr
     assert "connection=3" in res.stdout and "every request of rate=100/s failed" in res.stdout
@@ -97,12 +95,12 @@ def test_slo_missed_exits_7_and_error_rate_is_checked_first(server_url: str) -> 
     # The server waits 20 ms before the first token: a 1 ms TTFT bound cannot hold on any machine.
     args = ["--base-url", server_url, "--model", "m", "--rate", "50", "--num-requests", "4",
             "--input-len", "4", "--output-len", "2", "--slo", "ttft_p99_ms=1"]
-    res = _orch(*args, "--json")
+    res = _bench(*args, "--json")
     assert res.returncode == 7, res.stderr
     (p,) = json.loads(res.stdout)["points"]
     assert p["passed"] is False and "ttft_p99_ms" in res.stderr and "Traceback" not in res.stderr
     # the same SLO missed, and every request timed out (1 ms, against a 20 ms TTFT): 6 wins over 7
-    res = _orch(*args, "--timeout-s", "0.001", "--max-error-rate", "0.5")
+    res = _bench(*args, "--timeout-s", "0.001", "--max-error-rate", "0.5")
     assert res.returncode == 6, res.stderr
 
 
@@ -127,7 +125,7 @@ def test_hostile_server_ends_in_a_classified_failure(
 ) -> None:
     with RawServer(lambda _: (pieces, False)) as srv:  # type: ignore[arg-type]
         # --timeout-s is the default 600 s: each must end by the client's limits, long before that
-        res = _orch("--base-url", srv.base_url, "--model", "m", "--rate", "100", "--num-requests", "2",
+        res = _bench("--base-url", srv.base_url, "--model", "m", "--rate", "100", "--num-requests", "2",
                     "--input-len", "4", "--output-len", "2", "--json", *flags)
     assert res.returncode == 6, res.stderr
     (p,) = json.loads(res.stdout)["points"]

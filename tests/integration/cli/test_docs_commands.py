@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN_ID = re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b")
 
@@ -32,18 +33,18 @@ NOT_HERE = {
     "SPEC": "placeholder for a spec",
     "URL": "placeholder for a server",
     "[": "a synopsis with optional parts",
-    "bad.yaml": "the page does not show the file (tests/unit/test_bad_inputs.py runs these cases)",
-    "bad2.yaml": "the page does not show the file (tests/unit/test_bad_inputs.py runs these cases)",
-    "bad3.yaml": "the page does not show the file (tests/unit/test_bad_inputs.py runs these cases)",
+    "bad.yaml": "the page does not show the file (tests/unit/cli/test_bad_inputs.py runs these cases)",
+    "bad2.yaml": "the page does not show the file (tests/unit/cli/test_bad_inputs.py runs these cases)",
+    "bad3.yaml": "the page does not show the file (tests/unit/cli/test_bad_inputs.py runs these cases)",
     "127.0.0.1:": "a server at the port of the session that wrote the page",
-    "--engine vllm --layouts": "real vLLM (the vllm_cpu tier runs it: test_sweep_vllm_cpu.py)",
-    "orch consistency": "real vLLM (the vllm_cpu tier runs it: test_consistency_vllm_cpu.py)",
-    "orch gc": "a Kubernetes API server (test_k8s_target.py runs it against the fake one)",
-    "ray.db": "a Ray cluster (test_ray_sweep.py)",
-    "ray-sim.yaml": "a Ray cluster (test_ray_sweep.py)",
-    "bad.db": "a store from a failed Ray sweep (test_promote.py covers the refusal)",
-    "results.db": "a store of a synthetic run (test_calibrate.py)",
-    "/spec/spec.yaml": "the nightly CronJob's pod (test_k8s_nightly.py)",
+    "--engine vllm --layouts": "real vLLM (the vllm_cpu tier runs it: pipeline/test_sweep_vllm_cpu.py)",
+    "orch consistency": "real vLLM (the vllm_cpu tier runs it: consistency/test_vllm_cpu.py)",
+    "orch gc": "a Kubernetes API server (deploy/test_k8s_target.py runs it against the fake one)",
+    "ray.db": "a Ray cluster (pipeline/test_ray_sweep.py)",
+    "ray-sim.yaml": "a Ray cluster (pipeline/test_ray_sweep.py)",
+    "bad.db": "a store from a failed Ray sweep (unit/test_promote.py covers the refusal)",
+    "results.db": "a store of a synthetic run (unit/calibrate/test_fit.py)",
+    "/spec/spec.yaml": "the nightly CronJob's pod (deploy/test_k8s_nightly.py)",
     "spec.yaml": "a spec the page builds from layouts/qwen72b.yaml with a kubernetes target",
 }
 # Output that is the same on every machine (virtual time included), held against the page line by line.

@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 import yaml
-from test_sweep_sim import _orch  # pytest puts this directory on sys.path
+
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
 
 SPEC = {
     "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
@@ -32,18 +34,18 @@ def _write(tmp_path: Path, **changes: object) -> str:
     return str(path)
 
 
-def test_resume_keeps_layouts_and_latest_works_everywhere(tmp_path: Path) -> None:
+def test_resume_keeps_layouts_and_latest_works_everywhere(tmp_path: Path, orch: Orch) -> None:
     db = str(tmp_path / "r.db")
     work = str(tmp_path / "w")
     spec = _write(tmp_path)
-    first = _orch("sweep", spec, "--layouts", "tp2", "--rates", "3", "--store", db, "--json",
+    first = orch("sweep", spec, "--layouts", "tp2", "--rates", "3", "--store", db, "--json",
                   "--workdir", work)
     # Exit 3 only when the machine was too busy to keep the simulated clock (the point is then marked
     # unreliable, not judged); what is checked here is the selection, not the verdict.
     assert first.returncode in (0, 3), first.stderr[-3000:]
     run_id = json.loads(first.stdout)["run_id"]
     # --resume without flags repeats the run's own selection: tp2 at 3 req/s only, nothing else deployed.
-    again = _orch("sweep", "--resume", "latest", "--store", db, "--json", "--workdir", work)
+    again = orch("sweep", "--resume", "latest", "--store", db, "--json", "--workdir", work)
     assert again.returncode in (0, 3), again.stderr[-3000:]
     data = json.loads(again.stdout)
     assert data["run_id"] == run_id
@@ -51,32 +53,32 @@ def test_resume_keeps_layouts_and_latest_works_everywhere(tmp_path: Path) -> Non
     assert [p["rate"] for p in data["layouts"][0]["points"]] == [3.0]
     assert "tp1x2" not in again.stderr and "tp4" not in again.stderr
 
-    report = _orch("report", "latest", "--store", db, "--json")
+    report = orch("report", "latest", "--store", db, "--json")
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["run_id"] == run_id
-    export = _orch("export", "latest", "--store", db, "--format", "json")
+    export = orch("export", "latest", "--store", db, "--format", "json")
     assert export.returncode == 0, export.stderr
     assert run_id in export.stdout
-    compare = _orch("compare", "latest", run_id, "--store", db, "--json")
+    compare = orch("compare", "latest", run_id, "--store", db, "--json")
     assert compare.returncode == 0, compare.stderr
     assert json.loads(compare.stdout)["baseline"] == run_id
-    pin = _orch("promote", "latest", "--store", db, "--pin")
+    pin = orch("promote", "latest", "--store", db, "--pin")
     if data["selection"]["winner"]:
         assert pin.returncode == 0, pin.stderr
         assert "serving_layout" in pin.stdout
     else:  # resolved to the run all the same: its id is in the "no winner" line
         assert pin.returncode == 3 and f"run {run_id} has no winner" in pin.stderr, pin.stderr
     # An unknown reference is still one line naming the store.
-    bad = _orch("report", "nosuchrun", "--store", db)
+    bad = orch("report", "nosuchrun", "--store", db)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "orch runs" in bad.stderr
 
 
-def test_multi_node_spec_is_simulated_here(tmp_path: Path) -> None:
+def test_multi_node_spec_is_simulated_here(tmp_path: Path, orch: Orch) -> None:
     # Two nodes of two GPUs: tp4 spans both, tp2x2 puts a replica on each. The node names are
     # placeholders; the simulator stands in for each replica on this machine.
     spec = _write(tmp_path, hardware={"nodes": 2}, layouts=["tp4", "tp2x2"])
     db = str(tmp_path / "r.db")
-    out = _orch("sweep", spec, "--store", db, "--json", "--workdir", str(tmp_path / "w"))
+    out = orch("sweep", spec, "--store", db, "--json", "--workdir", str(tmp_path / "w"))
     assert out.returncode in (0, 3), out.stderr[-3000:]
     layouts = {x["layout"]: x for x in json.loads(out.stdout)["layouts"]}
     for name in ("tp4", "tp2x2"):
@@ -85,10 +87,10 @@ def test_multi_node_spec_is_simulated_here(tmp_path: Path) -> None:
     assert "Name or service not known" not in out.stdout + out.stderr
 
 
-def test_real_multi_node_engine_on_local_target_is_refused_up_front(tmp_path: Path) -> None:
+def test_real_multi_node_engine_on_local_target_is_refused_up_front(tmp_path: Path, orch: Orch) -> None:
     spec = _write(tmp_path, hardware={"nodes": 2}, engine={"name": "vllm"})
     db = tmp_path / "r.db"
-    out = _orch("sweep", spec, "--store", str(db))
+    out = orch("sweep", spec, "--store", str(db))
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert "hardware.nodes is 2" in line and "target.kind: ray" in line and spec in line
@@ -96,16 +98,16 @@ def test_real_multi_node_engine_on_local_target_is_refused_up_front(tmp_path: Pa
     assert "--engine sim" in line
 
 
-def test_calibrate_export_and_compare_as_a_new_user_types_them(tmp_path: Path) -> None:
+def test_calibrate_export_and_compare_as_a_new_user_types_them(tmp_path: Path, orch: Orch) -> None:
     db = str(tmp_path / "r.db")
     spec = _write(tmp_path)
-    out = _orch("sweep", spec, "--layouts", "tp2,tp1x2", "--rates", "2,6", "--store", db, "--json")
+    out = orch("sweep", spec, "--layouts", "tp2,tp1x2", "--rates", "2,6", "--store", db, "--json")
     assert out.returncode in (0, 3), out.stderr[-3000:]
     run_id = json.loads(out.stdout)["run_id"]
     # calibrate takes latest and a unique prefix like every command that takes a run (it took only ids).
     profile = tmp_path / "profile.yaml"
     for ref in ("latest", run_id[:15]):
-        cal = _orch("calibrate", ref, "--store", db, "--constants", "hbm_efficiency", "--max-requests", "8",
+        cal = orch("calibrate", ref, "--store", db, "--constants", "hbm_efficiency", "--max-requests", "8",
                     "--out", str(profile), "--json")
         assert cal.returncode == 0, cal.stderr
         assert json.loads(cal.stdout)["out"] == str(profile)
@@ -113,15 +115,15 @@ def test_calibrate_export_and_compare_as_a_new_user_types_them(tmp_path: Path) -
     # Bad export flags are bad input (exit 2, one line), not store failures (exit 1).
     for flags, needle in ((["--format", "yaml"], "--format 'yaml'"), (["--table", "nope"], "--table 'nope'"),
                           (["--format", "parquet"], "give --out"), (["--format", "vllm"], "give --out")):
-        bad = _orch("export", "latest", "--store", db, *flags)
+        bad = orch("export", "latest", "--store", db, *flags)
         assert bad.returncode == 2, (flags, bad.stderr)
         (line,) = bad.stderr.strip().splitlines()
         assert needle in line
     # A warning stays one line in a log 80 columns wide (the spec hashes were split across two).
     other = _write(tmp_path, hardware={"overrides": {"hbm_efficiency": 0.7}})
-    second = _orch("sweep", other, "--layouts", "tp2,tp1x2", "--rates", "2,6", "--store", db, "--json")
+    second = orch("sweep", other, "--layouts", "tp2,tp1x2", "--rates", "2,6", "--store", db, "--json")
     assert second.returncode in (0, 3), second.stderr[-3000:]
-    cmp = _orch("compare", run_id, "latest", "--store", db, "--allow-mismatch")
+    cmp = orch("compare", run_id, "latest", "--store", db, "--allow-mismatch")
     assert cmp.returncode in (0, 1), cmp.stderr
     warnings = [ln for ln in cmp.stderr.splitlines() if ln.strip()]
     assert len(warnings) == 1, warnings
@@ -129,12 +131,12 @@ def test_calibrate_export_and_compare_as_a_new_user_types_them(tmp_path: Path) -
     assert warnings[0].rstrip().endswith(")"), warnings
 
 
-def test_the_interactivity_objective_counts_only_points_meeting_the_slo(tmp_path: Path) -> None:
+def test_the_interactivity_objective_counts_only_points_meeting_the_slo(tmp_path: Path, orch: Orch) -> None:
     # tp4x2 of the main job: past its SLO capacity it still streams above 50 tok/s/user at more
     # tok/s/GPU; the objective must not quote such a failing point as a way to serve.
-    spec = str(Path(__file__).resolve().parents[2] / "layouts" / "qwen72b.yaml")
+    spec = str(ROOT / "layouts" / "qwen72b.yaml")
     db = str(tmp_path / "o.db")
-    out = _orch("sweep", spec, "--layouts", "tp4x2", "--store", db, "--json")
+    out = orch("sweep", spec, "--layouts", "tp4x2", "--store", db, "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     passed = {p["label"]: p["passed"] for p in data["layouts"][0]["points"]}
@@ -148,7 +150,7 @@ def test_the_interactivity_objective_counts_only_points_meeting_the_slo(tmp_path
         and r["tokens_per_s_per_gpu"] > at["tokens_per_s_per_gpu"]
     ]
     assert faster_failing  # the case this test is about is present
-    report = _orch("report", "latest", "--store", db)
+    report = orch("report", "latest", "--store", db)
     assert report.returncode == 0, report.stderr
     line = next(x for x in report.stdout.splitlines() if x.startswith("  tp4x2: at capacity"))
     shown = f"{at['tokens_per_s_per_gpu']:.1f} tok/s/GPU ({at['label']})"

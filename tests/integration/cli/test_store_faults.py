@@ -13,8 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from sweep_procs import first_layout_pids, gone, start_sweep  # pytest puts this directory on sys.path
-from test_sweep_sim import SPEC, _orch, _write
+
+from tests.support.cli import Orch
+from tests.support.sim_spec import SPEC, SimSpec
+from tests.support.sweep_procs import first_layout_pids, gone, start_sweep
 
 READERS = [
     ("runs",),
@@ -26,12 +28,12 @@ READERS = [
 
 
 @pytest.mark.parametrize("kind", ["missing", "garbage"])
-def test_every_read_command_says_one_line_about_a_bad_store(tmp_path: Path, kind: str) -> None:
+def test_every_read_command_says_one_line_about_a_bad_store(tmp_path: Path, kind: str, orch: Orch) -> None:
     db = tmp_path / "r.db"
     if kind == "garbage":
         db.write_bytes(b"this is not a results store\n" * 200)
     for args in READERS:
-        out = _orch(*args, "--store", str(db))
+        out = orch(*args, "--store", str(db))
         lines = [line for line in out.stderr.splitlines() if line.strip()]
         assert out.returncode == 1, (args, out.stderr[-2000:])
         assert len(lines) == 1 and "Traceback" not in out.stderr, (args, out.stderr[-2000:])
@@ -55,9 +57,10 @@ def _unwritable(db: Path) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("fault", ["locked", "unwritable", "deleted", "truncated"])
-def test_a_store_failing_mid_sweep_loses_no_point(tmp_path: Path, fault: str) -> None:
-    spec = _write(
-        tmp_path,
+def test_a_store_failing_mid_sweep_loses_no_point(
+    tmp_path: Path, fault: str, orch: Orch, sim_spec: SimSpec
+) -> None:
+    spec = sim_spec(
         layouts=["tp2", "tp1x2"],
         workload={**SPEC["workload"], "num_requests": 40, "rates_per_s": [8]},
     )  # type: ignore[dict-item]
@@ -106,7 +109,7 @@ def test_a_store_failing_mid_sweep_loses_no_point(tmp_path: Path, fault: str) ->
         assert "cannot read the results store" in line, line
     else:
         assert [(m["layout"], len(m["records"])) for m in measured] == [("tp2", 40)]
-    out = _orch("sweep", "--resume", run_id, "--store", str(db), "--json")
+    out = orch("sweep", "--resume", run_id, "--store", str(db), "--json")
     assert out.returncode in (0, 8), out.stderr[-3000:]  # 8: a busy machine left a point unjudged
     data = json.loads(out.stdout)
     assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp2": "measured", "tp1x2": "measured"}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,19 @@ import yaml
 from orchestrator.compile.helm_values import helm_values
 from orchestrator.compile.k8s import build_objects
 from orchestrator.layout import parse_layout
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import missing_tool, options, real_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
+from tests.support.k8s_plans import (
+    missing_tool,
+    options,
+    real_plan,
+    sglang_multi_node_plan,
+    vllm_dp_plan,
+    vllm_plan,
+)
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.helm
 
-CHART = Path(__file__).resolve().parents[2] / "helm"
+CHART = ROOT / "helm"
 LWS_API = ["--api-versions", "leaderworkerset.x-k8s.io/v1"]
 
 

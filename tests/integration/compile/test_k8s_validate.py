@@ -16,11 +16,16 @@ import yaml
 from orchestrator.compile.k8s import build_objects
 from orchestrator.compile.k8s_ray import ray_service
 from orchestrator.layout import parse_layout
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from k8s_crd_schemas import LEADER_WORKER_SET, RAY_SERVICE, SERVE_CONFIG
-from k8s_plans import missing_tool, options, real_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
+from tests.support.k8s_crd_schemas import LEADER_WORKER_SET, RAY_SERVICE, SERVE_CONFIG
+from tests.support.k8s_plans import (
+    missing_tool,
+    options,
+    real_plan,
+    sglang_multi_node_plan,
+    vllm_dp_plan,
+    vllm_plan,
+)
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.k8s
 
@@ -167,7 +172,7 @@ def test_ray_service_schema_rejects() -> None:
 def test_orch_compile_k8s_output_applies(spec_name: str, text: str, engine: str, tmp_path: Path) -> None:
     """What `orch compile --format k8s` prints (the CLI's own YAML text) passes strict validation; the
     LeaderWorkerSet also passes the CRD schema."""
-    spec = Path(__file__).resolve().parents[2] / "layouts" / spec_name
+    spec = ROOT / "layouts" / spec_name
     out = subprocess.run(
         [sys.executable, "-c", "from orchestrator.cli import main; main()", "compile", str(spec),
          "--layout", text, "--engine", engine, "--format", "k8s", "--image", f"{engine}/engine:v1.2.3"],

@@ -17,11 +17,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cpu_vllm_helpers import build_tiny_model, vllm_python  # this directory is on sys.path
 
 from orchestrator.compile import compile_layout, to_shell
 from orchestrator.layout import parse_layout
 from orchestrator.spec import parse_spec
+from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
 
 READY_TIMEOUT_S = 420.0
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cpu_vllm_helpers import ROOT, build_tiny_model, orch, vllm_python
+
+from tests.support.cpu_vllm_helpers import ROOT, build_tiny_model, orch, vllm_python
+from tests.support.ports import free_port
 
 N, MAX_TOKENS = "8", "32"
 
@@ -77,17 +78,11 @@ def test_engine_without_logprobs_is_a_one_line_error(tmp_path: Path) -> None:
     assert "no top-k logprobs" in out.stderr and len(out.stderr.strip().splitlines()) <= 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_servers_of_different_models_are_refused(tmp_path: Path) -> None:
     procs, urls = [], []
     try:
         for model in ("qwen2.5-7b", "llama-3.1-8b"):
-            port = _free_port()
+            port = free_port()
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.sim.server", "--model", model, "--layout", "tp1",
                  "--gpu", "h100-sxm", "--max-model-len", "4096", "--time-scale", "0.2", "--startup-s", "0.5",

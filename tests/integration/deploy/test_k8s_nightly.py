@@ -1,5 +1,5 @@
 """The nightly job of k8s/, run as its CronJob runs it: the script from nightly-cronjob.yaml, on the spec
-from sweep-spec.yaml, against the fake API server of tests/k8s_fake_apiserver.py, which answers 403 to
+from sweep-spec.yaml, against the fake API server of tests/support/k8s_fake_apiserver.py, which answers 403 to
 every verb the Role in rbac.yaml does not grant. So the Role is enough for gc -> sweep -> compare ->
 promote, the spec's layouts deploy (Deployments and a LeaderWorkerSet) and nothing is left behind. Two
 nights: the second compares with the first and moves the baseline only without a regression.
@@ -23,11 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_k8s_prereqs import _grants, _one
-from test_k8s_target import ROOT, FakeApi
-
 from orchestrator.store.db import Store
+from tests.support.k8s_fake_api import FakeApi
+from tests.support.k8s_manifests import one, role_grants
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.k8s
 
@@ -41,7 +40,7 @@ FAKE_VERBS = ("create", "get", "list", "delete")
 
 
 def _forbid_all_but_the_role() -> list[str]:
-    grants = _grants()
+    grants = role_grants()
     out = []
     for group, plurals in FAKE_RESOURCES.items():
         for plural in plurals:
@@ -52,7 +51,7 @@ def _forbid_all_but_the_role() -> list[str]:
 
 
 def _nightly_spec(namespace: str) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load(_one("ConfigMap")["data"]["spec.yaml"])
+    spec: dict[str, Any] = yaml.safe_load(one("ConfigMap")["data"]["spec.yaml"])
     spec["target"] |= {"namespace": namespace, "access": "port-forward"}
     spec["workload"] |= {"rates_per_s": [4], "num_requests": 8, "input_tokens": 64, "output_tokens": 16}
     spec["slo"] = {"ttft_p99_ms": 60000, "itl_p99_ms": 60000}
@@ -78,7 +77,7 @@ def test_the_nightly_job_runs_with_only_the_roles_verbs(tmp_path: Path) -> None:
         orch.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{main}" "$@"\n')
         orch.chmod(orch.stat().st_mode | stat.S_IEXEC)
         (bin_dir / "python3").symlink_to(sys.executable)
-        container = _one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+        container = one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
         script = container["args"][0].replace("/results", str(results)).replace("/spec/", f"{spec_dir}/")
         env = os.environ | {
             "KUBECONFIG": str(api.kubeconfig),

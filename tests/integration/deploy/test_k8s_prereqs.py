@@ -9,38 +9,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import missing_tool, options, vllm_plan
 
 from orchestrator.compile import compile_layout
 from orchestrator.compile.k8s import build_objects
 from orchestrator.layout import parse_layout
 from orchestrator.spec import load_spec
+from tests.support.k8s_manifests import K8S, docs, objects, one, role_grants
+from tests.support.k8s_plans import missing_tool, options, vllm_plan
 
-K8S = Path(__file__).resolve().parents[2] / "k8s"
 KUBE_VERSION = "1.32.0"
-
-
-def _docs() -> dict[str, list[dict[str, Any]]]:
-    return {
-        p.name: [d for d in yaml.safe_load_all(p.read_text()) if d]
-        for p in sorted(K8S.glob("*.yaml"))
-        if p.name != "kustomization.yaml"
-    }
-
-
-def _objects() -> list[dict[str, Any]]:
-    return [d for docs in _docs().values() for d in docs]
-
-
-def _one(kind: str) -> dict[str, Any]:
-    (obj,) = [o for o in _objects() if o["kind"] == kind]
-    return obj
 
 
 @pytest.mark.k8s
@@ -49,21 +29,21 @@ def test_every_object_is_valid_under_strict_schemas() -> None:
     cli = str(beside) if beside.exists() else shutil.which("kubernetes-validate")
     if cli is None:
         missing_tool("kubernetes-validate")
-    files = [str(K8S / name) for name in _docs()]
+    files = [str(K8S / name) for name in docs()]
     out = subprocess.run(
         [str(cli), "--strict", "-k", KUBE_VERSION, *files], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ERROR" not in out.stdout and "WARN" not in out.stdout, out.stdout
-    assert out.stdout.count("passed") == len(_objects())
+    assert out.stdout.count("passed") == len(objects())
 
 
 def test_kustomization_applies_every_file_and_everything_is_in_one_namespace() -> None:
     kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    assert sorted(kust["resources"]) == sorted(_docs())
-    ns = _one("Namespace")["metadata"]["name"]
-    assert all(o["metadata"].get("namespace") == ns for o in _objects() if o["kind"] != "Namespace")
-    assert not [o for o in _objects() if o["kind"].startswith("Cluster")]  # namespace-scoped RBAC only
+    assert sorted(kust["resources"]) == sorted(docs())
+    ns = one("Namespace")["metadata"]["name"]
+    assert all(o["metadata"].get("namespace") == ns for o in objects() if o["kind"] != "Namespace")
+    assert not [o for o in objects() if o["kind"].startswith("Cluster")]  # namespace-scoped RBAC only
 
 
 # What orchestrator/deploy/k8s.py calls (create_/read_/list_/delete_namespaced_*): the per-run ConfigMap
@@ -79,17 +59,8 @@ TARGET_NEEDS = {
 }
 
 
-def _grants() -> dict[tuple[str, str], set[str]]:
-    out: dict[tuple[str, str], set[str]] = {}
-    for rule in _one("Role")["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                out.setdefault((group, resource), set()).update(rule["verbs"])
-    return out
-
-
 def test_role_grants_exactly_what_the_kubernetes_target_calls() -> None:
-    grants = _grants()
+    grants = role_grants()
     assert grants == TARGET_NEEDS  # nothing more: no watch/patch, no secrets, no port-forward in-cluster
     objs = [
         *build_objects(vllm_plan("tp4x2"), parse_layout("tp4x2"), options()),
@@ -98,15 +69,15 @@ def test_role_grants_exactly_what_the_kubernetes_target_calls() -> None:
     for obj in objs:  # every object a sweep applies can be created and removed again
         key = (obj["apiVersion"].rpartition("/")[0], obj["kind"].lower() + "s")
         assert {"create", "delete"} <= grants[key], key
-    binding = _one("RoleBinding")
-    assert binding["subjects"][0]["name"] == _one("ServiceAccount")["metadata"]["name"]
+    binding = one("RoleBinding")
+    assert binding["subjects"][0]["name"] == one("ServiceAccount")["metadata"]["name"]
 
 
 def test_nightly_cronjob_sweeps_compares_and_promotes_latest() -> None:
-    cron = _one("CronJob")
+    cron = one("CronJob")
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"  # one writer of the SQLite store at a time
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == _one("ServiceAccount")["metadata"]["name"]
+    assert pod["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
     container = pod["containers"][0]
     script = container["args"][0]
     steps = [line.strip() for line in script.splitlines() if line.strip().startswith(("orch ", "if "))]
@@ -124,18 +95,18 @@ def test_nightly_cronjob_sweeps_compares_and_promotes_latest() -> None:
     assert "model-cache" not in volumes and "dshm" not in volumes
     assert (
         volumes["results"]["persistentVolumeClaim"]["claimName"]
-        == _one("PersistentVolumeClaim")["metadata"]["name"]
+        == one("PersistentVolumeClaim")["metadata"]["name"]
     )
-    assert volumes["spec"]["configMap"]["name"] == _one("ConfigMap")["metadata"]["name"]
+    assert volumes["spec"]["configMap"]["name"] == one("ConfigMap")["metadata"]["name"]
 
 
 def test_the_nightly_spec_loads_and_targets_this_namespace(tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
-    path.write_text(_one("ConfigMap")["data"]["spec.yaml"])
+    path.write_text(one("ConfigMap")["data"]["spec.yaml"])
     spec = load_spec(path)
     target = spec.target
     assert target.kind == "kubernetes"
-    assert target.namespace == _one("Role")["metadata"]["namespace"]  # the Role covers where it deploys
+    assert target.namespace == one("Role")["metadata"]["namespace"]  # the Role covers where it deploys
     assert target.access == "service" and ":" in target.image and not target.image.endswith(":latest")
     assert [str(x) for x in spec.layouts] == ["tp8", "tp4x2", "tp8pp2"]
     kinds = set()

@@ -1,16 +1,14 @@
 """`orch sweep` with target.kind kubernetes, end to end through the real `kubernetes` client against the
-fake API server of tests/k8s_fake_apiserver.py (no real API server can run here; that file says what it
-plays and what it does not). Every test checks what is left in the namespace and of the fake's engines."""
+fake API server of tests/support/k8s_fake_apiserver.py (no real API server can run here; that file says
+what it plays and what it does not). Every test checks what is left in the namespace and of the fake's
+engines."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +17,10 @@ import pytest
 import yaml
 
 from orchestrator.store.db import Store
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import missing_tool
+from tests.support.cli import ORCH
+from tests.support.k8s_fake_api import NS, FakeApi
+from tests.support.k8s_plans import missing_tool
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.k8s
 
@@ -32,83 +31,6 @@ def _kubernetes_client() -> None:
         import kubernetes  # noqa: F401
     except ImportError:
         missing_tool("the kubernetes client (pip install kubernetes)")
-
-ROOT = Path(__file__).resolve().parents[2]
-FAKE = ROOT / "tests" / "k8s_fake_apiserver.py"
-NS = "llm"
-ORCH = (sys.executable, "-c", "from orchestrator.cli import main; main()")
-LISTS = {
-    "configmaps": "api/v1",
-    "services": "api/v1",
-    "pods": "api/v1",
-    "deployments": "apis/apps/v1",
-    "leaderworkersets": "apis/leaderworkerset.x-k8s.io/v1",
-}
-
-
-class FakeApi:
-    def __init__(self, tmp: Path, *args: str) -> None:
-        port_file = tmp / "port"
-        port_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(FAKE), "--port-file", str(port_file), *args],
-            env=os.environ | {"PYTHONPATH": str(ROOT)},
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            assert self.proc.poll() is None, "fake API server exited"
-            assert time.monotonic() < deadline, "fake API server did not start"
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{port_file.read_text()}"
-        self.kubeconfig = tmp / "kubeconfig"
-        self.kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "ci", "user": {"token": "not-checked"}}],
-                    "contexts": [
-                        {"name": "fake", "context": {"cluster": "fake", "user": "ci", "namespace": NS}}
-                    ],
-                    "current-context": "fake",
-                }
-            )
-        )
-
-    def items(self, plural: str) -> list[dict[str, Any]]:
-        try:
-            with urllib.request.urlopen(
-                f"{self.url}/{LISTS[plural]}/namespaces/{NS}/{plural}", timeout=10
-            ) as r:
-                return list(json.load(r)["items"])
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:  # the CRD is not installed on this fake cluster
-                return []
-            raise
-
-    def left(self) -> dict[str, list[str]]:
-        out = {p: [o["metadata"]["name"] for o in self.items(p)] for p in LISTS}
-        return {k: v for k, v in out.items() if v}
-
-    def engines_alive(self) -> int:
-        """The fake's simulated engines still running (children of its process)."""
-        alive = 0
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            for pid in (task / "children").read_text().split():
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                alive += b"orchestrator.sim.server" in cmd
-        return alive
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
 
 @pytest.fixture
 def fake_api(tmp_path: Path) -> Iterator[Any]:

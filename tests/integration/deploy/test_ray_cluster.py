@@ -4,20 +4,17 @@ placeholder node names in argv/env replaced by the nodes' addresses; teardown le
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import free_gpus, free_port, leftovers, ray_or_skip
-
 from orchestrator.deploy.base import deployed, free_base_port
 from orchestrator.deploy.ray import RayReplica, RayTarget
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
 from orchestrator.errors import DeployError
+from tests.support.ray_cluster import free_gpus, free_port, leftovers, ray_or_skip
 
 pytestmark = pytest.mark.ray
 

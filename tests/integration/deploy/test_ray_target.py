@@ -3,15 +3,11 @@ from Ray's assignment, endpoints, health, teardown (also on failure) leaving no 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import free_gpus, leftovers, ray_or_skip
 
 from orchestrator.deploy.base import deployed, free_base_port, port_is_free
 from orchestrator.deploy.ray import RayReplica, RayTarget
@@ -19,6 +15,7 @@ from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, Proc
 from orchestrator.engines.sim import ENGINE as SIM
 from orchestrator.errors import DeployError, EngineDied
 from orchestrator.layout import parse_layout
+from tests.support.ray_cluster import free_gpus, leftovers, ray_or_skip
 
 pytestmark = pytest.mark.ray
 

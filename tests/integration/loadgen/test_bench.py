@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -19,9 +18,7 @@ from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, run_ben
 from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.workloads import random_workload, trace_workload
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from streaming_server import ServerConfig, serve_in_thread
+from tests.support.streaming_server import ServerConfig, serve_in_thread
 
 
 class Recorder:

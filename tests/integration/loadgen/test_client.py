@@ -7,8 +7,6 @@ benchmark (bench/timing_accuracy.py), not a test.
 """
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,10 +21,8 @@ from orchestrator.loadgen.client import (
 from orchestrator.loadgen.http1 import Http1Client
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostile_server import RawServer, forever
-from streaming_server import serve_in_thread
+from tests.support.hostile_server import RawServer, forever
+from tests.support.streaming_server import serve_in_thread
 
 
 async def _one(cfg: ClientConfig, max_tokens: int = 8, **extra: object) -> RequestRecord:

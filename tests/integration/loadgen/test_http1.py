@@ -1,6 +1,6 @@
 """The load path's HTTP/1.1 client against raw TCP servers on 127.0.0.1 that write exact bytes.
 
-The servers (tests/hostile_server.py) run in their own threads, so the client's event loop cannot
+The servers (tests/support/hostile_server.py) run in their own threads, so the client's event loop cannot
 starve them; where a test needs two separate reads it waits for the client to have seen the first.
 Hostile answers (negative or malformed chunk sizes, bad Content-Length, endless bodies, headers and
 lines) must each end the request with a classified error, never by the per-request timeout, and
@@ -11,23 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 import threading
 import tracemalloc
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
 from orchestrator.loadgen.framing import MAX_HEAD_BYTES, MAX_LINE_BYTES
 from orchestrator.loadgen.http1 import Exchange, Http1Client, Origin, _Conn, _Pool
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from alarm import alarm
-from hostile_server import Piece, RawServer, forever
+from tests.support.alarm import alarm
+from tests.support.hostile_server import Piece, RawServer, forever
 
 GUARD_S = 60  # a request that is not over by then has hung (the timeouts below are 30 s)
-CAP = 1024 * 1024  # the response cap of these tests; the default (64 MiB) is tested in test_cli_bench
+CAP = 1024 * 1024  # the response cap of these tests; the default (64 MiB) is tested in cli/test_bench_cmd.py
 
 
 async def _post(url: str, client: Http1Client | None = None, timeout_s: float = 30.0,

@@ -13,8 +13,6 @@ import asyncio
 import itertools
 import os
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -25,10 +23,8 @@ from orchestrator.loadgen.framing import MAX_HEAD_BYTES
 from orchestrator.loadgen.http1 import Exchange, Http1Client, Origin, _Conn, _Pool
 from orchestrator.loadgen.records import ERROR_KINDS
 from orchestrator.loadgen.sse import SSEParser
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from alarm import alarm
-from hostile_server import RawServer
+from tests.support.alarm import alarm
+from tests.support.hostile_server import RawServer
 
 CAP = 4096  # small, so that the grammar below reaches it
 TRANSPORT_KINDS = {"protocol", "too_large", "connection"}

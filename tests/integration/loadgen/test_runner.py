@@ -6,17 +6,13 @@ and bounds that the servers' own sleeps impose, none that a busy machine could b
 
 import asyncio
 import itertools
-import sys
 from collections import Counter
 from contextlib import ExitStack
-from pathlib import Path
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_closed_loop, run_open_loop
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from streaming_server import ServerConfig, serve_in_thread
+from tests.support.streaming_server import ServerConfig, serve_in_thread
 
 
 def _specs(n: int, **extra: object) -> list[RequestSpec]:

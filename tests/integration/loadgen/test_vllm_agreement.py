@@ -19,11 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_vllm_helpers import vllm_python  # this directory is on sys.path
-from vllm_pair import IN_LEN, OUT_LEN, N, run_ours, run_theirs, scrape, server_means, vllm_server
 
 from orchestrator.loadgen.metrics import compute_metrics, finite
 from orchestrator.loadgen.records import RequestRecord
+from tests.support.cpu_vllm_helpers import vllm_python
+from tests.support.vllm_pair import (
+    IN_LEN,
+    OUT_LEN,
+    N,
+    run_ours,
+    run_theirs,
+    scrape,
+    server_means,
+    vllm_server,
+)
 
 
 @pytest.fixture(scope="module")

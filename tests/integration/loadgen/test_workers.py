@@ -3,15 +3,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, arrival_offsets
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.workers import run_open_loop_workers
+from tests.support.paths import ROOT
 
-SERVER = Path(__file__).resolve().parents[1] / "streaming_server.py"
+SERVER = ROOT / "tests" / "support" / "streaming_server.py"
 
 
 @pytest.fixture(scope="module")

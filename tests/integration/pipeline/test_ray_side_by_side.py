@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
-from sweep_procs import ORCH, sim_pids  # pytest puts this directory on sys.path
+from tests.support.cli import ORCH
+from tests.support.ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
+from tests.support.sweep_procs import sim_pids
 
 pytestmark = pytest.mark.ray
 
@@ -30,12 +30,11 @@ TOKEN = secrets.token_hex(32)  # the head runs with token authentication, Ray 2.
 # with its bundles and the nodes Ray put them on, until both layouts' groups were live at once.
 WATCH = """
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
-from ray_cluster import ray_or_skip
+from tests.support.ray_cluster import ray_or_skip
 ray = ray_or_skip()
 from ray.util.placement_group import placement_group_table
-ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False)
-deadline = time.monotonic() + float(sys.argv[3])
+ray.init(address=sys.argv[1], logging_level="WARNING", log_to_driver=False)
+deadline = time.monotonic() + float(sys.argv[2])
 seen = []
 while time.monotonic() < deadline:
     live = [
@@ -109,9 +108,8 @@ def test_tp8_and_tp4x2_run_at_once_on_disjoint_ray_gpus_and_leave_nothing(head: 
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(_spec(head)))
     db = tmp_path / "r.db"
-    tests_dir = str(Path(__file__).resolve().parents[1])
     watch = subprocess.Popen(
-        [sys.executable, "-c", WATCH, tests_dir, head, "400"],
+        [sys.executable, "-c", WATCH, head, "400"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )  # fmt: skip
     sweep = subprocess.Popen(
@@ -161,7 +159,7 @@ def test_tp8_and_tp4x2_run_at_once_on_disjoint_ray_gpus_and_leave_nothing(head: 
     assert len(set().union(*ids)) == GPUS  # disjoint: 16 distinct GPU ids over the three engines
 
     check = subprocess.run(
-        [sys.executable, "-c", LEFTOVERS_SCRIPT, tests_dir, head, str(GPUS)],
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, head, str(GPUS)],
         capture_output=True, text=True, timeout=120, check=False, env=_env(),
     )  # fmt: skip
     assert check.returncode == 0, check.stderr[-2000:]
@@ -194,7 +192,7 @@ def test_waves_are_sized_from_what_the_ray_cluster_has(head: str, tmp_path: Path
         if layout["layout"] == "tp4":
             assert all("side_by_side_with" not in p["metrics"] for p in layout["points"])
     check = subprocess.run(
-        [sys.executable, "-c", LEFTOVERS_SCRIPT, str(Path(__file__).resolve().parents[1]), head, str(GPUS)],
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, head, str(GPUS)],
         capture_output=True, text=True, timeout=120, check=False, env=_env(),
     )  # fmt: skip
     assert json.loads(check.stdout.splitlines()[-1]) == {"actors": [], "groups": [], "gpus": GPUS}

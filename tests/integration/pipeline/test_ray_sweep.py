@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
+from tests.support.ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
 
 pytestmark = pytest.mark.ray
 
@@ -88,7 +87,7 @@ def test_orch_sweep_through_ray_picks_a_winner_and_leaves_nothing(head: str, tmp
     assert any("tp4x2-r1" in n for n in logs) and any("tp2x2-r1" in n for n in logs)
     # Checked from another driver: this test process may already hold a Ray connection of its own.
     check = subprocess.run(
-        [sys.executable, "-c", LEFTOVERS_SCRIPT, str(Path(__file__).resolve().parents[1]), head, "8"],
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, head, "8"],
         capture_output=True, text=True, timeout=120, check=False, env=_env(),
     )  # fmt: skip
     assert check.returncode == 0, check.stderr[-2000:]

@@ -11,21 +11,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
 
 from orchestrator.layout import Layout
 from orchestrator.pipeline.sweep import Sweep
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from tests.support.cli import Orch
+from tests.support.sim_spec import SPEC, SimSpec
 
 UNRELIABLE = "unreliable: the simulated servers lost 30% of their clock (test)"
 CLOSED = {"input_tokens": 256, "output_tokens": 64, "num_requests": 120, "seed": 1, "loop": "closed",
           "search": {"tolerance_frac": 0.01, "max_points": 16, "max_concurrency": 256}}
 
 
-def test_a_closed_loop_sweep_finds_the_highest_concurrency_and_the_next_one_fails(tmp_path: Path) -> None:
-    spec = _write(tmp_path, workload=CLOSED, slo={"itl_p99_ms": 25}, layouts=["tp2"])
-    out = _orch("sweep", spec, "--store", str(tmp_path / "c.db"), "--json")
+def test_a_closed_loop_sweep_finds_the_highest_concurrency_and_the_next_one_fails(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
+    spec = sim_spec(workload=CLOSED, slo={"itl_p99_ms": 25}, layouts=["tp2"])
+    out = orch("sweep", spec, "--store", str(tmp_path / "c.db"), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     cap = data["capacity"]["tp2"]
@@ -47,28 +50,30 @@ def test_a_closed_loop_sweep_finds_the_highest_concurrency_and_the_next_one_fail
     assert all(r["workload_seeds"][0] == 1 for r in repeated)
     # the printed summary says it in concurrent requests
     page = tmp_path / "c.html"
-    text = _orch("report", data["run_id"], "--store", str(tmp_path / "c.db"), "--html", str(page))
+    text = orch("report", data["run_id"], "--store", str(tmp_path / "c.db"), "--html", str(page))
     flat = " ".join(text.stdout.split())
     assert "offered load (requests in flight, closed loop)" in page.read_text()  # the latency plot's axis
     assert "SLO capacity (highest concurrency meeting the SLO" in flat
     assert f"tp2: capacity {int(lo)} concurrent requests" in flat and f"fails at {int(hi)}" in flat
 
 
-def test_a_closed_loop_grid_measures_the_given_concurrencies(tmp_path: Path) -> None:
+def test_a_closed_loop_grid_measures_the_given_concurrencies(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
     workload = {**CLOSED, "concurrency": [2, 8]}
-    spec = _write(tmp_path, workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp2"])
-    out = _orch("sweep", spec, "--store", str(tmp_path / "g.db"), "--json")
+    spec = sim_spec(workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp2"])
+    out = orch("sweep", spec, "--store", str(tmp_path / "g.db"), "--json")
     assert out.returncode in (0, 3), out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert [p["label"] for p in data["layouts"][0]["points"]] == ["concurrency=2", "concurrency=8"]
     assert data["capacity"] == {}
 
 
-def test_a_closed_loop_is_served_too(tmp_path: Path) -> None:
+def test_a_closed_loop_is_served_too(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
     workload = {"input_tokens": 256, "output_tokens": 16, "num_requests": 16, "seed": 1, "loop": "closed",
                 "concurrency": [2]}
-    spec = _write(tmp_path, workload=workload, layouts=["tp2"])
-    out = _orch("sweep", spec, "--served", "--store", str(tmp_path / "s.db"), "--json",
+    spec = sim_spec(workload=workload, layouts=["tp2"])
+    out = orch("sweep", spec, "--served", "--store", str(tmp_path / "s.db"), "--json",
                 "--workdir", str(tmp_path / "w"))
     # served in wall time, a busy machine may leave the point unjudged (exit 8); the rest holds anyway
     assert out.returncode in (0, 3, 8), out.stderr[-3000:]
@@ -81,13 +86,15 @@ def test_a_closed_loop_is_served_too(tmp_path: Path) -> None:
     assert m["engine"]["samples"] >= 1
 
 
-def test_concurrency_on_the_command_line_makes_an_open_loop_spec_a_closed_loop_grid(tmp_path: Path) -> None:
-    spec = _write(tmp_path, workload={**OPEN, "max_concurrency": 4}, slo={"itl_p99_ms": 25}, layouts=["tp2"])
-    out = _orch("sweep", spec, "--concurrency", "2,4", "--store", str(tmp_path / "k.db"), "--json")
+def test_concurrency_on_the_command_line_makes_an_open_loop_spec_a_closed_loop_grid(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
+    spec = sim_spec(workload={**OPEN, "max_concurrency": 4}, slo={"itl_p99_ms": 25}, layouts=["tp2"])
+    out = orch("sweep", spec, "--concurrency", "2,4", "--store", str(tmp_path / "k.db"), "--json")
     assert out.returncode in (0, 3), out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert [p["label"] for p in data["layouts"][0]["points"]] == ["concurrency=2", "concurrency=4"]
-    both = _orch("sweep", spec, "--concurrency", "2", "--rates", "3", "--store", str(tmp_path / "k.db"))
+    both = orch("sweep", spec, "--concurrency", "2", "--rates", "3", "--store", str(tmp_path / "k.db"))
     assert both.returncode == 2 and "not both" in both.stderr
 
 
@@ -103,16 +110,16 @@ def test_concurrency_on_the_command_line_makes_an_open_loop_spec_a_closed_loop_g
 )
 def test_bad_closed_loop_specs_are_one_line_errors(
     tmp_path: Path, workload: dict[str, Any], message: str
-) -> None:
-    spec = _write(tmp_path, workload={**CLOSED, **workload}, layouts=["tp2"])
-    out = _orch("validate", spec)
+, orch: Orch, sim_spec: SimSpec) -> None:
+    spec = sim_spec(workload={**CLOSED, **workload}, layouts=["tp2"])
+    out = orch("validate", spec)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "Traceback" not in out.stderr
 
 
-def test_concurrency_in_an_open_loop_says_to_close_it(tmp_path: Path) -> None:
-    spec = _write(tmp_path, workload={**SPEC["workload"], "concurrency": [4]})  # type: ignore[dict-item]
-    out = _orch("validate", spec)
+def test_concurrency_in_an_open_loop_says_to_close_it(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
+    spec = sim_spec(workload={**SPEC["workload"], "concurrency": [4]})  # type: ignore[dict-item]
+    out = orch("validate", spec)
     assert out.returncode == 2 and "concurrency is a closed-loop grid" in out.stderr
     assert "set loop: closed" in out.stderr
 
@@ -147,8 +154,8 @@ def _unreliable_at(bad: set[float], calls: list[float]) -> Any:
 
 def test_an_unjudged_point_in_the_search_is_unknown_not_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    spec_path = _write(tmp_path, workload=OPEN, slo={"itl_p99_ms": 25}, layouts=["tp2"])
+, sim_spec: SimSpec) -> None:
+    spec_path = sim_spec(workload=OPEN, slo={"itl_p99_ms": 25}, layouts=["tp2"])
     clean = Sweep(load_spec(spec_path), Store(tmp_path / "clean.db"), Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
     clean.run()
     first = clean.store.extras(clean.run_id, "capacity/")["capacity/tp2"]

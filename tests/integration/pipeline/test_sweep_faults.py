@@ -15,16 +15,20 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_procs import alive, first_layout_pids, gone, sim_pids, start_sweep
-from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
+
+from tests.support.cli import Orch
+from tests.support.sim_spec import SPEC, SimSpec
+from tests.support.sweep_procs import alive, first_layout_pids, gone, sim_pids, start_sweep
 
 
-def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> None:
+def test_engine_killed_mid_benchmark_is_a_recorded_failure(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
     engine = {**SPEC["engine"], "extra_args": ["--exit-after-requests", "6"]}  # type: ignore[dict-item]
-    spec = _write(tmp_path, engine=engine, layouts=["tp2"])
+    spec = sim_spec(engine=engine, layouts=["tp2"])
     db = str(tmp_path / "r.db")
     workdir = tmp_path / "w"
-    out = _orch("sweep", spec, "--served", "--store", db, "--json", "--workdir", str(workdir))
+    out = orch("sweep", spec, "--served", "--store", db, "--json", "--workdir", str(workdir))
     assert out.returncode == 3, out.stderr[-2000:]  # the only layout failed: nobody meets the SLO
     data = json.loads(out.stdout)
     layout = data["layouts"][0]
@@ -37,9 +41,10 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path, sig: signal.Signals) -> None:
-    spec = _write(
-        tmp_path,
+def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(
+    tmp_path: Path, sig: signal.Signals, orch: Orch, sim_spec: SimSpec
+) -> None:
+    spec = sim_spec(
         layouts=["tp2", "tp1x2"],
         workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]},
     )  # type: ignore[dict-item]
@@ -55,15 +60,17 @@ def test_ctrl_c_mid_sweep_leaves_no_process_and_resume_finishes(tmp_path: Path, 
     with sqlite3.connect(db) as conn:
         run_id, status = conn.execute("SELECT run_id, status FROM runs").fetchone()
     assert status == "interrupted"
-    out = _orch("sweep", "--resume", run_id, "--store", str(db), "--json", "--num-requests", "12")
+    out = orch("sweep", "--resume", run_id, "--store", str(db), "--json", "--num-requests", "12")
     assert out.returncode in (0, 8), out.stderr[-3000:]  # 8: a busy machine left a point unjudged
     data = json.loads(out.stdout)
     assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp2": "measured", "tp1x2": "measured"}
 
 
-def test_kill_9_of_orch_takes_its_engines_and_resume_finishes(tmp_path: Path) -> None:
-    spec = _write(
-        tmp_path, layouts=["tp1x2"], workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]}
+def test_kill_9_of_orch_takes_its_engines_and_resume_finishes(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
+    spec = sim_spec(
+        layouts=["tp1x2"], workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]}
     )  # type: ignore[dict-item]
     db = tmp_path / "r.db"
     proc = start_sweep(spec, db)
@@ -75,7 +82,7 @@ def test_kill_9_of_orch_takes_its_engines_and_resume_finishes(tmp_path: Path) ->
     with sqlite3.connect(db) as conn:
         run_id, status = conn.execute("SELECT run_id, status FROM runs").fetchone()
     assert status == "running"  # nothing could mark it; the layout is still pending
-    out = _orch("sweep", "--resume", run_id, "--store", str(db), "--json", "--num-requests", "12")
+    out = orch("sweep", "--resume", run_id, "--store", str(db), "--json", "--num-requests", "12")
     assert out.returncode in (0, 8), out.stderr[-3000:]  # 8: a busy machine left a point unjudged
     assert json.loads(out.stdout)["layouts"][0]["status"] == "measured"
 
@@ -83,7 +90,7 @@ def test_kill_9_of_orch_takes_its_engines_and_resume_finishes(tmp_path: Path) ->
 SIGTERM_BLOCKED = "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
 
 
-def test_second_ctrl_c_during_teardown_still_stops_every_engine(tmp_path: Path) -> None:
+def test_second_ctrl_c_during_teardown_still_stops_every_engine(tmp_path: Path, sim_spec: SimSpec) -> None:
     # Engines that do not stop on SIGTERM keep teardown in its grace period (10 s) long enough for a
     # second Ctrl-C to land in it; it must not abandon them (they die by SIGKILL before orch exits).
     site = tmp_path / "site"
@@ -91,8 +98,7 @@ def test_second_ctrl_c_during_teardown_still_stops_every_engine(tmp_path: Path) 
     (site / "sitecustomize.py").write_text(SIGTERM_BLOCKED)
     env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
     engine = {**SPEC["engine"], "env": env}  # type: ignore[dict-item]
-    spec = _write(
-        tmp_path,
+    spec = sim_spec(
         engine=engine,
         layouts=["tp1x2"],
         workload={**SPEC["workload"], "num_requests": 400, "rates_per_s": [4]},

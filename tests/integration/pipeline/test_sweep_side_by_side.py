@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sweep_procs import gone, processes, sim_pids, start_sweep  # pytest puts this directory on sys.path
-from test_sweep_sim import _orch
 
 from orchestrator.store.db import Store
+from tests.support.cli import orch
+from tests.support.sweep_procs import gone, processes, sim_pids, start_sweep
 
 # tp8 meets the TPOT bound (about 11.7 ms predicted), tp4x2 does not (about 15.8 ms): a clear winner.
 SPEC: dict[str, Any] = {
@@ -38,7 +38,7 @@ def _write(tmp_path: Path, name: str = "spec.yaml", **changes: Any) -> str:
 
 
 def _sweep(spec: str, db: Path, *flags: str) -> tuple[int, dict[str, Any], str]:
-    out = _orch("sweep", spec, "--store", str(db), "--json", "--measure-all", *flags)
+    out = orch("sweep", spec, "--store", str(db), "--json", "--measure-all", *flags)
     # A busy machine can leave a served point unjudged (exit 8); the placement holds either way.
     assert out.returncode in (0, 8), out.stderr[-3000:]
     return out.returncode, json.loads(out.stdout), out.stderr
@@ -82,7 +82,7 @@ def test_tp8_and_tp4x2_share_two_nodes_and_decide_as_one_at_a_time(tmp_path: Pat
             assert p["metrics"]["side_by_side_with"] == [o for o in ("tp8", "tp4x2") if o != layout["layout"]]
             assert p["metrics"]["n_failed"] == 0 and p["metrics"]["n_completed"] == 12
     assert data["sweep"]["side_by_side"] == "on"
-    report = _orch("report", run_id, "--store", str(db))
+    report = orch("report", run_id, "--store", str(db))
     assert "side by side" in report.stdout and "tp8 on node0 GPUs 0-7" in report.stdout
     assert "tp4x2 on node1 GPUs 0-3, node1 GPUs 4-7" in report.stdout
 
@@ -136,7 +136,7 @@ def test_ctrl_c_mid_wave_stops_everything_and_resume_finishes(tmp_path: Path) ->
         run_id, status = conn.execute("SELECT run_id, status FROM runs").fetchone()
     assert status == "interrupted"
     resume = ("--resume", run_id, "--store", str(db), "--json", "--num-requests", "12", "--measure-all")
-    out = _orch("sweep", *resume)
+    out = orch("sweep", *resume)
     assert out.returncode in (0, 8), out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp8": "measured", "tp4x2": "measured"}

@@ -3,45 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
-
-SPEC = {
-    "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
-    "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2},
-    "engine": {"name": "sim", "time_scale": 1.0, "startup_s": 60},
-    "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [4], "num_requests": 16, "seed": 1},
-    "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
-    "layouts": ["tp2", "tp1x2", "tp4"],
-    "metadata": {"eval_run_id": "ci-1"},
-}
+from tests.support.cli import Orch
+from tests.support.sim_spec import SimSpec
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-def _write(tmp_path: Path, **changes: object) -> str:
-    spec = json.loads(json.dumps(SPEC))
-    spec.update(changes)
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return str(path)
-
-
-def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> None:
+def test_sweep_picks_a_winner_stores_it_and_reports_again(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
     db = str(tmp_path / "r.db")
-    out = _orch(
-        "sweep", _write(tmp_path), "--served", "--store", db, "--json", "--workdir", str(tmp_path / "w")
+    out = orch(
+        "sweep", sim_spec(), "--served", "--store", db, "--json", "--workdir", str(tmp_path / "w")
     )
     # Served in wall time, a busy machine can leave a point unjudged (the simulated servers lose their
     # clock): the decision then says it is not sound (exit 8). Everything below holds either way.
@@ -61,31 +34,31 @@ def test_sweep_picks_a_winner_stores_it_and_reports_again(tmp_path: Path) -> Non
     winner = data["selection"]["winner"]
     assert winner in ("tp2", "tp1x2") or out.returncode == 8
     assert all(v["reason"] for v in data["selection"]["verdicts"])
-    runs = json.loads(_orch("runs", "--store", db, "--json").stdout)
+    runs = json.loads(orch("runs", "--store", db, "--json").stdout)
     assert runs[0]["winner"] == winner and runs[0]["metadata"] == {"eval_run_id": "ci-1"}
     predicted = layouts["tp2"]["points"][-1]["metrics"]["predicted"]
     assert predicted["source"].startswith("orch simulate") and predicted["tpot_p50_ms"] > 0
     page = tmp_path / "r.html"
-    report = _orch("report", data["run_id"], "--store", db, "--html", str(page))
+    report = orch("report", data["run_id"], "--store", db, "--html", str(page))
     assert report.returncode in (0, 8) and (winner is None or f"winner: {winner}" in report.stdout)
     text = page.read_text()
     assert 'id="fig-pareto"' in text and 'id="fig-engine"' in text and "Measured beside predicted" in text
     assert "engine KV peak" in report.stdout
-    same = _orch("compare", data["run_id"], data["run_id"], "--store", db)
+    same = orch("compare", data["run_id"], data["run_id"], "--store", db)
     assert same.returncode == 0 and "no regression" in same.stdout
-    export = _orch("export", data["run_id"], "--store", db, "--format", "csv", "--requests")
+    export = orch("export", data["run_id"], "--store", db, "--format", "csv", "--requests")
     assert export.returncode == 0 and len(export.stdout.splitlines()) > 16  # header + every request
 
 
-def test_no_layout_meets_an_impossible_slo_exit_3(tmp_path: Path) -> None:
-    spec = _write(tmp_path, slo={"ttft_p99_ms": 0.001}, layouts=["tp2"])
-    out = _orch("sweep", spec, "--store", str(tmp_path / "r.db"))
+def test_no_layout_meets_an_impossible_slo_exit_3(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
+    spec = sim_spec(slo={"ttft_p99_ms": 0.001}, layouts=["tp2"])
+    out = orch("sweep", spec, "--store", str(tmp_path / "r.db"))
     assert out.returncode == 3, out.stderr[-2000:]
     assert "no layout meets the SLO" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr
 
 
-def test_resume_finishes_an_interrupted_run(tmp_path: Path) -> None:
+def test_resume_finishes_an_interrupted_run(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
     from orchestrator.pipeline.sweep import Sweep
     from orchestrator.spec.load import load_spec
     from orchestrator.store.db import Store
@@ -100,7 +73,7 @@ def test_resume_finishes_an_interrupted_run(tmp_path: Path) -> None:
         def layout_done(self, *a: object) -> None: ...
 
     db = tmp_path / "r.db"
-    spec_path = _write(tmp_path, layouts=["tp2", "tp1x2"])
+    spec_path = sim_spec(layouts=["tp2", "tp1x2"])
     store = Store(db)
     sweep = Sweep(load_spec(spec_path), store, Quiet(), spec_path=spec_path)
     # Run only the first layout, as if Ctrl-C came before the second.
@@ -121,7 +94,7 @@ def test_resume_finishes_an_interrupted_run(tmp_path: Path) -> None:
     store.finish_run(sweep.run_id, "interrupted", None)
     first = store.points(sweep.run_id, "tp2")
     store.close()
-    out = _orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
+    out = orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert {x["layout"]: x["status"] for x in data["layouts"]} == {"tp2": "measured", "tp1x2": "measured"}

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sweep_sim import _write  # pytest puts this directory on sys.path
 
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.pipeline.sweep import Sweep
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from tests.support.sim_spec import write_spec
 
 UNRELIABLE = "unreliable: the simulated servers lost 30% of their clock (test)"
 
@@ -26,7 +26,7 @@ class Quiet:
 
 def _sweep(tmp_path: Path, bad_tries: dict[float, int]) -> tuple[Sweep, list[float]]:
     """A virtual sweep whose first `bad_tries[rate]` measurements of a rate come back unreliable."""
-    spec_path = _write(tmp_path, layouts=["tp2"])
+    spec_path = write_spec(tmp_path, layouts=["tp2"])
     sweep = Sweep(load_spec(spec_path), Store(tmp_path / "r.db"), Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
     real = sweep._virtual_point
     calls: list[float] = []
@@ -78,7 +78,7 @@ def test_the_cli_says_which_points_and_exits_8(tmp_path: Path, monkeypatch: pyte
         return lambda rate, k: (replace(run(rate, k)[0], verdict=UNRELIABLE), {})
 
     monkeypatch.setattr(Sweep, "_virtual_point", always_unreliable)
-    monkeypatch.setattr(sys, "argv", ["orch", "sweep", _write(tmp_path, layouts=["tp2"]),
+    monkeypatch.setattr(sys, "argv", ["orch", "sweep", write_spec(tmp_path, layouts=["tp2"]),
                                       "--store", str(tmp_path / "cli.db")])
     with pytest.raises(SystemExit) as exit_info:
         main()

@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
+
+from tests.support.cli import orch
+from tests.support.paths import ROOT
+from tests.support.sim_spec import SPEC, SimSpec
 
 
 def _sweep(tmp_path: Path, name: str, spec: str, *extra: str) -> dict:  # type: ignore[type-arg]
-    out = _orch("sweep", spec, "--store", str(tmp_path / f"{name}.db"), "--json", *extra)
+    out = orch("sweep", spec, "--store", str(tmp_path / f"{name}.db"), "--json", *extra)
     # Served in wall time, a busy machine can leave a point unjudged: exit 8 says the decision is not
     # sound. Virtual time has no such excuse.
     ok = (0, 8) if "--served" in extra else (0,)
@@ -24,8 +27,8 @@ def _points(data: dict) -> dict[tuple[str, str], dict]:  # type: ignore[type-arg
     return {(x["layout"], p["label"]): p for x in data["layouts"] for p in x["points"]}
 
 
-def test_two_virtual_sweeps_give_identical_results(tmp_path: Path) -> None:
-    spec = _write(tmp_path, layouts=["tp2", "tp1x2"])
+def test_two_virtual_sweeps_give_identical_results(tmp_path: Path, sim_spec: SimSpec) -> None:
+    spec = sim_spec(layouts=["tp2", "tp1x2"])
     a, b = _sweep(tmp_path, "a", spec), _sweep(tmp_path, "b", spec)
     assert a["run_id"] != b["run_id"]
     assert a["selection"] == b["selection"] and a["selection"]["winner"] in ("tp2", "tp1x2")
@@ -38,11 +41,11 @@ def test_two_virtual_sweeps_give_identical_results(tmp_path: Path) -> None:
         assert pa[key]["metrics"]["engine"]["samples"] >= 1
 
 
-def test_capacity_search_is_the_default_without_rates(tmp_path: Path) -> None:
+def test_capacity_search_is_the_default_without_rates(tmp_path: Path, sim_spec: SimSpec) -> None:
     workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
     workload.update(num_requests=120, output_tokens=64,
                     search={"tolerance_frac": 0.1, "max_points": 10, "min_rate_per_s": 0.5})
-    spec = _write(tmp_path, workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp1x2", "tp2"])
+    spec = sim_spec(workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp1x2", "tp2"])
     data = _sweep(tmp_path, "c", spec)
     caps = data["capacity"]
     assert set(caps) == {"tp1x2", "tp2"}
@@ -59,16 +62,18 @@ def test_capacity_search_is_the_default_without_rates(tmp_path: Path) -> None:
     assert best[winner]["best_rate"] == caps[winner]["capacity_per_s"]
 
 
-def test_an_slo_no_load_meets_is_capacity_zero_with_the_limiting_metric(tmp_path: Path) -> None:
+def test_an_slo_no_load_meets_is_capacity_zero_with_the_limiting_metric(
+    tmp_path: Path, sim_spec: SimSpec
+) -> None:
     workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
-    spec = _write(tmp_path, workload=workload, slo={"ttft_p99_ms": 0.5}, layouts=["tp2"])
-    out = _orch("sweep", spec, "--store", str(tmp_path / "z.db"))
+    spec = sim_spec(workload=workload, slo={"ttft_p99_ms": 0.5}, layouts=["tp2"])
+    out = orch("sweep", spec, "--store", str(tmp_path / "z.db"))
     assert out.returncode == 3, out.stderr[-2000:]
     assert "tp2: capacity 0 req/s: fails the SLO down to the search minimum (ttft_p99_ms" in out.stdout
     assert "Traceback" not in out.stderr
 
 
-def test_served_and_virtual_sweeps_agree(tmp_path: Path) -> None:
+def test_served_and_virtual_sweeps_agree(tmp_path: Path, sim_spec: SimSpec) -> None:
     """Same spec and seed, both measured by loadgen.metrics: served over HTTP at time scale 1 against
     virtual time. What holds on any machine: the same requests complete with the same tokens, and the
     served path is never clearly faster than the model it serves (a busy machine only slows it: the
@@ -76,7 +81,7 @@ def test_served_and_virtual_sweeps_agree(tmp_path: Path) -> None:
     pass, and where every verdict agrees the winner is the same. How close the latencies are on a
     quiet machine is measured by bench/sim_served_agreement.py (ratios per round), not asserted here."""
     workload = {**SPEC["workload"], "num_requests": 40, "output_tokens": 48, "rates_per_s": [3]}  # type: ignore[dict-item]
-    spec = _write(tmp_path, workload=workload, layouts=["tp2", "tp1x2"])
+    spec = sim_spec(workload=workload, layouts=["tp2", "tp1x2"])
     virtual = _sweep(tmp_path, "v", spec)
     served = _sweep(tmp_path, "s", spec, "--served", "--workdir", str(tmp_path / "w"))
     pv, ps = _points(virtual), _points(served)
@@ -98,9 +103,11 @@ def test_served_and_virtual_sweeps_agree(tmp_path: Path) -> None:
         assert served["selection"]["winner"] == virtual["selection"]["winner"]
 
 
-def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(tmp_path: Path) -> None:
+def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(
+    tmp_path: Path, sim_spec: SimSpec
+) -> None:
     # One GPU (tp1) gives twice the goodput per GPU of tp2 below capacity: tp2 loses clearly.
-    spec = _write(tmp_path, layouts=["tp1", "tp2"])
+    spec = sim_spec(layouts=["tp1", "tp2"])
     pruned = _sweep(tmp_path, "p", spec, "--served")
     layouts = {x["layout"]: x for x in pruned["layouts"]}
     assert layouts["tp2"]["status"] == "pruned" and layouts["tp2"]["points"] == []
@@ -113,7 +120,9 @@ def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(t
     assert {x["layout"]: x["status"] for x in forced["layouts"]} == {"tp1": "measured", "tp2": "measured"}
 
 
-def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path: Path) -> None:
+def test_an_interrupted_capacity_search_resumes_from_its_stored_points(
+    tmp_path: Path, sim_spec: SimSpec
+) -> None:
     from orchestrator.pipeline.sweep import Sweep
     from orchestrator.spec.load import load_spec
     from orchestrator.store.db import Store
@@ -124,7 +133,7 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path:
 
     workload = {k: v for k, v in SPEC["workload"].items() if k != "rates_per_s"}  # type: ignore[union-attr]
     workload.update(num_requests=60, search={"tolerance_frac": 0.2, "max_points": 8, "min_rate_per_s": 0.5})
-    spec_path = _write(tmp_path, workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp2", "tp1x2"])
+    spec_path = sim_spec(workload=workload, slo={"itl_p99_ms": 25}, layouts=["tp2", "tp1x2"])
     db = tmp_path / "r.db"
     store = Store(db)
     sweep = Sweep(load_spec(spec_path), store, Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
@@ -137,7 +146,7 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path:
     first = [(p.label, p.metrics) for p in store.points(sweep.run_id, "tp2")]
     store.finish_run(sweep.run_id, "interrupted", None)
     store.close()
-    out = _orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
+    out = orch("sweep", "--resume", sweep.run_id, "--store", str(db), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert set(data["capacity"]) == {"tp2", "tp1x2"} and data["sweep"]["mode"] == "virtual"
@@ -148,8 +157,7 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path:
 def test_a_layout_the_cost_model_refuses_is_rejected_not_a_crash(tmp_path: Path) -> None:
     # DeepSeek-V3's example spec asks for 32 redundant experts: a 32-rank EP layout has no room for
     # them. The planner raises for that layout; the sweep records it as rejected and goes on.
-    root = Path(__file__).resolve().parents[2]
-    out = _orch("sweep", str(root / "layouts" / "deepseek-v3.yaml"), "--layouts", "epx32",
+    out = orch("sweep", str(ROOT / "layouts" / "deepseek-v3.yaml"), "--layouts", "epx32",
                 "--store", str(tmp_path / "r.db"), "--json")
     assert out.returncode == 3, out.stderr[-3000:]  # the only layout is rejected: no layout meets the SLO
     assert "Traceback" not in out.stderr

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cpu_vllm_helpers import ROOT, build_tiny_model, orch, vllm_python
+
+from tests.support.cpu_vllm_helpers import ROOT, build_tiny_model, orch, vllm_python
 
 LAYOUTS = ("tp1x2", "tp2", "pp2")
 

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,7 @@ from orchestrator.report.data import load_report
 from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.store.db import Store
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report_fixtures import build_store
+from tests.support.report_fixtures import build_store
 
 pytestmark = pytest.mark.browser
 

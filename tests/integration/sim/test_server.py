@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.pipeline.timescale import unscale
 from orchestrator.sim.virtual import SimRequest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sim_serving import MODEL, poisson_workload, sim_server, simulate_virtual, status, wait_healthy
+from tests.support.sim_serving import (
+    MODEL,
+    poisson_workload,
+    sim_server,
+    simulate_virtual,
+    status,
+    wait_healthy,
+)
 
 
 @pytest.fixture()

@@ -12,8 +12,7 @@ import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def _bench() -> ModuleType:

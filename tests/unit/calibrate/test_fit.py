@@ -4,8 +4,6 @@ profiles applied through `hardware.calibration`; bad input as one line, exit 2 (
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,17 +16,12 @@ from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 # The "real" hardware the synthetic measurements come from: every guessed constant off.
 TRUTH = {"hbm_efficiency": 0.6, "compute_efficiency": 0.4, "step_overhead_s": 2e-3,
          "request_overhead_s": 4e-3}
-
-
-def _orch(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600,
-                          check=False, cwd=cwd, env=None)
 
 
 def _spec_text(extra_hardware: str = "") -> str:
@@ -67,9 +60,11 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
     return tmp, store_path, run_id
 
 
-def test_calibrate_recovers_the_constants_and_held_out_error_drops(measured: tuple[Path, Path, str]) -> None:
+def test_calibrate_recovers_the_constants_and_held_out_error_drops(
+    measured: tuple[Path, Path, str], orch: Orch
+) -> None:
     tmp, store_path, run_id = measured
-    out = _orch("calibrate", run_id, "--store", str(store_path), "--out", str(tmp / "prof.yaml"), "--json")
+    out = orch("calibrate", run_id, "--store", str(store_path), "--out", str(tmp / "prof.yaml"), "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     fitted = report["fitted"]
@@ -102,14 +97,16 @@ def test_calibrate_recovers_the_constants_and_held_out_error_drops(measured: tup
         err_after = abs(after[metric] / value - 1)
         assert err_after < 0.05 and err_after < err_before, (metric, err_before, err_after)
     # `orch plan` on the calibrated spec says which profile and constants it used.
-    plan = _orch("plan", str(spec_dir / "cal.yaml"), "--layouts", "spec", "--json")
+    plan = orch("plan", str(spec_dir / "cal.yaml"), "--layouts", "spec", "--json")
     assert plan.returncode == 0, plan.stderr
     data = json.loads(plan.stdout)
     assert data["gpu_profile"] == "prof"
     assert data["assumptions"]["step_overhead_s"] == pytest.approx(fitted["step_overhead_s"])
 
 
-def test_calibrate_bad_input_is_one_line_exit_2(measured: tuple[Path, Path, str], tmp_path: Path) -> None:
+def test_calibrate_bad_input_is_one_line_exit_2(
+    measured: tuple[Path, Path, str], tmp_path: Path, orch: Orch
+) -> None:
     tmp, store_path, run_id = measured
     cases = []
     # Too few points: one point of a run with one layout at one rate.
@@ -121,10 +118,10 @@ def test_calibrate_bad_input_is_one_line_exit_2(measured: tuple[Path, Path, str]
     one = _measure(tmp / "spec.yaml", "tp8", 2.0)
     few.add_point("few-run-000001", "tp8", "rate=2/s", 2.0, None, None, one, [])
     few.close()
-    cases.append((_orch("calibrate", "few-run-000001", "--store", str(tmp_path / "few.db"),
+    cases.append((orch("calibrate", "few-run-000001", "--store", str(tmp_path / "few.db"),
                         "--out", str(tmp_path / "p.yaml")), "need at least 2"))
-    cases.append((_orch("calibrate", run_id, "--store", str(tmp_path / "nope.db")), "no such results store"))
-    cases.append((_orch("calibrate", run_id, "--store", str(store_path), "--constants", "hbm_eff"),
+    cases.append((orch("calibrate", run_id, "--store", str(tmp_path / "nope.db")), "no such results store"))
+    cases.append((orch("calibrate", run_id, "--store", str(store_path), "--constants", "hbm_eff"),
                   "cannot fit 'hbm_eff'"))
     for out, needle in cases:
         assert out.returncode == 2 and needle in out.stderr, out.stderr
@@ -143,11 +140,13 @@ def test_calibrate_bad_input_is_one_line_exit_2(measured: tuple[Path, Path, str]
     ("kind: orch-calibration-profile\ngpu: h100\nengine: vllm\nconstants: {warp_speed: 9}\n",
      "unknown key 'warp_speed'"),
 ])
-def test_bad_calibration_file_is_one_line_exit_2(tmp_path: Path, content: str | None, needle: str) -> None:
+def test_bad_calibration_file_is_one_line_exit_2(
+    tmp_path: Path, content: str | None, needle: str, orch: Orch
+) -> None:
     if content is not None:
         (tmp_path / "prof.yaml").write_text(content)
     (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: prof.yaml\n"))
-    out = _orch("plan", str(tmp_path / "spec.yaml"), "--layouts", "spec")
+    out = orch("plan", str(tmp_path / "spec.yaml"), "--layouts", "spec")
     assert out.returncode == 2 and needle in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 

@@ -1,20 +1,10 @@
 import json
-import subprocess
-import sys
+
+from tests.support.cli import Orch
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_experts_placement_and_curve() -> None:
-    out = _orch(
+def test_experts_placement_and_curve(orch: Orch) -> None:
+    out = orch(
         "experts",
         "--model",
         "deepseek-v3",
@@ -37,8 +27,8 @@ def test_experts_placement_and_curve() -> None:
     assert '{"num_redundant_experts": 8}' in d["vllm_flags"]
 
 
-def test_experts_bad_input() -> None:
-    dense = _orch("experts", "--model", "qwen2.5-72b")
+def test_experts_bad_input(orch: Orch) -> None:
+    dense = orch("experts", "--model", "qwen2.5-72b")
     assert dense.returncode == 2 and "dense model" in dense.stderr
-    uneven = _orch("experts", "--layout", "dp8ep", "--redundant", "5")
+    uneven = orch("experts", "--layout", "dp8ep", "--redundant", "5")
     assert uneven.returncode == 2 and "multiple of the 8 EP ranks" in uneven.stderr

@@ -1,20 +1,14 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
+
 SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
-                          check=False)
-
-
-def test_plan_json_carries_every_number_and_its_parts() -> None:
-    out = _orch("plan", SPEC, "--json", "--batch", "1,64")
+def test_plan_json_carries_every_number_and_its_parts(orch: Orch) -> None:
+    out = orch("plan", SPEC, "--json", "--batch", "1,64")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     rows = {r["layout"]: r for r in data["rows"]}
@@ -36,22 +30,22 @@ def test_plan_json_carries_every_number_and_its_parts() -> None:
     assert tps == sorted(tps, reverse=True)
 
 
-def test_plan_table_and_spec_layouts_only() -> None:
-    out = _orch("plan", SPEC, "--layouts", "spec")
+def test_plan_table_and_spec_layouts_only(orch: Orch) -> None:
+    out = orch("plan", SPEC, "--layouts", "spec")
     assert out.returncode == 0, out.stderr
     assert "tp4x2" in out.stdout and "pp8" not in out.stdout
     assert "rejected:" in out.stdout and "assumptions" in out.stdout
 
 
-def test_plan_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
-    bad_batch = _orch("plan", SPEC, "--batch", "1,x")
+def test_plan_bad_input_is_one_line_exit_2(tmp_path: Path, orch: Orch) -> None:
+    bad_batch = orch("plan", SPEC, "--batch", "1,x")
     assert bad_batch.returncode == 2 and "--batch" in bad_batch.stderr
     assert "Traceback" not in bad_batch.stderr
-    bad_layout = _orch("plan", SPEC, "--layouts", "tp3x")
+    bad_layout = orch("plan", SPEC, "--layouts", "tp3x")
     assert bad_layout.returncode == 2 and "Traceback" not in bad_layout.stderr
     spec = tmp_path / "s.yaml"
     spec.write_text(Path(SPEC).read_text().replace("qwen2.5-72b", "qwen-9000"))
-    unknown = _orch("plan", str(spec))
+    unknown = orch("plan", str(spec))
     assert unknown.returncode == 2 and "qwen-9000" in unknown.stderr
     assert len(unknown.stderr.strip().splitlines()) == 1
 
@@ -59,41 +53,41 @@ def test_plan_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 DEEPSEEK = str(ROOT / "layouts" / "deepseek-v3.yaml")
 
 
-def test_plan_rejects_a_layout_its_spec_cannot_serve_and_plans_the_rest() -> None:
+def test_plan_rejects_a_layout_its_spec_cannot_serve_and_plans_the_rest(orch: Orch) -> None:
     # 32 redundant expert slots cannot be spread over a single EP rank (epx32): that one layout is
     # rejected with the reason; the enumeration goes on and --json prints every row.
-    out = _orch("plan", DEEPSEEK, "--json")
+    out = orch("plan", DEEPSEEK, "--json")
     assert out.returncode == 0, out.stderr
     rows = {r["layout"]: r for r in json.loads(out.stdout)["rows"]}
     assert not rows["epx32"]["fits"]
     assert "redundant experts need 288 slots per rank" in rows["epx32"]["rejected_because"][0]
     assert any(r["fits"] for r in rows.values()) and {"dp32ep", "tp8x4"} <= set(rows)
-    table = _orch("plan", DEEPSEEK)
+    table = orch("plan", DEEPSEEK)
     assert table.returncode == 0, table.stderr
     assert "epx32: rejected: 32 redundant experts" in table.stdout
 
 
-def test_plan_warning_names_the_limit_that_binds_the_batch() -> None:
+def test_plan_warning_names_the_limit_that_binds_the_batch(orch: Orch) -> None:
     # deepseek-v3.yaml sets max_num_seqs 128; dp32ep's KV cache holds far more sequences than that.
-    out = _orch("plan", DEEPSEEK, "--layouts", "dp32ep", "--json")
+    out = orch("plan", DEEPSEEK, "--layouts", "dp32ep", "--json")
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)["rows"]
     capped = [w for w in row["warnings"] if "sequences" in w]
     assert len(capped) == 1 and capped[0].startswith("max_num_seqs 128 caps the batch at 128"), capped
     assert row["max_batch"] == 128
     # Where the KV cache is what binds, the warning says so (tp8 of Qwen-72B at a long context).
-    kv = _orch("plan", SPEC, "--layouts", "tp4x2", "--context", "30000", "--json")
+    kv = orch("plan", SPEC, "--layouts", "tp4x2", "--context", "30000", "--json")
     assert kv.returncode == 0, kv.stderr
     (row,) = json.loads(kv.stdout)["rows"]
     held = [w for w in row["warnings"] if "sequences" in w]
     assert len(held) == 1 and "the KV cache holds only" in held[0] and "(max_num_seqs 256)" in held[0], held
 
 
-def test_plan_of_only_rejected_layouts_shows_the_reasons_without_an_empty_parts_table() -> None:
-    out = _orch("plan", SPEC, "--layouts", "tp3,tp8x9")
+def test_plan_of_only_rejected_layouts_shows_the_reasons_without_an_empty_parts_table(orch: Orch) -> None:
+    out = orch("plan", SPEC, "--layouts", "tp3,tp8x9")
     assert out.returncode == 0, out.stderr
     assert "decode step parts" not in out.stdout
     assert "tp3: rejected: TP 3 does not divide the 64 attention heads" in out.stdout
     assert "tp8x9: rejected: needs 72 GPUs" in out.stdout
-    both = _orch("plan", SPEC, "--layouts", "tp3,tp8")
+    both = orch("plan", SPEC, "--layouts", "tp3,tp8")
     assert both.returncode == 0 and "decode step parts" in both.stdout

@@ -5,9 +5,10 @@ import re
 import subprocess
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import orch
+from tests.support.paths import ROOT
+
 DEEPSEEK = str(ROOT / "layouts" / "deepseek-v3.yaml")
 
 
@@ -15,9 +16,7 @@ def _orch(*args: str, columns: str | None = None) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     if columns is not None:
         env["COLUMNS"] = columns
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                          check=False, env=env)
+    return orch(*args, env=env)
 
 
 def test_version_comes_from_the_package_metadata() -> None:
@@ -51,7 +50,6 @@ def test_an_explicit_width_is_honoured_without_cutting_names() -> None:
 def test_cli_imports_without_plotly() -> None:
     # `orch bench` runs inside engine venvs (vLLM for CPU) that have orch's core deps but no plotly.
     import subprocess
-    import sys
 
     code = (
         "import sys; sys.modules['plotly'] = None; sys.argv = ['orch', 'bench', '--help']\n"

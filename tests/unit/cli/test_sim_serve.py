@@ -4,29 +4,17 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
-ORCH = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+from tests.support.cli import ORCH, Orch
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=120, check=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_help_lists_the_server_flags() -> None:
-    out = _orch("sim", "serve", "--help")
+def test_help_lists_the_server_flags(orch: Orch) -> None:
+    out = orch("sim", "serve", "--help")
     assert out.returncode == 0, out.stderr
     for flag in ("--model", "--layout", "--gpu", "--port", "--time-scale", "--gpu-override"):
         assert flag in out.stdout, flag
@@ -41,18 +29,18 @@ def test_help_lists_the_server_flags() -> None:
     (["--time-scale", "0"], "--time-scale must be > 0"),
     (["--model", "nosuch"], "unknown model 'nosuch'"),
 ])
-def test_bad_flags_are_one_line_exit_2(flags: list[str], needle: str) -> None:
-    base = {"--model": "qwen2.5-7b", "--layout": "tp4", "--gpu": "h100-sxm", "--port": str(_free_port())}
+def test_bad_flags_are_one_line_exit_2(flags: list[str], needle: str, orch: Orch, free_port: int) -> None:
+    base = {"--model": "qwen2.5-7b", "--layout": "tp4", "--gpu": "h100-sxm", "--port": str(free_port)}
     args = [x for k, v in base.items() if k not in flags for x in (k, v)]
-    out = _orch("sim", "serve", *args, *flags)
+    out = orch("sim", "serve", *args, *flags)
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert needle in line, line
     assert "Traceback" not in out.stderr
 
 
-def test_it_says_where_it_listens_and_answers_there() -> None:
-    port = _free_port()
+def test_it_says_where_it_listens_and_answers_there(free_port: int) -> None:
+    port = free_port
     proc = subprocess.Popen([*ORCH, "sim", "serve", "--model", "qwen2.5-7b", "--layout", "tp2",
                              "--gpu", "h100-sxm", "--port", str(port), "--time-scale", "0.1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

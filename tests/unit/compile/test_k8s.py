@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +23,14 @@ from orchestrator.engines.sglang import ENGINE as SGLANG
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.spec.targets import KubernetesTarget
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from k8s_plans import MODEL, options, real_vllm_plan, sglang_multi_node_plan, vllm_dp_plan, vllm_plan
+from tests.support.k8s_plans import (
+    MODEL,
+    options,
+    real_vllm_plan,
+    sglang_multi_node_plan,
+    vllm_dp_plan,
+    vllm_plan,
+)
 
 
 def _flag(argv: list[str], name: str) -> str:

@@ -19,8 +19,8 @@ from orchestrator.engines.from_spec import engine_options, placement
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.spec import SweepSpec, parse_spec
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC = """
 model: {name: qwen2.5-72b, max_model_len: 8192, kv_cache_dtype: fp8}
 hardware: {gpu: h100-sxm, nodes: NODES}

@@ -15,8 +15,7 @@ from orchestrator.pipeline.sweep import Sweep
 from orchestrator.plan.run import make_plan
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 class _Quiet:

@@ -17,8 +17,8 @@ from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import layout_cost
 from orchestrator.sim.server import parse_args, server_from_args
 from orchestrator.spec.load import parse_spec
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE = (ROOT / "layouts" / "qwen72b.yaml").read_text()
 
 

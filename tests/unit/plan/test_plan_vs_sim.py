@@ -15,8 +15,8 @@ from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layou
 from orchestrator.plan.run import make_plan
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "layouts" / "qwen72b.yaml"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,7 @@ from orchestrator.report.html import render_html
 from orchestrator.selection import select
 from orchestrator.store.db import Store
 from orchestrator.store.export import export_run
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report_fixtures import POINTS, build_store
+from tests.support.report_fixtures import POINTS, build_store
 
 
 def _data(tmp_path: Path) -> tuple[Store, str, ReportData]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +20,9 @@ from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.run import simulate_point
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.load import load_spec
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
                     max_model_len=8192)
 
@@ -108,22 +107,16 @@ def test_workload_max_concurrency_reaches_the_simulated_point_and_the_stored_pre
     assert predicted["tpot_p50_ms"] != pytest.approx(free.result.metrics.tpot_ms.p50)
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=ROOT)
-
-
-def test_cli_simulate_concurrency_levels() -> None:
-    proc = _orch("simulate", "layouts/qwen72b.yaml", "--layouts", "tp8", "--concurrency", "2,16",
-                 "--num-requests", "40", "--json")
+def test_cli_simulate_concurrency_levels(orch: Orch) -> None:
+    proc = orch("simulate", "layouts/qwen72b.yaml", "--layouts", "tp8", "--concurrency", "2,16",
+                 "--num-requests", "40", "--json", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     points = json.loads(proc.stdout)["points"]
     assert [p["label"] for p in points] == ["concurrency=2", "concurrency=16"]
     assert [p["concurrency"] for p in points] == [2, 16]
     tput = [p["metrics"]["output_throughput"] for p in points]
     assert tput[1] > tput[0]  # more clients in flight: a larger decode batch
-    bad = _orch("simulate", "layouts/qwen72b.yaml", "--concurrency", "4", "--rates", "2")
+    bad = orch("simulate", "layouts/qwen72b.yaml", "--concurrency", "4", "--rates", "2", cwd=ROOT)
     assert bad.returncode == 2 and "not both" in bad.stderr
 
 

@@ -22,8 +22,8 @@ from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.load import load_spec
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 H100 = load_gpu("h100-sxm")
 LLAMA8B = load_model("llama-3.1-8b")
 

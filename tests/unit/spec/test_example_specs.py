@@ -8,8 +8,9 @@ import pytest
 
 from orchestrator.plan.run import make_plan
 from orchestrator.spec.load import load_spec
+from tests.support.paths import ROOT
 
-LAYOUTS = sorted((Path(__file__).resolve().parents[2] / "layouts").glob("*.yaml"))
+LAYOUTS = sorted((ROOT / "layouts").glob("*.yaml"))
 
 
 def test_the_examples_the_readme_promises_exist() -> None:

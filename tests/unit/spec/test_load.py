@@ -1,12 +1,11 @@
-from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.spec import SweepSpec, load_spec, parse_spec, spec_hash, spec_json_schema
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE = (
     "model: {name: qwen2.5-72b}\nhardware: {gpu: h100-sxm}\n"
     "workload: {rates_per_s: [1], num_requests: 5}\n"

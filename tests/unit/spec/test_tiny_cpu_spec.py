@@ -10,8 +10,8 @@ from orchestrator.engines.from_spec import is_cpu
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import plan_layout
 from orchestrator.spec.load import load_spec
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
     "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -1,12 +1,12 @@
 from pathlib import Path
 
 import pytest
-from store_runs import add_run  # pytest puts this directory on sys.path
 
 from orchestrator.errors import OrchError
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.store.db import SCHEMA_VERSION, Store
 from orchestrator.store.export import export_run
+from tests.support.store_runs import add_run
 
 
 def _store(tmp_path: Path) -> Store:

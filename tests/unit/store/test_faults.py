@@ -14,22 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_runs import RUN_ID, add_run  # pytest puts this directory on sys.path
 
 from orchestrator.errors import StoreError
-from orchestrator.loadgen.records import RequestRecord
 from orchestrator.store import faults
 from orchestrator.store.db import Store
 from orchestrator.store.journal import journal_path
+from tests.support.paths import pythonpath_env
+from tests.support.store_runs import REC, RUN_ID, start_journaled_run
 
 RUN = RUN_ID
-REC = RequestRecord("q1", 0.0, 0.0, 1.0, (0.1, 0.2), (1, 1), 2, 5)
 
 
 def _run(store: Store) -> None:
-    store.journal_run(RUN)
-    add_run(store, RUN)
-    store.set_layout(RUN, "tp2", 2, "pending", launch={"argv": ["x"]})
+    start_journaled_run(store, RUN)
 
 
 def _point(store: Store, label: str = "rate=2/s") -> None:
@@ -220,17 +217,16 @@ def test_a_store_damaged_after_open_is_one_line_on_read(tmp_path: Path) -> None:
 DISK_FULL = """
 import resource, sys
 from pathlib import Path
-sys.path[:0] = [sys.argv[2]]
-import test_store_faults as t
 from orchestrator.errors import StoreError
 from orchestrator.store.db import Store
+from tests.support.store_runs import REC, RUN_ID, start_journaled_run
 db = Path(sys.argv[1])
 store = Store(db)
-t._run(store)
+start_journaled_run(store, RUN_ID)
 size = db.stat().st_size
 resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))  # the store cannot grow: as if the disk were full
 try:
-    store.add_point(t.RUN, "tp2", "rate=2/s", 2.0, True, "", {"x": "y" * 20000}, [t.REC] * 5)
+    store.add_point(RUN_ID, "tp2", "rate=2/s", 2.0, True, "", {"x": "y" * 20000}, [REC] * 5)
 except StoreError as exc:
     print(exc)
 """
@@ -240,13 +236,13 @@ def test_a_full_disk_under_the_store_keeps_the_point_in_the_journal(tmp_path: Pa
     # RLIMIT_FSIZE stands in for a full disk (it applies to root too; Python ignores SIGXFSZ, so the
     # write fails with EFBIG, which SQLite reports as full or as an I/O error).
     db = tmp_path / "r.db"
-    here = str(Path(__file__).parent)
     out = subprocess.run(
-        [sys.executable, "-c", DISK_FULL, str(db), here],
+        [sys.executable, "-c", DISK_FULL, str(db)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=pythonpath_env(),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "cannot write the results store" in out.stdout and str(journal_path(db, RUN)) in out.stdout
