@@ -4,58 +4,31 @@ counts, and vLLM's acceptance counters read back through orch's own scrape."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_closed_loop
 from orchestrator.loadgen.engine_metrics import fetch_text
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_decode_metrics import measured_acceptance, parse_spec_decode
+from tests.support.ports import free_port
+from tests.support.sim_serving import MODEL, sim_server, wait_healthy
 
 K = 4
 CONFIG = json.dumps({"method": "ngram", "num_speculative_tokens": K})
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _server(*extra: str) -> Iterator[str]:
-    port = _port()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sim.server", "--model", "llama-3.1-8b",
-                             "--layout", "tp1", "--gpu", "h100-sxm", "--max-model-len", "8192",
-                             "--time-scale", "0.2", *extra, "--port", str(port)])
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def test_speculative_tokens_arrive_in_bursts_and_are_counted() -> None:
-    with _server("--speculative-config", CONFIG, "--speculative-acceptance", "0.7") as base:
+    with sim_server(0.2, "--speculative-config", CONFIG, "--speculative-acceptance", "0.7") as base:
+        assert wait_healthy(base)
         specs = [RequestSpec(str(i), "word " * 300, max_tokens=60) for i in range(6)]
 
-        async def run() -> tuple[str, list, str]:  # type: ignore[type-arg]
+        async def run() -> tuple[str, list[RequestRecord], str]:
             before = await fetch_text(base + "/metrics")
-            records = await run_closed_loop(ClientConfig(base, "llama-3.1-8b"), specs, 3)
+            records = await run_closed_loop(ClientConfig(base, MODEL), specs, 3)
             return before, records, await fetch_text(base + "/metrics")
 
         before, records, after = asyncio.run(run())
@@ -74,7 +47,7 @@ def test_speculative_tokens_arrive_in_bursts_and_are_counted() -> None:
 
 def test_bad_speculative_flags_are_one_line() -> None:
     proc = subprocess.run([sys.executable, "-m", "orchestrator.sim.server", "--model", "llama-3.1-8b",
-                           "--layout", "tp1", "--gpu", "h100-sxm", "--port", str(_port()),
+                           "--layout", "tp1", "--gpu", "h100-sxm", "--port", str(free_port()),
                            "--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1}),
                            "--speculative-acceptance", "0.8"],
                           capture_output=True, text=True, timeout=60, check=False)
