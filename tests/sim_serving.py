@@ -18,12 +18,21 @@ from collections.abc import Iterator
 import numpy as np
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import EngineSettings
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.virtual import SimRequest, simulate
+
+
+def fixed_settings(max_model_len: int) -> EngineSettings:
+    """The engine settings these checks were written for: a 256-sequence engine with an 8192-token step
+    budget and 90 % of the GPU's memory (stated here, not taken from an engine's defaults)."""
+    return EngineSettings("sim", "fixed for the test", max_num_seqs=256, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9, block_size=16, enable_chunked_prefill=True,
+                          enable_prefix_caching=True, max_model_len=max_model_len)
 
 MODEL = "qwen2.5-72b"
 # The engine both paths simulate: the server's flags and the planner inputs of virtual time.
@@ -81,6 +90,6 @@ def poisson_workload(seed: int, n: int) -> tuple[list[float], list[int], list[in
 def simulate_virtual(requests: list[SimRequest]) -> list[RequestRecord]:
     """The same engine as the server's, in virtual time."""
     inputs = PlanInputs(cfg=load_model(MODEL), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                        max_model_len=8192)
+                        settings=fixed_settings(8192))
     records, _ = simulate(replica_engines(inputs, parse_layout("tp8")), requests)
     return records

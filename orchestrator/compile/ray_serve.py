@@ -39,8 +39,8 @@ def llm_config(plan: LaunchPlan, layout: Layout, accelerator: str | None = None)
         raise SpecError(
             f"ray-serve: engine {plan.engine!r} is not served by Ray Serve LLM; compile with --engine vllm"
         )
-    if str(layout) != plan.layout_str or not plan.replicas:
-        raise SpecError(f"ray-serve: the plan is for {plan.layout_str}, not {layout}; compile that layout")
+    if layout != plan.layout or not plan.replicas:
+        raise SpecError(f"ray-serve: the plan is for {plan.layout!s}, not {layout}; compile that layout")
     proc = plan.replicas[0].processes[0]
     model, kwargs = engine_kwargs(proc.argv, layout)
     config: dict[str, Any] = {

@@ -11,14 +11,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.compile import placement, prepare
 from orchestrator.consistency.client import served_models
 from orchestrator.consistency.compare import ConsistencyResult, Side, collect, compare
 from orchestrator.deploy.base import deployed, free_base_port
 from orchestrator.deploy.local import LocalProcessTarget
-from orchestrator.engines import get_engine
-from orchestrator.engines.from_spec import engine_options, placement
-from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError, SpecError
+from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.client import ClientConfig
 from orchestrator.pipeline.provenance import hardware_seen, new_run_id, orch_version
@@ -138,18 +136,11 @@ def serve_layout(
             f"target.kind: '{spec.target.kind}': consistency deploys on kind: local only "
             "(or give --base-urls of servers you started)"
         )
-    engine = get_engine(spec.engine.name)
-    opts = engine_options(spec, extra_env=tuple(sorted(spec.engine.env.items())))
-    if spec.engine.name == "sim":
-        opts = replace(opts, sim_args=sim_args_from_spec(spec))
     where = placement(spec)
-    reasons = engine.unsupported(layout, where)
-    if reasons:
-        raise DeployError(f"{spec.engine.name} cannot run {layout}: " + "; ".join(reasons))
     where = replace(where, base_port=free_base_port(max(layout.replicas, 1), where.nodes[0]))
-    launch = engine.launch_plan(layout, opts, where)
-    with deployed(LocalProcessTarget(workdir / str(layout)), launch, timeout_s) as dep:
-        model = opts.served_model_name or opts.model
+    compiled = prepare(spec, layout, where, to_serve=True)
+    with deployed(LocalProcessTarget(workdir / str(layout)), compiled.plan, timeout_s) as dep:
+        model = compiled.model_name
         first = dep.endpoints[0].openai_base_url  # replicas are identical servers: one is enough
         asyncio.run(_warm_up([ClientConfig(first, model)]))
         yield first, model

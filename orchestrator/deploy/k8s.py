@@ -38,7 +38,6 @@ from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_pro
 from orchestrator.deploy.k8s_forward import PodForward
 from orchestrator.engines.base import LaunchPlan
 from orchestrator.errors import DeployError, EngineDied
-from orchestrator.layout import parse_layout
 from orchestrator.spec.targets import KubernetesTarget
 
 _POLL_S = 0.5
@@ -79,7 +78,7 @@ class KubernetesRunTarget:
 
     # -- deploy -------------------------------------------------------------------------------------
     def deploy(self, plan: LaunchPlan) -> Deployment:
-        layout = parse_layout(plan.layout_str)
+        layout = plan.layout
         name = object_name(self.run_id, layout)
         opts = options_from_target(
             self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
@@ -113,7 +112,7 @@ class KubernetesRunTarget:
                 )
                 for i, f in enumerate(handle.forwards)
             )
-        return Deployment(plan.layout_str, endpoints, str(self.workdir), (handle,))
+        return Deployment(plan.name, endpoints, str(self.workdir), (handle,))
 
     def _run_object(self) -> Obj:
         """The per-run ConfigMap every object is owned by (get or create); its ownerReference."""

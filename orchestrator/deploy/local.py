@@ -78,15 +78,15 @@ class LocalProcessTarget:
         try:
             for r, replica in enumerate(plan.replicas):
                 for i, spec in enumerate(replica.processes):
-                    name = f"{plan.engine}-{plan.layout_str}-r{r}-p{i}-{spec.role}"
+                    name = f"{plan.engine}-{plan.name}-r{r}-p{i}-{spec.role}"
                     procs.append(self._start(name, spec))
                 endpoints.append(Endpoint(r, replica.openai_base_url, replica.health_url))
         except BaseException as exc:  # Ctrl-C half way included: what started must not outlive this
             self._stop(procs)
             if isinstance(exc, OSError):
-                raise DeployError(f"could not start {plan.engine} for {plan.layout_str}: {exc}") from exc
+                raise DeployError(f"could not start {plan.engine} for {plan.name}: {exc}") from exc
             raise
-        return Deployment(plan.layout_str, tuple(endpoints), str(self.workdir), tuple(procs))
+        return Deployment(plan.name, tuple(endpoints), str(self.workdir), tuple(procs))
 
     def _start(self, name: str, spec: ProcessSpec) -> _Proc:
         log_path = self.workdir / f"{name}.log"
@@ -177,7 +177,7 @@ def _check_ports_free(plan: LaunchPlan) -> None:
         busy = sorted(p for p in ports if port_in_use(p, host))
         if busy:
             raise DeployError(
-                f"{plan.layout_str}: port {', '.join(map(str, busy))} on {host} is already in use by "
+                f"{plan.name}: port {', '.join(map(str, busy))} on {host} is already in use by "
                 "another process; stop it or let orch pick free ports (it does unless a base port is set)"
             )
 

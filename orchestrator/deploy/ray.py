@@ -28,7 +28,6 @@ from orchestrator.deploy.ray_actor import EngineProcess, _ray
 from orchestrator.deploy.ray_placement import ReplicaBundles, replica_bundles, substitute_hosts
 from orchestrator.engines.base import LaunchPlan, ReplicaPlan, secret_values
 from orchestrator.errors import DeployError, EngineDied
-from orchestrator.layout import parse_layout
 
 __all__ = ["RayActor", "RayReplica", "RayTarget", "replica_bundles", "substitute_hosts"]
 
@@ -110,12 +109,12 @@ class RayTarget:
     # -- deploy -----------------------------------------------------------------------------------
     def deploy(self, plan: LaunchPlan) -> Deployment:
         ray = self.connect()
-        layout = parse_layout(plan.layout_str)
+        layout = plan.layout
         shapes = [
             replica_bundles(r, layout.gpus_per_replica, self.gpus_per_node, self.on_cpu)
             for r in plan.replicas
         ]
-        self._check_capacity(ray, shapes, plan.layout_str)
+        self._check_capacity(ray, shapes, plan.name)
         self.workdir.mkdir(parents=True, exist_ok=True)
         uid = secrets.token_hex(3)
         made = _Partial()
@@ -131,7 +130,7 @@ class RayTarget:
         endpoints = tuple(
             _endpoint(r, rep, replicas[r].actors[0].info["host"]) for r, rep in enumerate(plan.replicas)
         )
-        return Deployment(plan.layout_str, endpoints, str(self.workdir), tuple(replicas))
+        return Deployment(plan.name, endpoints, str(self.workdir), tuple(replicas))
 
     def _check_capacity(self, ray: Any, shapes: list[ReplicaBundles], layout: str) -> None:
         if self.on_cpu:
@@ -160,14 +159,14 @@ class RayTarget:
         for r, shape in enumerate(shapes):
             made.groups.append(
                 placement_group(
-                    list(shape.bundles), strategy=shape.strategy, name=f"orch-{uid}-{plan.layout_str}-r{r}"
+                    list(shape.bundles), strategy=shape.strategy, name=f"orch-{uid}-{plan.name}-r{r}"
                 )
             )
         try:
             ray.get([pg.ready() for pg in made.groups], timeout=self.pg_timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise DeployError(
-                f"{plan.layout_str}: placement groups not placed after {self.pg_timeout_s:g} s "
+                f"{plan.name}: placement groups not placed after {self.pg_timeout_s:g} s "
                 f"(bundles {[list(s.bundles) for s in shapes][:2]}, cluster free: "
                 f"{ray.available_resources()}); free GPUs or pick a smaller layout"
             ) from None
@@ -191,7 +190,7 @@ class RayTarget:
         pending = []
         for slot in shape.actors:
             proc = replica.processes[slot.process]
-            name = f"orch-{uid}-{plan.engine}-{plan.layout_str}-r{r}-p{slot.process}-{proc.role}"
+            name = f"orch-{uid}-{plan.engine}-{plan.name}-r{r}-p{slot.process}-{proc.role}"
             handle = actor_cls.options(
                 name=name, num_cpus=1, num_gpus=slot.num_gpus, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(

@@ -10,11 +10,11 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.candidate import Candidate
+from orchestrator.compile import placement, prepare
 from orchestrator.deploy.base import deployed, free_base_port
 from orchestrator.deploy.targets import make_target, probe_host
 from orchestrator.engines.base import PORT_STRIDE, LaunchPlan, Placement
-from orchestrator.engines.from_spec import engine_options, placement
-from orchestrator.engines.sim import sim_args_from_spec
 from orchestrator.errors import DeployError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult
@@ -53,9 +53,6 @@ def compile_layout(
     """The layout's launch plan on free ports (none of `avoid_ports`, which wave mates hold) and its
     deploy target; `usable_gpus` confines it to its share of the cluster (side by side)."""
     spec, name = sweep.spec, str(layout)
-    opts = engine_options(spec, extra_env=tuple(sorted(spec.engine.env.items())))
-    if spec.engine.name == "sim":
-        opts = replace(opts, sim_args=sim_args_from_spec(spec))
     where = replace(placement(spec), usable_gpus=usable_gpus)
     reasons = sweep.engine.unsupported(layout, where)
     if reasons:
@@ -67,11 +64,11 @@ def compile_layout(
             break
         base_port = free_base_port(slots, host, start=base_port + PORT_STRIDE * slots)
     where = replace(where, base_port=base_port)
-    launch = sweep.engine.launch_plan(layout, opts, where)
+    compiled = prepare(spec, Candidate(layout, sweep.inputs.settings), where, to_serve=True)
     target = make_target(
         spec.target, sweep.workdir / name, where, run_id=sweep.run_id, spec_hash=spec_hash(spec)
     )
-    return Compiled(launch, target, opts.served_model_name or opts.model, where)
+    return Compiled(compiled.plan, target, compiled.model_name, where)
 
 
 def ready_timeout_s(sweep: Sweep) -> float:

@@ -28,12 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from orchestrator.compile import is_cpu, placement
 from orchestrator.deploy.base import signals_deferred
 from orchestrator.deploy.packing import Placed, nodes_held, pack
 from orchestrator.deploy.ray import RayTarget
 from orchestrator.deploy.targets import make_target
 from orchestrator.engines.base import PORT_STRIDE, Placement
-from orchestrator.engines.from_spec import is_cpu, placement
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult

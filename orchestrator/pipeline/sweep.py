@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator.compile import secret_env
 from orchestrator.deploy.targets import preflight
-from orchestrator.engines import get_engine
+from orchestrator.engines import EngineSettings, get_engine
 from orchestrator.engines.base import secret_values
-from orchestrator.engines.from_spec import secret_env
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult
@@ -58,6 +58,9 @@ from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import Store
 from orchestrator.store.run_ids import checked_run_id
+
+
+SETTINGS_EXTRA = "engine_settings"  # the run's resolved engine settings (EngineSettings.to_dict)
 
 
 class Observer(Protocol):
@@ -125,7 +128,10 @@ class Sweep:
             # from their Secrets.)
             secret_values(secret_env(spec), os.environ)
         self.engine = get_engine(spec.engine.name)
-        self.inputs = plan_inputs(spec)
+        # The engine settings, resolved once: the planner, the simulator, every launch command and the
+        # store take this one value (a resumed run keeps the one it started with).
+        stored = store.extras(run_id, SETTINGS_EXTRA).get(SETTINGS_EXTRA) if run_id is not None else None
+        self.inputs = plan_inputs(spec, EngineSettings.from_dict(stored) if stored else None)
         if run_id is not None:  # a resumed run measures the way it started
             started = store.extras(run_id, "sweep").get("sweep") or {}
             if started.get("mode") is not None:
@@ -163,6 +169,7 @@ class Sweep:
             )
             mode, shared = "served" if self.served else "virtual", self.opts.side_by_side or "auto"
             self.store.set_extra(self.run_id, "sweep", {"mode": mode, "side_by_side": shared})
+            self.store.set_extra(self.run_id, SETTINGS_EXTRA, self.inputs.settings.to_dict())
         layouts = list(self.opts.layouts or spec.layouts)
         done = {row.layout: row for row in self.store.layouts(self.run_id)}
         started = time.monotonic()

@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.compile import compile_layout
-from orchestrator.engines import get_engine
+from orchestrator.candidate import Candidate
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.compile import prepare
+from orchestrator.engines import SettingsRequest, get_engine, resolve_settings
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
 from orchestrator.engines.sglang import PROGRAM as SGLANG_PROGRAM
 from orchestrator.engines.sglang import SGLangEngine
@@ -28,6 +30,8 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.spec import load_spec
 
+MODEL = load_model("qwen2.5-7b")
+
 PARSERS = Path(__file__).resolve().parent / "parsers"
 LAYOUTS_DIR = Path(__file__).resolve().parents[2] / "layouts"
 ONE_NODE = Placement()
@@ -35,10 +39,12 @@ TWO_NODES = Placement(nodes=("10.0.0.1", "10.0.0.2"))
 CPU = Placement(gpus_per_node=4, on_cpu=True, bind_host="127.0.0.1", cpu_cores_per_node=2)
 BASE = EngineOptions(model="/models/tiny")
 KNOBS = replace(
-    BASE, served_model_name="tiny", max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
-    gpu_memory_utilization=0.85, kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
+    BASE, served_model_name="tiny", kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
     extra_args=("--trust-remote-code",),
 )  # fmt: skip
+DEFAULTS = SettingsRequest()  # the engine's own values for everything
+KNOB_SETTINGS = SettingsRequest(max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
+                                gpu_memory_utilization=0.85, block_size=32, enable_prefix_caching=False)
 MOE = replace(BASE, num_redundant_experts=8)
 MOE16 = replace(BASE, num_redundant_experts=16, a2a_backend="deepep_low_latency")
 
@@ -49,6 +55,13 @@ class Case:
     layout: str
     placement: Placement = ONE_NODE
     options: EngineOptions = BASE
+    request: SettingsRequest = DEFAULTS
+
+    def candidate(self, engine: str) -> Candidate:
+        """The layout with the engine's settings: its own defaults for an H100 (or this CPU) where the
+        case asks for nothing."""
+        gpu = load_gpu("cpu" if self.placement.on_cpu else "h100-sxm")
+        return Candidate(parse_layout(self.layout), resolve_settings(engine, gpu, MODEL, self.request))
 
 
 CASES = [
@@ -58,7 +71,7 @@ CASES = [
     Case("tp2pp2-cpu", "tp2pp2", CPU),
     Case("dp2-cpu", "dp2", CPU),
     Case("tp8", "tp8"),
-    Case("tp8-knobs", "tp8", options=KNOBS),
+    Case("tp8-knobs", "tp8", options=KNOBS, request=KNOB_SETTINGS),
     Case("tp4x2", "tp4x2"),
     Case("tp2x4", "tp2x4"),
     Case("tp8pp2-2nodes", "tp8pp2", TWO_NODES),
@@ -133,13 +146,13 @@ def _spec_plan(key: str, engine: str) -> LaunchPlan:
         model = spec.model.model_copy(update={"path": "placeholder/model"})
         spec = spec.model_copy(update={"model": model})
     nodes = tuple(f"10.0.0.{i + 1}" for i in range(spec.hardware.nodes))
-    return compile_layout(spec, parse_layout(layout), engine, nodes).plan
+    return prepare(spec, parse_layout(layout), engine=engine, node_addrs=nodes).plan
 
 
 @cache
 def _vllm_plans() -> dict[str, LaunchPlan]:
     engine = get_engine("vllm")
-    plans = {c.name: engine.launch_plan(parse_layout(c.layout), c.options, c.placement) for c in CASES}
+    plans = {c.name: engine.launch_plan(c.candidate("vllm"), c.options, c.placement) for c in CASES}
     # A spec that fails to compile fails its own test below, not the whole tier.
     for key in SPEC_LAYOUTS:
         with contextlib.suppress(SpecError):
@@ -150,7 +163,7 @@ def _vllm_plans() -> dict[str, LaunchPlan]:
 @cache
 def _sglang_plans() -> dict[tuple[str, str], LaunchPlan]:
     plans = {
-        (flavour, c.name): engine.launch_plan(parse_layout(c.layout), c.options, c.placement)
+        (flavour, c.name): engine.launch_plan(c.candidate("sglang"), c.options, c.placement)
         for flavour, engine in SGLANG_ENGINES.items()
         for c in SGLANG_CASES
     }
@@ -223,9 +236,20 @@ def test_vllm_parser_accepts(case: Case, vllm_results: dict[str, list[dict[str, 
         assert args["headless"] is (role == "headless")
     leader = parsed[0]
     assert leader["port"] == case.placement.base_port
+    # Every resolved setting is stated, and vLLM's own parser reads each one back.
+    settings = case.candidate("vllm").settings
+    for args in parsed:
+        assert (args["max_num_seqs"], args["max_num_batched_tokens"]) == (
+            settings.max_num_seqs, settings.max_num_batched_tokens)
+        assert (args["max_model_len"], args["block_size"]) == (settings.max_model_len, settings.block_size)
+        assert args["enable_chunked_prefill"] is settings.enable_chunked_prefill
+        assert args["enable_prefix_caching"] is settings.enable_prefix_caching
+        if not case.placement.on_cpu:
+            assert args["gpu_memory_utilization"] == settings.gpu_memory_utilization
     if case.options is KNOBS:
         assert leader["max_model_len"] == 4096 and leader["enforce_eager"] is True
         assert leader["kv_cache_dtype"] == "fp8" and leader["gpu_memory_utilization"] == 0.85
+        assert leader["enable_prefix_caching"] is False and leader["block_size"] == 32
 
 
 @pytest.mark.vllm_cpu
@@ -262,13 +286,22 @@ def test_sglang_parser_accepts(
         if case.options.num_redundant_experts:
             assert args["enable_eplb"] is True
             assert args["ep_num_redundant_experts"] == case.options.num_redundant_experts
+        # Every resolved setting is stated, and SGLang's own parser reads each one back (the running
+        # cap over all DP-attention ranks).
+        settings = case.candidate("sglang").settings
+        running = settings.max_num_seqs * (layout.dp if attention_dp else 1)
+        assert (args["max_running_requests"], args["chunked_prefill_size"]) == (
+            running, settings.max_num_batched_tokens)
+        assert (args["context_length"], args["page_size"]) == (settings.max_model_len, settings.block_size)
+        assert args["mem_fraction_static"] == settings.gpu_memory_utilization
+        assert args["disable_radix_cache"] is not settings.enable_prefix_caching
 
 
 @pytest.mark.vllm_cpu
 @pytest.mark.parametrize("key", SPEC_LAYOUTS)
 def test_vllm_parser_accepts_example_specs(key: str, vllm_results: dict[str, list[dict[str, Any]]]) -> None:
     plan = _spec_plan(key, "vllm")  # raises the SpecError a spec that does not compile has
-    layout = parse_layout(plan.layout_str)
+    layout = plan.layout
     for args in _accepted(vllm_results[f"spec:{key}"]):
         assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (layout.tp, layout.pp)
         assert args["data_parallel_size"] == layout.dp and bool(args["enable_expert_parallel"]) == layout.ep
@@ -280,7 +313,7 @@ def test_sglang_parser_accepts_example_specs(
     key: str, sglang_results: dict[str, list[dict[str, Any]]]
 ) -> None:
     plan = _spec_plan(key, "sglang")
-    layout = parse_layout(plan.layout_str)
+    layout = plan.layout
     for args in _accepted(sglang_results[f"sglang/spec:{key}"]):
         assert (args["tp_size"], args["pp_size"]) == (layout.tp * layout.dp, layout.pp)
         assert args["attn_dp_size"] == layout.dp and args["ep_size"] == layout.ep_size

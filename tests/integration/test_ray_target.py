@@ -13,8 +13,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ray_cluster import free_gpus, leftovers, ray_or_skip
 
+from orchestrator.candidate import Candidate
+from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.deploy.base import deployed, free_base_port, port_is_free
 from orchestrator.deploy.ray import RayReplica, RayTarget
+from orchestrator.engines import SettingsRequest, SimOptions, resolve_settings
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, ProcessSpec, ReplicaPlan
 from orchestrator.engines.sim import ENGINE as SIM
 from orchestrator.errors import DeployError, EngineDied
@@ -22,7 +25,7 @@ from orchestrator.layout import parse_layout
 
 pytestmark = pytest.mark.ray
 
-SIM_ARGS = ("--model", "qwen2.5-7b", "--gpu", "h100-sxm", "--startup-s", "0.5", "--max-model-len", "4096")
+SIM_OPTIONS = SimOptions("qwen2.5-7b", "h100-sxm", startup_s=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +39,15 @@ def ray() -> Iterator[Any]:
     ray.shutdown()
 
 
+def _candidate(layout: str) -> Candidate:
+    request = SettingsRequest(max_model_len=4096)
+    settings = resolve_settings("sim", load_gpu("h100-sxm"), load_model("qwen2.5-7b"), request)
+    return Candidate(parse_layout(layout), settings)
+
+
 def _sim_plan(layout: str) -> LaunchPlan:
     where = Placement(base_port=free_base_port(parse_layout(layout).replicas), bind_host="127.0.0.1")
-    return SIM.launch_plan(parse_layout(layout), EngineOptions(model="qwen2.5-7b", sim_args=SIM_ARGS), where)
+    return SIM.launch_plan(_candidate(layout), EngineOptions(model="qwen2.5-7b", sim=SIM_OPTIONS), where)
 
 
 def _replicas(dep: Any) -> list[RayReplica]:
@@ -75,7 +84,8 @@ def test_an_engine_that_dies_is_reported_with_its_log_and_cleaned_up(ray: Any, t
     port = free_base_port(1)
     code = "import sys; print('engine: out of memory'); sys.exit(7)"
     proc = ProcessSpec(argv=("python", "-c", code), ports=(port,))
-    plan = LaunchPlan("sim", "tp2", (ReplicaPlan((proc,), f"http://127.0.0.1:{port}/health", "x"),))
+    replica = ReplicaPlan((proc,), f"http://127.0.0.1:{port}/health", "x")
+    plan = LaunchPlan("sim", _candidate("tp2"), (replica,))
     target = RayTarget(tmp_path, gpus_per_node=8)
     with pytest.raises(EngineDied, match=r"(?s)code 7.*out of memory"), deployed(target, plan, 60):
         pass

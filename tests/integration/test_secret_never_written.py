@@ -15,8 +15,12 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.candidate import Candidate
+from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.deploy.local import LocalProcessTarget
+from orchestrator.engines import SettingsRequest, resolve_settings
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan, SecretEnv
+from orchestrator.layout import parse_layout
 
 SECRET_VAR = "ORCH_TEST_PLANTED_SECRET"
 
@@ -32,6 +36,12 @@ SPEC = {
     "layouts": ["tp1", "tp2"],
     "metadata": {"eval_run_id": "secret-test"},
 }
+
+
+def _candidate(layout: str) -> Candidate:
+    request = SettingsRequest(max_model_len=4096)
+    settings = resolve_settings("sim", load_gpu("h100-sxm"), load_model("qwen2.5-7b"), request)
+    return Candidate(parse_layout(layout), settings)
 
 
 def _orch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -109,7 +119,7 @@ def test_local_target_gives_the_engine_the_value(tmp_path: Path) -> None:
         )
         proc = ProcessSpec(argv=("python", "-c", code, str(proof)),
                            secret_env=(SecretEnv("HF_TOKEN", SECRET_VAR, "hf-token", "token"),))
-        plan = LaunchPlan("sim", "tp1", (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://x/v1"),))
+        plan = LaunchPlan("sim", _candidate("tp1"), (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://x/v1"),))
         target = LocalProcessTarget(tmp_path / "work", term_grace_s=5)
         dep = target.deploy(plan)
         try:

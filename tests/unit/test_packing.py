@@ -185,14 +185,18 @@ def test_placed_to_dict_names_nodes() -> None:
 
 
 def test_a_real_engine_is_pinned_to_its_share() -> None:
-    from orchestrator.engines import get_engine
+    from orchestrator.candidate import Candidate
+    from orchestrator.catalog.loader import load_gpu, load_model
+    from orchestrator.engines import get_engine, resolve_settings
     from orchestrator.engines.base import EngineOptions
 
     # tp4x2 on node1 of a wave whose tp8 holds node0: CUDA_VISIBLE_DEVICES per replica, on node1
     (wave,) = pack([parse_layout("tp8"), parse_layout("tp4x2")], 2, 8)
     where = Placement(("node0", "node1"), 8, base_port=20000, usable_gpus=wave[1].usable_gpus(2))
     for engine in ("vllm", "sglang"):
-        plan = get_engine(engine).launch_plan(parse_layout("tp4x2"), EngineOptions(model="m"), where)
+        settings = resolve_settings(engine, load_gpu("h100-sxm"), load_model("qwen2.5-7b"))
+        candidate = Candidate(parse_layout("tp4x2"), settings)
+        plan = get_engine(engine).launch_plan(candidate, EngineOptions(model="m"), where)
         procs = [p for r in plan.replicas for p in r.processes]
         assert [(p.node_index, p.env_dict["CUDA_VISIBLE_DEVICES"]) for p in procs] == [
             (1, "0,1,2,3"), (1, "4,5,6,7")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import EngineSettings
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.predict import predicted_metrics
@@ -23,14 +24,25 @@ from orchestrator.sim.run import simulate_point
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.load import load_spec
 
+#: One simulated engine's limits as the checks below were written for them.
+LIMITS = {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_tokens": 16}
+
+
+def fixed_settings(max_model_len: int) -> EngineSettings:
+    """The engine settings these checks were written for: a 256-sequence engine with an 8192-token step
+    budget and 90 % of the GPU's memory (stated here, not taken from an engine's defaults)."""
+    return EngineSettings("sim", "fixed for the test", max_num_seqs=256, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9, block_size=16, enable_chunked_prefill=True,
+                          enable_prefix_caching=True, max_model_len=max_model_len)
+
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=8192)
+                    settings=fixed_settings(8192))
 
 
 def _engines(k: int = 1) -> list[EngineCore]:
     cost = layout_cost(INPUTS, parse_layout("tp8"))
-    return [EngineCore(cost, EngineConfig(kv_capacity_tokens=500_000)) for _ in range(k)]
+    return [EngineCore(cost, EngineConfig(kv_capacity_tokens=500_000, **LIMITS)) for _ in range(k)]
 
 
 def _max_in_flight(recs: list[RequestRecord]) -> int:

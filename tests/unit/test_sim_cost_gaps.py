@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import EngineSettings
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
@@ -23,6 +24,17 @@ from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.load import load_spec
 
+#: One simulated engine's limits as the checks below were written for them.
+LIMITS = {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_tokens": 16}
+
+
+def fixed_settings(max_model_len: int) -> EngineSettings:
+    """The engine settings these checks were written for: a 256-sequence engine with an 8192-token step
+    budget and 90 % of the GPU's memory (stated here, not taken from an engine's defaults)."""
+    return EngineSettings("sim", "fixed for the test", max_num_seqs=256, max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.9, block_size=16, enable_chunked_prefill=True,
+                          enable_prefix_caching=True, max_model_len=max_model_len)
+
 ROOT = Path(__file__).resolve().parents[2]
 H100 = load_gpu("h100-sxm")
 LLAMA8B = load_model("llama-3.1-8b")
@@ -30,7 +42,7 @@ LLAMA8B = load_model("llama-3.1-8b")
 
 def _inputs(request_overhead_s: float) -> PlanInputs:
     gpu = replace(H100, request_overhead_s=request_overhead_s)
-    return PlanInputs(cfg=LLAMA8B, gpu=gpu, cluster=Cluster(1, 8), max_model_len=8192)
+    return PlanInputs(cfg=LLAMA8B, gpu=gpu, cluster=Cluster(1, 8), settings=fixed_settings(8192))
 
 
 # -- the per-request overhead ------------------------------------------------------------------------
@@ -90,7 +102,7 @@ def test_closed_loop_client_holds_its_slot_through_the_overhead() -> None:
 
 def test_a_request_too_long_for_the_cache_is_refused_after_the_overhead() -> None:
     cost = layout_cost(_inputs(3e-3), parse_layout("tp1"))
-    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=1000))
+    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=1000, **LIMITS))
     records, summary = closed_loop([eng], [SimRequest("big", 0.0, 5000, 10), SimRequest("ok", 0.0, 100, 1)],
                                    1)
     big, ok = records
@@ -130,10 +142,10 @@ H200 = load_gpu("h200")
 
 def test_mixed_step_charges_mla_decodes_in_the_absorbed_form() -> None:
     inputs = PlanInputs(cfg=DSV3, gpu=H200, cluster=Cluster(1, 8), weight_dtype="fp8",
-                        weight_bytes_per_value=1.0, max_model_len=16384)
+                        weight_bytes_per_value=1.0, settings=fixed_settings(16384))
     cost = layout_cost(inputs, parse_layout("tp8"))
     eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=10**6, max_num_seqs=64,
-                                        max_num_batched_tokens=200_000))
+                                        max_num_batched_tokens=200_000, block_tokens=16))
     for i in range(16):
         eng.add(Seq(f"d{i}", 8000, 100, 0.0))
     eng.complete(eng.schedule())  # all 16 prompts in one step; each has emitted its first token
