@@ -54,7 +54,7 @@ def model_ref(model: ModelSpec, engine: str = "vllm") -> str:
 
     The sim loads no weights, so for it any name will do and nothing is checked on disk.
     """
-    if engine == "sim":
+    if get_engine(engine).simulated:
         return model.path or model.name or model.config_path or "model"
     if model.path:
         ref = model.path
@@ -140,7 +140,7 @@ def engine_options(
         # The spec's engine.env first; variables given here win.
         extra_env=tuple(sorted((dict(engine_spec.env) | dict(extra_env)).items())),
         secret_env=secret_env(spec),
-        sim=sim_options(spec) if name == "sim" else None,
+        sim=sim_options(spec) if get_engine(name).simulated else None,
     )
 
 

@@ -3,7 +3,6 @@ A's outputs too); compare; store. One layout runs at a time, so the two never sh
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -14,13 +13,13 @@ from typing import Protocol
 from orchestrator.compile import placement, prepare
 from orchestrator.consistency.client import served_models
 from orchestrator.consistency.compare import ConsistencyResult, Side, collect, compare
-from orchestrator.deploy.base import deployed, free_base_port
-from orchestrator.deploy.local import LocalProcessTarget
+from orchestrator.deploy.base import free_base_port
+from orchestrator.deploy.targets import make_target
 from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import Layout
-from orchestrator.loadgen.client import ClientConfig
+from orchestrator.pipeline.context import DEFAULT_READY_TIMEOUT_S
 from orchestrator.pipeline.provenance import hardware_seen, new_run_id, orch_version
-from orchestrator.pipeline.sweep import DEFAULT_READY_TIMEOUT_S, _warm_up
+from orchestrator.pipeline.serve import serve
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.targets import LocalTarget
@@ -130,7 +129,7 @@ def _model_root(base_url: str, model: str | None) -> tuple[str, str]:
 def serve_layout(
     spec: SweepSpec, layout: Layout, workdir: Path, timeout_s: float
 ) -> Iterator[tuple[str, str]]:
-    """Deploy one layout on the local target, warm it up, yield (OpenAI base URL, model name)."""
+    """The serve step for one layout on the local target; yields (OpenAI base URL, model name)."""
     if not isinstance(spec.target, LocalTarget):
         raise SpecError(
             f"target.kind: '{spec.target.kind}': consistency deploys on kind: local only "
@@ -139,11 +138,10 @@ def serve_layout(
     where = placement(spec)
     where = replace(where, base_port=free_base_port(max(layout.replicas, 1), where.nodes[0]))
     compiled = prepare(spec, layout, where, to_serve=True)
-    with deployed(LocalProcessTarget(workdir / str(layout)), compiled.plan, timeout_s) as dep:
-        model = compiled.model_name
-        first = dep.endpoints[0].openai_base_url  # replicas are identical servers: one is enough
-        asyncio.run(_warm_up([ClientConfig(first, model)]))
-        yield first, model
+    target = make_target(spec.target, workdir / str(layout), compiled.placement)
+    with serve(target, compiled, timeout_s) as served:
+        # replicas are identical servers: one is enough
+        yield served.deployment.endpoints[0].openai_base_url, compiled.model_name
 
 
 def _labels(layouts: Sequence[Layout]) -> tuple[str, str]:

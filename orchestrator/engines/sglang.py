@@ -138,6 +138,7 @@ class SGLangEngine:
 
     name = "sglang"
     version = VERSION
+    simulated = False
 
     def resolve_settings(
         self, request: SettingsRequest, gpu: GPUSpec, model: ModelConfig

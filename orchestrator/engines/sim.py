@@ -100,6 +100,7 @@ def settings_flags(settings: EngineSettings) -> list[str]:
 class SimEngine:
     name = "sim"
     version = VERSION
+    simulated = True  # its hardware exists only in the cost model
 
     def resolve_settings(
         self, request: SettingsRequest, gpu: GPUSpec, model: ModelConfig

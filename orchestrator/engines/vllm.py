@@ -108,6 +108,7 @@ class VLLMEngine:
 
     name = "vllm"
     version = VERSION
+    simulated = False
 
     def resolve_settings(
         self, request: SettingsRequest, gpu: GPUSpec, model: ModelConfig

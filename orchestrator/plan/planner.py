@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,10 @@ class PlanInputs:
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
     fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
+
+    def with_settings(self, settings: EngineSettings) -> PlanInputs:
+        """These inputs for an engine that runs `settings` (a candidate's own)."""
+        return self if settings == self.settings else replace(self, settings=settings)
 
     @property
     def max_model_len(self) -> int:
