@@ -97,7 +97,8 @@ def engine_kwargs(argv: tuple[str, ...], layout: Layout) -> tuple[str, Obj]:
     return model, kwargs
 
 
-def _served_name(argv: tuple[str, ...], model: str) -> str:
+def served_name(argv: tuple[str, ...], model: str) -> str:
+    """The --served-model-name of an argv, else the model."""
     for i, tok in enumerate(argv):
         if tok == "--served-model-name" and i + 1 < len(argv):
             return argv[i + 1]
@@ -113,7 +114,7 @@ def serve_config(plan: LaunchPlan, layout: Layout) -> Obj:
     # Ray assigns GPUs and addresses per actor; host-side pins and addresses would fight it.
     env = {k: v for k, v in proc.env if k not in DROPPED_ENV | OWN_ADDRESS_ENV}
     llm: Obj = {
-        "model_loading_config": {"model_id": _served_name(proc.argv, model), "model_source": model},
+        "model_loading_config": {"model_id": served_name(proc.argv, model), "model_source": model},
         "engine_kwargs": kwargs,
         # Fixed replicas: the measured layout is x replicas; autoscaling would serve a different one.
         "deployment_config": {

@@ -9,18 +9,15 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from orchestrator.candidate import Candidate
-from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.deploy.local import LocalProcessTarget
-from orchestrator.engines import SettingsRequest, resolve_settings
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan, SecretEnv
-from orchestrator.layout import parse_layout
+from tests.support.cli import orch
+from tests.support.engines import candidate
 
 SECRET_VAR = "ORCH_TEST_PLANTED_SECRET"
 
@@ -38,17 +35,9 @@ SPEC = {
 }
 
 
-def _candidate(layout: str) -> Candidate:
-    request = SettingsRequest(max_model_len=4096)
-    settings = resolve_settings("sim", load_gpu("h100-sxm"), load_model("qwen2.5-7b"), request)
-    return Candidate(parse_layout(layout), settings)
-
 
 def _orch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=300, check=False, env=env,
-    )
+    return orch(*args, env=env)
 
 
 def test_planted_secret_appears_in_no_artifact(tmp_path: Path) -> None:
@@ -119,7 +108,7 @@ def test_local_target_gives_the_engine_the_value(tmp_path: Path) -> None:
         )
         proc = ProcessSpec(argv=("python", "-c", code, str(proof)),
                            secret_env=(SecretEnv("HF_TOKEN", SECRET_VAR, "hf-token", "token"),))
-        plan = LaunchPlan("sim", _candidate("tp1"), (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://x/v1"),))
+        plan = LaunchPlan("sim", candidate("tp1", "sim"), (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://x/v1"),))
         target = LocalProcessTarget(tmp_path / "work", term_grace_s=5)
         dep = target.deploy(plan)
         try:

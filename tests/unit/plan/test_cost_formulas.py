@@ -1,0 +1,114 @@
+"""The cost model's formula fixes (issue 14 item 5), each pinned to a hand calculation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.catalog.types import LinkSpec
+from orchestrator.layout import parse_layout
+from orchestrator.plan.checks import Cluster
+from orchestrator.plan.comm import allreduce_time_s
+from orchestrator.plan.memory import stage_layer_counts
+from orchestrator.plan.params import count_params
+from orchestrator.plan.planner import PlanInputs, layout_cost
+from tests.support.engines import fixed_settings
+
+DSV3 = load_model("deepseek-v3")
+QWEN = load_model("qwen2.5-72b")
+H200 = load_gpu("h200")
+
+
+def _ds(gpu=H200, **kw) -> PlanInputs:  # type: ignore[no-untyped-def]
+    return PlanInputs(cfg=DSV3, gpu=gpu, cluster=Cluster(1, 8), weight_dtype="fp8",
+                      weight_bytes_per_value=1.0, settings=fixed_settings(8192), **kw)
+
+
+def test_mla_decode_attention_in_the_absorbed_form() -> None:
+    cost = layout_cost(_ds(), parse_layout("tp8"))
+    st = cost.stages[0]
+    # Per head and (token, context) pair: prefill 2 (d_qk + d_v) = 2 (192 + 128) = 640 FLOPs; absorbed
+    # decode scores against the 512 latent + 64 rope dims and reads values from the latent: 2 (576 + 512).
+    assert st.attn_flops_per_pair == 2 * 128 * 320 * 61 / 8
+    assert st.decode_attn_flops_per_pair == 2 * 128 * 1088 * 61 / 8
+    assert st.decode_attn_flops_per_pair / st.attn_flops_per_pair == pytest.approx(3.4)
+    # One decode token over 4,096 context tokens: 2*128*1088*61*4096/8 = 8.70e9 FLOPs per GPU, at the
+    # bf16 peak (fp8 weights, no FP8 attention) x 0.5: 17.6 us.
+    attn_s = cost.step(1, 0, 4096).compute_s - cost.step(1, 0, 0).compute_s
+    assert attn_s == pytest.approx(8.699e9 / (989e12 * 0.5), rel=1e-3)
+    assert attn_s * 1e6 == pytest.approx(17.6, abs=0.05)
+    # A prefill's pairs stay in the non-absorbed form.
+    pre = cost.step(1, 0, 4096, prefill_pairs=4096).compute_s - cost.step(1, 0, 0).compute_s
+    assert pre == pytest.approx(attn_s / 3.4)
+
+
+def test_attention_runs_at_the_bf16_peak_unless_fp8_attention() -> None:
+    fp8 = layout_cost(_ds(), parse_layout("tp8"))
+    assert fp8.flops_per_s == 1979e12 * 0.5  # the linear layers use FP8 tensor cores
+    assert fp8.attn_flops_per_s == 989e12 * 0.5  # attention does not, without an FP8 KV cache
+    fp8_attn = layout_cost(_ds(fp8_attention=True), parse_layout("tp8"))
+    assert fp8_attn.attn_flops_per_s == 1979e12 * 0.5
+    slow = fp8.prefill(4096).compute_s
+    fast = fp8_attn.prefill(4096).compute_s
+    st = fp8.stages[0]
+    pairs = 4096 * 4097 / 2
+    attn_flops = st.attn_flops_per_pair * pairs  # 2*128*320*61/8 = 624,640 x 8.39e6 pairs = 5.24e12
+    assert attn_flops == pytest.approx(5.241e12, rel=1e-3)
+    assert slow - fast == pytest.approx(attn_flops / (989e12 * 0.5) - attn_flops / (1979e12 * 0.5))
+
+
+def test_pp_layers_split_as_vllm_splits_them() -> None:
+    # vllm/distributed/utils.py get_pp_indices: even split, the remainder on the stages before the last.
+    assert stage_layer_counts(61, 4) == (15, 15, 16, 15)
+    assert stage_layer_counts(63, 4) == (16, 16, 16, 15)
+    assert stage_layer_counts(80, 3) == (27, 27, 26)
+    assert stage_layer_counts(62, 4) == (15, 16, 16, 15)
+    assert stage_layer_counts(80, 8) == (10,) * 8
+    cost = layout_cost(_ds(), parse_layout("tp2pp4"))
+    # DeepSeek-V3: layers 0-2 dense. Stage 2 holds layers 30-45, 16 MoE layers.
+    assert [st.moe_layers for st in cost.stages] == [12, 15, 16, 15]
+
+
+def test_moe_experts_have_their_own_efficiency() -> None:
+    counts = count_params(DSV3)
+    cost = layout_cost(_ds(), parse_layout("tp8"))
+    assert H200.moe_compute_efficiency == 0.2
+    assert cost.expert_flops_per_s == 1979e12 * 0.2
+    # Expert FLOPs of a 4,096-token prefill on tp8: 2 * 44.04M params per expert * 58 MoE layers / 8
+    # ranks = 638.6 MFLOP per routed token, x 4,096 * 8 routed tokens = 2.09e13, at 1979e12 x 0.2:
+    # 52.9 ms (at the dense 0.5 it would be 21.1 ms).
+    assert counts.routed_expert == 3 * 7168 * 2048
+    expert_flops = 2 * counts.routed_expert * 58 / 8 * 4096 * 8
+    assert expert_flops == pytest.approx(2.0925e13, rel=1e-3)
+    same = layout_cost(_ds(gpu=replace(H200, moe_compute_efficiency=0.5)), parse_layout("tp8"))
+    extra = cost.prefill(4096).compute_s - same.prefill(4096).compute_s
+    assert extra == pytest.approx(expert_flops / (1979e12 * 0.2) - expert_flops / (1979e12 * 0.5))
+    assert extra * 1e3 == pytest.approx(52.9 - 21.1, abs=0.1)
+
+
+def test_fixed_step_overhead_beside_the_bandwidth_term() -> None:
+    gpu = replace(load_gpu("h100-sxm"), step_overhead_s=2e-3)
+    inp = PlanInputs(cfg=QWEN, gpu=gpu, cluster=Cluster(1, 8), settings=fixed_settings(8192))
+    cost = layout_cost(inp, parse_layout("tp8"))
+    for batch in (8, 500):
+        p = cost.step(batch, batch * 1000, batch * 1000)
+        assert p.overhead_s == 2e-3
+        busy = max(p.weight_read_s + p.kv_read_s, p.compute_s)
+        assert p.total_s == pytest.approx(busy + p.tp_comm_s + 2e-3)
+        assert cost.round_s(batch, batch * 1000, batch * 1000, batch) == pytest.approx(p.total_s)
+    # Under PP it is paid once per round, not per micro-batch: tp4pp2 at batch 2 runs 2 micro-batches.
+    pp = layout_cost(inp, parse_layout("tp4pp2"))
+    no_over = layout_cost(replace(inp, gpu=replace(gpu, step_overhead_s=0.0)), parse_layout("tp4pp2"))
+    assert pp.round_s(2, 2000, 2000, 2) - no_over.round_s(2, 2000, 2000, 2) == pytest.approx(2e-3)
+
+
+def test_allreduce_latency_per_collective() -> None:
+    ring = LinkSpec("nvlink", 450e9, 2e-6)
+    custom = replace(ring, allreduce_latency_s=8e-6)
+    size = 16 * 8192 * 2
+    # Ring: 14 hops x 2 us = 28 us + 14/8 * 262,144 B / 450 GB/s = 1.02 us.
+    assert allreduce_time_s(size, 8, ring) * 1e6 == pytest.approx(28 + 1.019, abs=0.01)
+    # A measured 8 us per call replaces the hop latencies.
+    assert allreduce_time_s(size, 8, custom) * 1e6 == pytest.approx(8 + 1.019, abs=0.01)
