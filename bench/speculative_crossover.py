@@ -67,10 +67,11 @@ def main() -> None:
     t0 = time.perf_counter()
     crossing: dict[str, int | None] = {"planner": None, "simulator": None}
     for c in LEVELS:
+        budget = off_in.max_num_batched_tokens
         p_off = decode_estimate(cost, layout, c, context, kv, prompt_tokens=a.input_tokens,
-                                output_tokens=a.output_tokens)
+                                output_tokens=a.output_tokens, step_budget_tokens=budget)
         p_on = decode_estimate(cost, layout, c, context, kv, prompt_tokens=a.input_tokens,
-                               output_tokens=a.output_tokens, spec=spec_cost)
+                               output_tokens=a.output_tokens, step_budget_tokens=budget, spec=spec_cost)
         n = max(4 * c, 32)
         s_off = simulate_point(off_spec, off_in, layout, concurrency=c, num_requests=n).result.metrics
         s_on = simulate_point(on_spec, on_in, layout, concurrency=c, num_requests=n).result.metrics

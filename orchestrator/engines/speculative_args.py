@@ -90,3 +90,16 @@ def sglang_speculative_args(s: SpeculativeSettings) -> tuple[str, ...]:
     argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
              "--speculative-num-draft-tokens", str(k + 1)]
     return tuple(argv)
+
+
+def sim_speculative_args(s: SpeculativeSettings) -> tuple[str, ...]:
+    """The simulated server's flags (sim/server.py): vLLM's JSON, the drafter's catalog name or config
+    for `model`, and the acceptance per position it assumes."""
+    config: dict[str, Any] = {"method": s.method, "num_speculative_tokens": s.num_speculative_tokens}
+    if s.draft_config:
+        config["model"] = s.draft_config
+    if s.method == "ngram":
+        config["prompt_lookup_min"], config["prompt_lookup_max"] = ngram_lookup(s)
+    rates = ",".join(repr(a) for a in s.acceptance)
+    return ("--speculative-config", json.dumps(config, sort_keys=True, separators=(",", ":")),
+            "--speculative-acceptance", rates)

@@ -19,7 +19,7 @@ The drafter, as vLLM 0.33 builds it (vllm/v1/spec_decode/llm_base_proposer.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from orchestrator.catalog.loader import load_model
@@ -43,6 +43,7 @@ class SpeculativeSettings:
     shares_lm_head: bool = False
     draft_weight_dtype: str | None = None  # None: the model's own (MTP is quantized as the model)
     draft_path: str | None = None  # weights for real engines
+    draft_config: str | None = None  # the drafter's catalog name or config.json (the simulator reads it)
     draft_revision: str | None = None
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
@@ -71,16 +72,35 @@ class SpeculativeSettings:
         return f"{self.method} k={self.num_speculative_tokens}"
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field (the drafter's shapes too, so a stored run plans again as it ran), plus the
+        derived tokens per step for people reading it."""
         return {
             "method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
             "acceptance": list(self.acceptance),
             "expected_accepted_tokens": self.expected_accepted_tokens,
             "tokens_per_step": self.tokens_per_step,
-            "drafter": self.drafter.name if self.drafter else None, "drafter_copies": self.drafter_copies,
+            "drafter": asdict(self.drafter) if self.drafter else None, "drafter_copies": self.drafter_copies,
             "shares_embedding": self.shares_embedding, "shares_lm_head": self.shares_lm_head,
             "draft_weight_dtype": self.draft_weight_dtype, "draft_path": self.draft_path,
+            "draft_revision": self.draft_revision, "draft_config": self.draft_config,
             "prompt_lookup_min": self.prompt_lookup_min, "prompt_lookup_max": self.prompt_lookup_max,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpeculativeSettings:
+        """The inverse of to_dict (a stored run's setting)."""
+        drafter = d.get("drafter")
+        return cls(
+            method=str(d["method"]), num_speculative_tokens=int(d["num_speculative_tokens"]),
+            acceptance=tuple(float(a) for a in d["acceptance"]),
+            drafter=ModelConfig(**drafter) if isinstance(drafter, dict) else None,
+            drafter_copies=int(d.get("drafter_copies", 1)),
+            shares_embedding=bool(d.get("shares_embedding")), shares_lm_head=bool(d.get("shares_lm_head")),
+            draft_weight_dtype=d.get("draft_weight_dtype"), draft_path=d.get("draft_path"),
+            draft_revision=d.get("draft_revision"), draft_config=d.get("draft_config"),
+            prompt_lookup_min=d.get("prompt_lookup_min"),
+            prompt_lookup_max=d.get("prompt_lookup_max"),
+        )
 
 
 def uniform_acceptance(tokens_per_step: float, k: int) -> float:
@@ -152,7 +172,7 @@ def _eagle3(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSetti
         )
     return SpeculativeSettings("eagle3", k, spec.acceptance_for(k), head, shares_embedding=True,
                                draft_weight_dtype=draft.weight_dtype, draft_path=draft.path,
-                               draft_revision=draft.revision)
+                               draft_revision=draft.revision, draft_config=draft.name or draft.config_path)
 
 
 def _draft_model(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSettings:
@@ -167,7 +187,7 @@ def _draft_model(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> Speculative
         )
     return SpeculativeSettings("draft_model", k, spec.acceptance_for(k), model,
                                draft_weight_dtype=draft.weight_dtype, draft_path=draft.path,
-                               draft_revision=draft.revision)
+                               draft_revision=draft.revision, draft_config=draft.name or draft.config_path)
 
 
 def speculative_options(spec: SpeculativeSpec, cfg: ModelConfig) -> tuple[SpeculativeSettings, ...]:
@@ -175,6 +195,8 @@ def speculative_options(spec: SpeculativeSpec, cfg: ModelConfig) -> tuple[Specul
     refuses."""
     out = []
     for k in spec.token_counts:
+        if k == 0:
+            continue  # without speculation (speculative_choices)
         if spec.method == "mtp":
             out.append(_mtp(spec, cfg, k))
         elif spec.method == "eagle3":
@@ -188,15 +210,22 @@ def speculative_options(spec: SpeculativeSpec, cfg: ModelConfig) -> tuple[Specul
     return tuple(out)
 
 
+def speculative_choices(spec: SpeculativeSpec,
+                        cfg: ModelConfig) -> tuple[SpeculativeSettings | None, ...]:
+    """One choice per k the spec lists, in its order; k = 0 (only in a list) is None: no speculation."""
+    options = iter(speculative_options(spec, cfg))
+    return tuple(None if k == 0 else next(options) for k in spec.token_counts)
+
+
 def single_speculative(spec: SpeculativeSpec | None, cfg: ModelConfig) -> SpeculativeSettings | None:
     """The one setting a single engine runs; a list of k is a search (`orch sweep`), not one engine."""
     if spec is None:
         return None
-    options = speculative_options(spec, cfg)
+    options = speculative_choices(spec, cfg)
     if len(options) > 1:
         raise SpecError(
             f"{FIELD}.num_speculative_tokens: {list(spec.token_counts)} is a list, and one engine runs one "
-            "value; give one k here (a sweep searches a list once settings are candidates)"
+            "value; give one k here (`orch sweep` searches a list)"
         )
     return options[0]
 

@@ -161,17 +161,44 @@ class SecretRef(SpecModel):
     )
 
 
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+#: Engine settings a spec may list (a sweep searches their combinations); the rest take one value.
+SETTING_LISTS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
+                 "enable_chunked_prefill", "enable_prefix_caching")
+ONE_VALUE = ("name", "version", "enforce_eager", "time_scale", "sim_scheduler", "num_redundant_experts",
+             "runtime_reserve_bytes", "startup_s")
+
+
 class EngineSpec(SpecModel):
     """The serving engine and its settings."""
 
     name: Literal["vllm", "sglang", "sim"] = Field("sim", description="Engine: vllm, sglang or sim.")
     version: str | None = Field(None, description="Expected engine version; checked when given.")
-    gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (0 < x <= 1)."
+    # Unset settings take the engine's own default for the GPU and version (engines/settings.py). Each may
+    # be a list: a sweep judges every combination with every layout (docs/speculative.md, "settings").
+    gpu_memory_utilization: Fraction | list[Fraction] | None = Field(
+        None, description="Fraction of GPU memory the engine may use (0 < x <= 1); default: "
+        "the engine's (vLLM 0.92; SGLang's --mem-fraction-static rule for the GPU).",
     )
-    max_num_seqs: int | None = Field(None, gt=0, le=MAX_COUNT, description="Maximum sequences in one batch.")
-    max_num_batched_tokens: int | None = Field(
-        None, gt=0, le=MAX_TOKENS, description="Maximum tokens in one step."
+    max_num_seqs: Count | list[Count] | None = Field(
+        None, description="Maximum sequences in one batch of one engine; default: the engine's for the GPU.",
+    )
+    max_num_batched_tokens: Tokens | list[Tokens] | None = Field(
+        None,
+        description="Maximum tokens in one step (SGLang: the chunked-prefill size); default: the engine's.",
+    )
+    block_size: Tokens | list[Tokens] | None = Field(
+        None, description="Tokens per KV-cache block (SGLang: page size); default: the engine's.",
+    )
+    enable_chunked_prefill: bool | list[bool] | None = Field(
+        None,
+        description="Split long prompts over steps within the token budget; default: the engine's (on).",
+    )
+    enable_prefix_caching: bool | list[bool] | None = Field(
+        None, description="Reuse the KV of shared prompt prefixes (SGLang: the radix cache); default: the "
+        "engine's (on).",
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
     extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")
@@ -211,6 +238,28 @@ class EngineSpec(SpecModel):
         description="Speculative decoding: method, tokens drafted per step, acceptance "
         "(docs/speculative.md).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_value(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in ONE_VALUE:
+                if isinstance(data.get(name), list):
+                    raise ValueError(
+                        f"{name}: one value, not a list ({name} is fixed for a sweep; lists are for "
+                        f"{', '.join(SETTING_LISTS)} and speculative.num_speculative_tokens)"
+                    )
+        return data
+
+    @field_validator(*SETTING_LISTS)
+    @classmethod
+    def _setting_list(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list: give one value or several to compare")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{value} lists a value twice")
+        return value
 
     @field_validator("env")
     @classmethod

@@ -58,7 +58,7 @@ class SpeculativeSpec(SpecModel):
     )
     num_speculative_tokens: int | list[int] = Field(
         description=f"Tokens drafted per step, k (1..{MAX_SPECULATIVE_TOKENS}); a list is searched like any "
-        "engine setting.",
+        "engine setting, and 0 in it is a candidate without speculation.",
     )
     acceptance_rate: float | list[float] = Field(
         description="Per-position acceptance: the chance a drafted token is accepted when the ones before "
@@ -91,11 +91,12 @@ class SpeculativeSpec(SpecModel):
         values = value if isinstance(value, list) else [value]
         if not values:
             raise ValueError("give at least one value")
+        lowest = 0 if len(values) > 1 else 1  # 0 in a list: compare without speculation
         for k in values:
-            if not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+            if not lowest <= k <= MAX_SPECULATIVE_TOKENS:
                 raise ValueError(
-                    f"{k} is out of range: 1..{MAX_SPECULATIVE_TOKENS} tokens drafted per step "
-                    "(vLLM and SGLang need at least 1)"
+                    f"{k} is out of range: {lowest}..{MAX_SPECULATIVE_TOKENS} tokens drafted per step "
+                    "(vLLM and SGLang need at least 1; 0 only in a list, for without speculation)"
                 )
         if len(set(values)) != len(values):
             raise ValueError(f"{values} lists a value twice")
@@ -126,7 +127,7 @@ class SpeculativeSpec(SpecModel):
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeSpec:
         k_max = max(self.token_counts)
-        if isinstance(self.acceptance_rate, list) and len(self.acceptance_rate) != k_max:
+        if isinstance(self.acceptance_rate, list) and len(self.acceptance_rate) != k_max and k_max:
             raise ValueError(
                 f"acceptance_rate lists {len(self.acceptance_rate)} positions, but num_speculative_tokens "
                 f"goes up to {k_max}: give one per position, or one number for all"

@@ -23,6 +23,7 @@ from orchestrator.plan.planner import (
 from orchestrator.plan.speculative import SpeculativeSettings, single_speculative, speculative_options
 from orchestrator.spec.load import load_spec_lines
 from orchestrator.spec.speculative import SpeculativeSpec
+from tests.support.engines import fixed_settings
 
 LLAMA70 = load_model("llama-3.1-70b")
 H100 = load_gpu("h100-sxm")
@@ -33,8 +34,9 @@ def _spec(**kw: object) -> SpeculativeSpec:
 
 
 def _inputs(cfg=LLAMA70, **spec: object) -> PlanInputs:  # type: ignore[no-untyped-def]
-    settings = single_speculative(_spec(**spec), cfg) if spec else None
-    return PlanInputs(cfg=cfg, gpu=H100, cluster=Cluster(1, 8), max_model_len=8192, speculative=settings)
+    speculative = single_speculative(_spec(**spec), cfg) if spec else None
+    settings = replace(fixed_settings(8192), speculative=speculative)
+    return PlanInputs(cfg=cfg, gpu=H100, cluster=Cluster(1, 8), settings=settings)
 
 
 def test_expected_accepted_tokens_are_the_sum_of_prefix_products() -> None:
@@ -110,8 +112,8 @@ def test_speculation_pays_at_batch_one_and_loses_at_a_large_batch() -> None:
     assert tpot_on[512] > tpot_off[512]  # compute-bound: verifying k+1 per sequence costs k+1
     # The planner's decode estimate says the same through the same formula.
     kv = kv_capacity_tokens(off, cost)[0]
-    est_off = decode_estimate(cost, layout, 1, context, kv)
-    est_on = decode_estimate(cost, layout, 1, context, kv, spec=spec)
+    est_off = decode_estimate(cost, layout, 1, context, kv, step_budget_tokens=8192)
+    est_on = decode_estimate(cost, layout, 1, context, kv, step_budget_tokens=8192, spec=spec)
     assert est_on.tokens_per_step == pytest.approx(spec.tokens_per_step)
     assert est_on.tpot_ms == pytest.approx(est_on.itl_ms / spec.tokens_per_step)
     assert est_on.itl_ms > est_off.itl_ms  # a step is longer ...
@@ -154,10 +156,9 @@ def test_a_drafters_weights_and_kv_take_cache_room() -> None:
 
 def test_mtp_shares_embedding_and_head() -> None:
     ds = replace(load_model("deepseek-v3"))
+    mtp = single_speculative(_spec(method="mtp", num_speculative_tokens=1, acceptance_rate=0.8), ds)
     inputs = PlanInputs(cfg=ds, gpu=load_gpu("h200"), cluster=Cluster(1, 8), weight_dtype="fp8",
-                        weight_bytes_per_value=1.0, max_model_len=8192,
-                        speculative=single_speculative(
-                            _spec(method="mtp", num_speculative_tokens=1, acceptance_rate=0.8), ds))
+                        weight_bytes_per_value=1.0, settings=replace(fixed_settings(8192), speculative=mtp))
     cost = layout_cost(inputs, parse_layout("tp8"))
     spec = speculative_cost(inputs, cost)
     assert spec is not None and spec.draft is not None

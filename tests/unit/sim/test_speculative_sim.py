@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -18,6 +19,7 @@ from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.speculative import burst_sizes, steps_to_emit, tokens_after
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.speculative import SpeculativeSpec
+from tests.support.engines import LIMITS, fixed_settings
 
 CFG = load_model("llama-3.1-70b")
 
@@ -27,8 +29,8 @@ def _inputs(acceptance: float | None = 0.5, k: int = 4, method: str = "ngram") -
     if acceptance is not None:
         spec = single_speculative(SpeculativeSpec.model_validate(
             {"method": method, "num_speculative_tokens": k, "acceptance_rate": acceptance}), CFG)
-    return PlanInputs(cfg=CFG, gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8), max_model_len=8192,
-                      speculative=spec)
+    return PlanInputs(cfg=CFG, gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
+                      settings=replace(fixed_settings(8192), speculative=spec))
 
 
 @given(rate=st.floats(1.0, 9.0), phase=st.floats(0.0, 0.999), tokens=st.integers(1, 5000))
@@ -65,7 +67,7 @@ def test_preemption_keeps_the_token_count_exact() -> None:
     layout = parse_layout("tp4")
     cost = layout_cost(inputs, layout)
     spec = speculative_cost(inputs, cost)
-    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=3000, speculative=spec))
+    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=3000, **LIMITS, speculative=spec))
     reqs = [SimRequest(str(i), 0.0, 400, 300) for i in range(12)]
     recs, summary = simulate([eng], reqs)
     assert summary.preemptions > 0
