@@ -210,6 +210,7 @@ def sweep_command(
         transient=True,
     ) as progress:
         sweep = Sweep(spec, store, _Display(progress), spec_path=shown_path, options=options, run_id=run_id)
+        console.print(f"sweep: {sweep.announcement()}", highlight=False)
         try:
             result = sweep.run()
         except KeyboardInterrupt:

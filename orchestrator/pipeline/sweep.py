@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator.candidate import Candidate
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.loadgen.metrics import finite
-from orchestrator.pipeline.candidates import leading_settings, sweep_candidates
+from orchestrator.pipeline.candidates import announcement, leading_settings, sweep_candidates
 from orchestrator.pipeline.capacity import load_axis, load_grid
 from orchestrator.pipeline.context import (
     DEFAULT_READY_TIMEOUT_S,
@@ -83,6 +83,11 @@ class Sweep:
     @property
     def served(self) -> bool:
         return self.ctx.served
+
+    def announcement(self) -> str:
+        """How many candidates and about how long, said before the sweep starts."""
+        grid = load_grid(self.ctx.spec.workload, self.ctx.opts.rates)
+        return announcement(self.ctx.spec, candidates_of(self.ctx), served=self.ctx.served, grid=grid)
 
     def run(self) -> SweepResult:
         return run_sweep(self.ctx, self.spec_path)

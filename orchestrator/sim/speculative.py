@@ -52,12 +52,9 @@ def steps_to_emit(tokens: int, rate: float, phase: float) -> int:
 
 def burst_sizes(steps: int, rate: float, phase: float, cap: int) -> list[int]:
     """Tokens of each of `steps` decode steps, the total capped at `cap` (the request's max_tokens left)."""
-    out, before = [], 0
-    for n in range(1, steps + 1):
-        now = min(tokens_after(n, rate, phase), cap)
-        out.append(now - before)
-        before = now
-    return out
+    floor = math.floor
+    totals = [min(floor(n * rate + phase), cap) for n in range(1, steps + 1)]
+    return [b - a for a, b in zip((0, *totals), totals, strict=False)]
 
 
 @dataclass

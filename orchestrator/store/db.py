@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -122,7 +122,7 @@ class ConsistencyRow:
 
 
 def record_to_json(rec: RequestRecord) -> str:
-    return json.dumps(asdict(rec), separators=(",", ":"))
+    return json.dumps(rec.to_dict(), separators=(",", ":"))
 
 
 def record_from_json(text: str) -> RequestRecord:

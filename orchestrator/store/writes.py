@@ -11,7 +11,6 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from orchestrator.loadgen.records import RequestRecord
@@ -138,7 +137,7 @@ class Writes:
             "passed": passed,
             "verdict": verdict,
             "metrics": metrics,
-            "records": [asdict(r) for r in records],
+            "records": [r.to_dict() for r in records],
             "created_at": time.time(),
         }
         self._write(run_id, "add_point", _jsonable(args))
