@@ -23,6 +23,7 @@ from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
 from orchestrator.engines.sglang import SGLangEngine
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
+from orchestrator.plan.speculative import SpeculativeSettings
 from orchestrator.spec import load_spec
 from tests.support.paths import LAYOUTS
 
@@ -41,6 +42,10 @@ DEFAULTS = SettingsRequest()  # the engine's own values for everything
 KNOB_SETTINGS = SettingsRequest(max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
                                 gpu_memory_utilization=0.85, block_size=32, enable_prefix_caching=False)
 MODEL = load_model("qwen2.5-7b")
+# Speculative decoding as orch compiles it (engines/speculative_args.py): n-gram, and an EAGLE-3 head.
+NGRAM = SettingsRequest(speculative=SpeculativeSettings("ngram", 4, (0.6,) * 4))
+EAGLE3 = SettingsRequest(speculative=SpeculativeSettings("eagle3", 3, (0.7,) * 3,
+                                                         draft_path="/models/eagle3-head"))
 MOE = replace(BASE, num_redundant_experts=8)
 MOE16 = replace(BASE, num_redundant_experts=16, a2a_backend="deepep_low_latency")
 
@@ -77,6 +82,9 @@ CASES = [
     Case("tp2dp4-dense", "tp2dp4"),
     Case("dp16-2nodes", "dp16", TWO_NODES),
     Case("dp16ep-2nodes", "dp16ep", TWO_NODES, MOE16),
+    Case("tp8-ngram", "tp8", request=NGRAM),
+    Case("tp4x2-eagle3", "tp4x2", request=EAGLE3),
+    Case("tp1-ngram-cpu", "tp1", CPU, request=NGRAM),
 ]
 SGLANG_ENGINES = {"sglang": get_engine("sglang"), "sglang-legacy": SGLangEngine(legacy_dp_attention=True)}
 SGLANG_CASES = [

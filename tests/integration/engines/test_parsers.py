@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from orchestrator.engines.sglang import PROGRAM as SGLANG_PROGRAM
+from orchestrator.engines.speculative_args import SGLANG_ALGORITHM, SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS
 from orchestrator.engines.vllm import PROGRAM as VLLM_PROGRAM
 from orchestrator.layout import Layout, parse_layout
 from tests.support.engine_cases import (
@@ -107,6 +108,13 @@ def test_vllm_parser_accepts(case: Case, vllm_results: dict[str, list[dict[str, 
         assert args["enable_prefix_caching"] is settings.enable_prefix_caching
         if not case.placement.on_cpu:
             assert args["gpu_memory_utilization"] == settings.gpu_memory_utilization
+    spec = settings.speculative
+    for args in parsed:  # speculative decoding: vLLM reads orch's JSON back as a mapping
+        config = args["speculative_config"]
+        assert (config is None) == (spec is None)
+        if spec is not None:
+            assert (config["method"], config["num_speculative_tokens"]) == (
+                spec.method, spec.num_speculative_tokens)
     if case.options is KNOBS:
         assert leader["max_model_len"] == 4096 and leader["enforce_eager"] is True
         assert leader["kv_cache_dtype"] == "fp8" and leader["gpu_memory_utilization"] == 0.85
@@ -156,6 +164,14 @@ def test_sglang_parser_accepts(
         assert (args["context_length"], args["page_size"]) == (settings.max_model_len, settings.block_size)
         assert args["mem_fraction_static"] == settings.gpu_memory_utilization
         assert args["disable_radix_cache"] is not settings.enable_prefix_caching
+        spec = settings.speculative
+        if spec is not None:  # a chain of k drafts; SGLang's 48-request cap stated (as settings say)
+            assert args["speculative_algorithm"] == SGLANG_ALGORITHM[spec.method]
+            assert args["speculative_num_draft_tokens"] == spec.num_speculative_tokens + 1
+            assert args["speculative_eagle_topk"] == 1
+            assert settings.max_num_seqs == SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS
+        else:
+            assert args["speculative_algorithm"] is None
 
 
 @pytest.mark.vllm_cpu

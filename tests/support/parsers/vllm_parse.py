@@ -20,7 +20,7 @@ FIELDS = (
     "node_rank", "master_addr", "master_port", "distributed_executor_backend", "host", "port",
     "max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "kv_cache_dtype",
     "quantization", "enforce_eager", "served_model_name", "block_size", "enable_chunked_prefill",
-    "enable_prefix_caching",
+    "enable_prefix_caching", "speculative_config",
 )
 
 
