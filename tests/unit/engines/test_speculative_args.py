@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from orchestrator.engines import EngineOptions, Placement, SettingsRequest, SimOptions, get_engine
 from orchestrator.engines.speculative_args import (
     SGLANG_ALGORITHM,
     sglang_speculative_args,
@@ -14,6 +15,8 @@ from orchestrator.engines.speculative_args import (
 )
 from orchestrator.errors import SpecError
 from orchestrator.plan.speculative import SpeculativeSettings
+from orchestrator.sim.server import parse_args, server_from_args
+from tests.support.engines import candidate
 
 
 def _s(method: str, k: int = 3, **kw: object) -> SpeculativeSettings:
@@ -58,3 +61,21 @@ def test_sglang_drafts_a_chain_of_k() -> None:
 def test_sglang_has_no_prompt_lookup_bounds() -> None:
     with pytest.raises(SpecError, match="prompt_lookup_min: vLLM's prompt-lookup bounds"):
         sglang_speculative_args(_s("ngram", prompt_lookup_min=2))
+
+
+def test_every_engines_launch_plan_carries_the_setting() -> None:
+    request = SettingsRequest(speculative=SpeculativeSettings("ngram", 4, (0.6, 0.5, 0.5, 0.4)))
+    opts = EngineOptions(model="qwen2.5-7b", sim=SimOptions("qwen2.5-7b", "h100-sxm"))
+    argv = {}
+    for engine in ("vllm", "sglang", "sim"):
+        plan = get_engine(engine).launch_plan(candidate("tp2", engine, request=request), opts, Placement())
+        argv[engine] = plan.replicas[0].processes[0].argv
+    vllm = argv["vllm"]
+    assert json.loads(vllm[vllm.index("--speculative-config") + 1])["num_speculative_tokens"] == 4
+    assert "NGRAM" in argv["sglang"] and "--speculative-num-draft-tokens" in argv["sglang"]
+    # The simulated server reads its flags back into the same setting (sim/server.py).
+    sim = argv["sim"]
+    server = server_from_args(parse_args(list(sim[sim.index("orchestrator.sim.server") + 1:])))
+    spec = server.engines[0].spec
+    assert spec is not None and spec.settings.acceptance == (0.6, 0.5, 0.5, 0.4)
+    assert spec.settings.method == "ngram" and spec.k == 4
