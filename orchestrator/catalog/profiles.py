@@ -14,7 +14,7 @@ a profile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,9 @@ class Profile:
     engine: str
     constants: dict[str, float]  # flat dotted keys
     source: str
+    # Speculative decoding's acceptance per position as measured (orch calibrate), by method; what a spec
+    # of the same method predicts with instead of its assumed acceptance_rate (docs/speculative.md).
+    acceptance: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 def profile_names() -> list[str]:
@@ -72,7 +75,26 @@ def load_profile(ref: str) -> Profile:
             raise SpecError(f"{path}: calibration profile misses {key!r}")
     constants = flatten_constants(data["constants"] or {}, f"{path}: constants")
     return Profile(name=path.stem, gpu=canonical_gpu(str(data["gpu"])), engine=str(data["engine"]),
-                   constants=constants, source=str(data.get("source", str(path))))
+                   constants=constants, source=str(data.get("source", str(path))),
+                   acceptance=_acceptance(data.get("acceptance"), path))
+
+
+def _acceptance(raw: Any, path: Path) -> dict[str, tuple[float, ...]]:
+    """The profile's measured acceptance: {method: [rate per position]}, each rate in [0, 1]."""
+    if raw is None:
+        return {}
+    bad = SpecError(f"{path}: acceptance: a mapping of method to rates per position in [0, 1], e.g. "
+                    "{ngram: [0.3, 0.85]}")
+    if not isinstance(raw, dict):
+        raise bad
+    out = {}
+    for method, rates in raw.items():
+        if (not isinstance(rates, list) or not rates
+                or not all(isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a <= 1
+                           for a in rates)):
+            raise bad
+        out[str(method)] = tuple(float(a) for a in rates)
+    return out
 
 
 def default_profile(gpu: str, engine: str) -> Profile | None:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.calibrate.acceptance import fit_acceptance, stored_records
 from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
 from orchestrator.catalog.profiles import write_profile
 from orchestrator.cli import app, make_console, print_table
@@ -77,17 +78,29 @@ def calibrate_command(
     try:
         runs = [resolve_run(store, ref) for ref in runs]  # ids, unique prefixes or latest, as elsewhere
         points = points_from_store(store, runs)
+        acceptance = fit_acceptance(stored_records(store, runs))  # speculative decoding, if measured
     finally:
         store.close()
     console = make_console(stderr=as_json)
     with console.status("fitting (each step simulates every measured point)"):
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
                   metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)
+    extra = profile_extra(cal, runs)
+    if acceptance:
+        extra["acceptance"] = {m: [round(x, 4) for x in f.per_position] for m, f in acceptance.items()}
     if out:
         write_profile(out, gpu=cal.gpu, engine=cal.engine, constants=cal.fitted,
-                      source=f"orch calibrate {' '.join(runs)}", extra=profile_extra(cal, runs))
+                      source=f"orch calibrate {' '.join(runs)}", extra=extra)
     if as_json:
         typer.echo(json.dumps({"gpu": cal.gpu, "engine": cal.engine, "start": cal.start, "fitted": cal.fitted,
-                               **profile_extra(cal, runs)["fit"], "out": out}, indent=2))
+                               **extra["fit"], "acceptance": {m: f.to_dict() for m, f in acceptance.items()},
+                               "out": out}, indent=2))
         return
     _print(cal, out, console)
+    for f in acceptance.values():
+        console.print(
+            f"  speculative {f.method}: {f.tokens_per_step:.2f} tokens per step measured over {f.points} "
+            f"points, {f.assumed_tokens_per_step:.2f} assumed; acceptance per position "
+            f"[{', '.join(f'{x:.3f}' for x in f.per_position)}] ({f.form})"
+            + (" -> written to the profile: a spec naming it predicts with these" if out else ""),
+            highlight=False)

@@ -21,6 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.loadgen.engine_metrics import fetch_text
+from orchestrator.plan.speculative import SpeculativeSettings
+
 _COUNTERS = {
     "vllm:spec_decode_num_drafts_total": "drafts",
     "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
@@ -110,6 +113,7 @@ class MeasuredAcceptance:
             "decode_steps": self.decode_steps, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens, "per_position": list(self.per_position),
             "tokens_per_step": self.tokens_per_step, "draft_acceptance_rate": self.draft_acceptance_rate,
+            "accepted_at": list(self.accepted_at),
         }
 
 
@@ -152,3 +156,49 @@ def measured_acceptance(before: SpecDecodeCounters, after: SpecDecodeCounters) -
         for i in range(n)
     ]
     return _acceptance(steps, drafts, after.draft_tokens - before.draft_tokens, accepted, hits)
+
+
+def summed(parts: list[SpecDecodeCounters]) -> SpecDecodeCounters | None:
+    """Several endpoints' counters (replicas) as one."""
+    if not parts:
+        return None
+    n = max(len(p.accepted_per_position) for p in parts)
+    lengths = [p.sglang_accept_length for p in parts if p.sglang_accept_length is not None]
+    return SpecDecodeCounters(
+        drafts=sum(p.drafts for p in parts), draft_tokens=sum(p.draft_tokens for p in parts),
+        accepted=sum(p.accepted for p in parts), generated=sum(p.generated for p in parts),
+        finished=sum(p.finished for p in parts),
+        accepted_per_position=tuple(sum(p.accepted_per_position[i] for p in parts
+                                        if i < len(p.accepted_per_position)) for i in range(n)),
+        sglang_accept_length=sum(lengths) / len(lengths) if lengths else None,
+    )
+
+
+async def scrape_counters(metrics_urls: list[str]) -> SpecDecodeCounters | None:
+    """Every endpoint's /metrics page read and summed; None when none exports speculative decoding
+    or none answers (a point is never lost to its acceptance)."""
+    parts = []
+    for url in metrics_urls:
+        try:
+            found = parse_spec_decode(await fetch_text(url))
+        except OSError:
+            continue
+        if found is not None:
+            parts.append(found)
+    return summed(parts)
+
+
+def acceptance_record(assumed: SpeculativeSettings, before: SpecDecodeCounters | None,
+                      after: SpecDecodeCounters | None) -> dict[str, Any]:
+    """What a load point stores about acceptance: the setting's assumed per-position rates and what the
+    engine counted over the point (vLLM: per position; SGLang: tokens per step only)."""
+    out: dict[str, Any] = {"method": assumed.method, "k": assumed.num_speculative_tokens,
+                           "assumed": list(assumed.acceptance),
+                           "assumed_tokens_per_step": assumed.tokens_per_step}
+    if before is not None and after is not None:
+        measured = measured_acceptance(before, after)
+        if measured is not None:
+            out["measured"] = measured.to_dict()
+        elif after.sglang_accept_length is not None:
+            out["measured"] = {"tokens_per_step": after.sglang_accept_length}
+    return out

@@ -6,6 +6,7 @@ side-by-side wave; only the point function differs."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,9 +14,10 @@ from typing import Any, Protocol
 
 from orchestrator.candidate import Candidate
 from orchestrator.loadgen.bench import LoadPoint, PointResult
-from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
+from orchestrator.loadgen.engine_metrics import metrics_url, series_to_dict, summarize_series
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
+from orchestrator.loadgen.spec_decode_metrics import acceptance_record, scrape_counters
 from orchestrator.loadgen.spec_workload import slo_bounds
 from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
@@ -92,6 +94,8 @@ def virtual_point_fn(ctx: SweepContext, candidate: Candidate) -> PointFn:
                "virtual_s": s.virtual_s}
         series = series_to_dict(list(s.engine_samples), interval_s)
         extra = {"measured_in": "virtual time", "sim": sim, "engine": summarize_series(series)}
+        if candidate.settings.speculative is not None:  # the simulator runs the assumed acceptance
+            extra["speculative"] = acceptance_record(candidate.settings.speculative, None, None)
         return Measured(sp.result, extra, series)
 
     return run
@@ -105,8 +109,13 @@ def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, ben
 
     inputs = ctx.inputs.with_settings(candidate.settings)
 
+    speculative = candidate.settings.speculative
+    urls = [metrics_url(c.base_url) for c in served.clients]
+
     def run(load: float, k: int) -> Measured:
         point, n = load_point(ctx.spec.workload, load), ctx.opts.num_requests
+        # The engines' acceptance counters around the point (loadgen/spec_decode_metrics.py).
+        before = asyncio.run(scrape_counters(urls)) if speculative is not None else None
         result, series = bench.point(point, n, k)
         served.check_alive()
         extra = {
@@ -115,6 +124,8 @@ def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, ben
             "engine": summarize_series(series),
             **(beside or {}),
         }
+        if speculative is not None:
+            extra["speculative"] = acceptance_record(speculative, before, asyncio.run(scrape_counters(urls)))
         return Measured(result, extra, series)
 
     return run

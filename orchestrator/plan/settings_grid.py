@@ -15,9 +15,10 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.catalog.profiles import spec_profile
 from orchestrator.catalog.types import ModelConfig
 from orchestrator.engines.settings import SettingsRequest, speculative_label
-from orchestrator.plan.speculative import SpeculativeSettings, speculative_choices
+from orchestrator.plan.speculative import SpeculativeSettings, speculative_choices, with_measured_acceptance
 from orchestrator.spec.models import SETTING_LISTS, SweepSpec
 
 SPECULATIVE = "speculative"
@@ -43,14 +44,29 @@ def _first(value: Any) -> Any:
     return value[0] if isinstance(value, list) else value
 
 
+def choices(spec: SweepSpec, cfg: ModelConfig) -> tuple[SpeculativeSettings | None, ...]:
+    """The spec's speculative settings, one per k, with the acceptance its calibration profile measured
+    for the method in place of the assumed one (orch calibrate; docs/speculative.md)."""
+    sp = spec.engine.speculative
+    if sp is None:
+        return (None,)
+    found = speculative_choices(sp, cfg)
+    hw = spec.hardware
+    profile, _ = spec_profile(hw.calibration, hw.gpu, spec.engine.name)
+    measured = profile.acceptance.get(sp.method) if profile is not None else None
+    if measured is None:
+        return found
+    return tuple(None if s is None else with_measured_acceptance(s, measured) for s in found)
+
+
 def setting_axes(spec: SweepSpec, cfg: ModelConfig) -> tuple[Axis, ...]:
     """The axes the spec searches (lists of more than one value), in a fixed order."""
     axes = [Axis(name, tuple(v)) for name in SETTING_LISTS
             if isinstance(v := getattr(spec.engine, name), list) and len(v) > 1]
     if spec.engine.speculative is not None:
-        choices = speculative_choices(spec.engine.speculative, cfg)
-        if len(choices) > 1:
-            axes.append(Axis(SPECULATIVE, choices))
+        choices_ = choices(spec, cfg)
+        if len(choices_) > 1:
+            axes.append(Axis(SPECULATIVE, choices_))
     return tuple(axes)
 
 
@@ -59,7 +75,7 @@ def settings_requests(spec: SweepSpec, cfg: ModelConfig) -> tuple[tuple[Settings
     e = spec.engine
     fixed: dict[str, Any] = {name: _first(getattr(e, name)) for name in SETTING_LISTS}
     fixed["max_model_len"] = spec.model.max_model_len
-    fixed[SPECULATIVE] = (speculative_choices(e.speculative, cfg)[0] if e.speculative is not None else None)
+    fixed[SPECULATIVE] = choices(spec, cfg)[0]
     axes = setting_axes(spec, cfg)
     out = []
     for combo in itertools.product(*(a.values for a in axes)):

@@ -103,6 +103,14 @@ class SpeculativeSettings:
         )
 
 
+def with_measured_acceptance(s: SpeculativeSettings, measured: tuple[float, ...]) -> SpeculativeSettings:
+    """`s` with the measured per-position acceptance (a calibration profile's) where it has positions;
+    beyond them the spec's assumed values stay."""
+    k = s.num_speculative_tokens
+    rates = tuple(measured[:k]) + s.acceptance[len(measured):]
+    return replace(s, acceptance=rates)
+
+
 def uniform_acceptance(tokens_per_step: float, k: int) -> float:
     """The one per-position acceptance a, the same at every position, at which k drafts give
     `tokens_per_step` (1 + a + a^2 + ... + a^k); what a mean accept length (SGLang's) pins down."""

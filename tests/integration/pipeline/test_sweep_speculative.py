@@ -1,0 +1,57 @@
+"""Speculative decoding through a served sweep: the engine's acceptance counted per point, stored beside
+the assumed one, fitted, and predicted with by a second sweep that names the fitted profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from orchestrator.calibrate.acceptance import fit_acceptance, stored_records
+from orchestrator.catalog.profiles import write_profile
+from orchestrator.plan.from_spec import engine_settings
+from orchestrator.spec.load import load_spec
+from orchestrator.store.db import Store
+from tests.support.cli import Orch
+from tests.support.sim_spec import SimSpec
+
+ASSUMED, TRUE = 0.4, 0.8  # the spec assumes 0.4; the served engine accepts 0.8 per position
+
+
+def test_measured_acceptance_is_stored_fitted_and_used(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
+    engine = {"name": "sim", "time_scale": 0.5, "startup_s": 60,
+              "speculative": {"method": "ngram", "num_speculative_tokens": 4, "acceptance_rate": ASSUMED},
+              # What the engine really does on this traffic (a later flag wins in the server's parser).
+              "extra_args": ["--speculative-acceptance", str(TRUE)]}
+    spec_path = sim_spec(engine=engine, layouts=["tp1"])
+    db = str(tmp_path / "r.db")
+    out = orch("sweep", spec_path, "--served", "--store", db, "--json", "--workdir", str(tmp_path / "w"))
+    assert out.returncode in (0, 3, 8), out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    (layout,) = data["layouts"]
+    assert layout["layout"] == "tp1" and layout["status"] == "measured"
+    record = layout["points"][-1]["metrics"]["speculative"]
+    assert record["assumed"] == [ASSUMED] * 4
+    assert abs(record["assumed_tokens_per_step"] - (1 + 0.4 + 0.16 + 0.064 + 0.0256)) < 1e-9
+    measured = record["measured"]
+    assert measured["tokens_per_step"] > record["assumed_tokens_per_step"] + 1.0  # 3.36 against 1.65
+    store = Store(db, readonly=True)
+    try:
+        fits = fit_acceptance(stored_records(store, [data["run_id"]]))
+    finally:
+        store.close()
+    fit = fits["ngram"]
+    assert abs(fit.tokens_per_step - measured["tokens_per_step"]) < 1e-9 and fit.form == "per position"
+    # A profile with the measured acceptance; the same spec naming it predicts with it.
+    profile = tmp_path / "measured.yaml"
+    write_profile(profile, gpu="h100-sxm", engine="sim", constants={}, source="test",
+                  extra={"acceptance": {"ngram": list(fit.per_position)}})
+    raw = yaml.safe_load(Path(spec_path).read_text())
+    raw["hardware"]["calibration"] = str(profile)
+    second = tmp_path / "second.yaml"
+    second.write_text(yaml.safe_dump(raw))
+    settings = engine_settings(load_spec(second))
+    assert settings.speculative is not None
+    assert settings.speculative.acceptance == fit.per_position
+    assert abs(settings.speculative.tokens_per_step - fit.tokens_per_step) < 1e-9  # 3.0, not 1.65
