@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from orchestrator.selection import LayoutOutcome, Selection
 from orchestrator.store.db import Store
+from orchestrator.verdict import Verdict
 
 Judged = Literal["pass", "fail", "unjudged"]
 CDF_POINTS = 200  # quantiles kept per CDF: enough for the eye, small enough for one file
@@ -79,7 +80,7 @@ class ReportData:
 
 def judged(passed: bool | None, verdict: str | None) -> Judged:
     """Unjudged: no SLO, or the simulated clock slipped ("unreliable: ..."), so no verdict on the layout."""
-    if passed is None or (verdict or "").startswith("unreliable"):
+    if passed is None or not Verdict.of(passed, verdict).judged:
         return "unjudged"
     return "pass" if passed else "fail"
 
