@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.engines import get_engine
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
@@ -161,7 +162,7 @@ def unsound_message(result: SweepResult) -> str:
 
 
 def mode_note(spec: SweepSpec, served: bool) -> str:
-    if spec.engine.name != "sim":
+    if not get_engine(spec.engine.name).simulated:
         return ""
     if not served:
         return (

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.engines import ENGINES, get_engine
 from orchestrator.selection import LayoutOutcome, Selection
 from orchestrator.store.db import Store
 from orchestrator.verdict import Verdict
@@ -66,7 +67,8 @@ class ReportData:
 
     @property
     def simulated(self) -> bool:
-        return self.run.get("engine") == "sim"
+        engine = str(self.run.get("engine"))
+        return engine in ENGINES and get_engine(engine).simulated
 
     @property
     def virtual_time(self) -> bool:
