@@ -14,7 +14,7 @@ import time
 
 from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layout_cost, speculative_cost
+from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layout_cost, speculative_step_cost
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import parse_spec
 
@@ -54,7 +54,7 @@ def main() -> None:
     off_in, on_in = plan_inputs(off_spec), plan_inputs(on_spec)
     assert on_in.speculative is not None
     cost = layout_cost(off_in, layout)
-    spec_cost = speculative_cost(on_in, cost)
+    spec_cost = speculative_step_cost(on_in, cost)
     context = a.input_tokens + a.output_tokens // 2
     kv = kv_capacity_tokens(off_in, cost)[0]
     print(f"{a.model} on {a.gpu} {a.layout}, {on_in.speculative.label} acceptance {a.acceptance} "

@@ -30,7 +30,7 @@ from orchestrator.compile.artifacts import (
 )
 from orchestrator.compile.helm_values import CHART_NAME
 from orchestrator.compile.k8s import GPU_PRODUCT_LABEL
-from orchestrator.engines import EngineSettings
+from orchestrator.engines import ENGINES, EngineSettings, get_engine
 from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.provenance import orch_version
@@ -184,7 +184,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
     notes: list[str] = []
-    if measured_engine == "sim":
+    if measured_engine in ENGINES and get_engine(measured_engine).simulated:
         notes.append(
             f"run {run_id} measured the simulated engine; these artifacts are for {engine}, compiled from "
             "the same spec and layout: measure them on the real engine before relying on the numbers"

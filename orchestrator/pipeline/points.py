@@ -37,12 +37,13 @@ from orchestrator.pipeline.predict import (
     predicted_metrics,
     virtual_point,
 )
-from orchestrator.pipeline.repeats import measure_point, reseeded, unjudged
-from orchestrator.pipeline.serve import Served
+from orchestrator.pipeline.repeats import measure_point, reseeded
+from orchestrator.pipeline.serving import Served
 from orchestrator.plan.from_spec import mean_tokens
 from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome
+from orchestrator.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def judge(ctx: SweepContext, result: PointResult, gpus: int) -> dict[str, Any]:
 
 
 def probe_of(result: PointResult, load: float) -> Probe:
-    return Probe(load, bool(result.passed), result.verdict or "", judged=not unjudged(result))
+    v = result.judgement
+    return Probe(load, v.passed, v.text, judged=v.judged)
 
 
 def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, point_fn: PointFn) -> float:
@@ -155,9 +157,9 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
         label = load_label(by, load)
         prior = stored.get(label)
         if prior is not None:
-            why, margin = prior.verdict or "", prior.metrics.get("slo_margin")
-            return Probe(load, bool(prior.passed), why, judged=not why.startswith("unreliable"),
-                         sure=margin != "close")
+            v = Verdict.of(prior.passed, prior.verdict)
+            return Probe(load, v.passed, v.text, judged=v.judged,
+                         sure=prior.metrics.get("slo_margin") != "close")
         ctx.obs.phase(name, f"bench {label}")
         t0 = time.monotonic()
         series: list[dict[str, Any]] = [{}]

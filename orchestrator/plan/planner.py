@@ -176,7 +176,7 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     )
 
 
-def speculative_cost(inputs: PlanInputs, cost: LayoutCost) -> SpeculativeCost | None:
+def speculative_step_cost(inputs: PlanInputs, cost: LayoutCost) -> SpeculativeCost | None:
     """The speculative-decoding step model of one layout, or None without `engine.speculative`."""
     if inputs.speculative is None:
         return None
@@ -286,7 +286,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)
-    spec = speculative_cost(inputs, cost)
+    spec = speculative_step_cost(inputs, cost)
     kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost, spec)
     stage0 = cost.stages[0]
     if kv_tokens < 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-from orchestrator.plan.planner import PlanInputs, kv_capacity_tokens, layout_cost, speculative_cost
+from orchestrator.plan.planner import PlanInputs, kv_capacity_tokens, layout_cost, speculative_step_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 
 
@@ -13,7 +13,7 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *,
     """One EngineCore per DP rank of one replica (a replica is one server), with the engine settings
     the planner used (inputs.settings)."""
     cost = layout_cost(inputs, layout)
-    spec = speculative_cost(inputs, cost)
+    spec = speculative_step_cost(inputs, cost)
     kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost, spec)
     if kv_tokens <= 0:
         raise SpecError(f"layout {layout}: weights {weights / 1e9:.1f} GB per GPU leave no room for KV "

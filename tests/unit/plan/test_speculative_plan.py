@@ -18,7 +18,7 @@ from orchestrator.plan.planner import (
     kv_capacity_tokens,
     layout_cost,
     plan_layout,
-    speculative_cost,
+    speculative_step_cost,
 )
 from orchestrator.plan.speculative import SpeculativeSettings, single_speculative, speculative_options
 from orchestrator.spec.load import load_spec_lines
@@ -103,7 +103,7 @@ def test_speculation_pays_at_batch_one_and_loses_at_a_large_batch() -> None:
     on = _inputs(method="ngram", num_speculative_tokens=4, acceptance_rate=0.5)
     layout = parse_layout("tp4")
     cost = layout_cost(on, layout)
-    spec = speculative_cost(on, cost)
+    spec = speculative_step_cost(on, cost)
     assert spec is not None and spec.draft is None  # n-gram: no drafter on the GPU
     context = 600
     tpot_off = {b: cost.round_s(b, b * context, b * (context + 1), b) for b in (1, 512)}
@@ -125,7 +125,7 @@ def test_acceptance_zero_only_adds_cost() -> None:
     on = _inputs(method="draft_model", num_speculative_tokens=3, acceptance_rate=0.0,
                  draft_model={"name": "llama-3.1-8b"})
     cost = layout_cost(on, parse_layout("tp4"))
-    spec = speculative_cost(on, cost)
+    spec = speculative_step_cost(on, cost)
     assert spec is not None
     for b in (1, 8, 64, 256):
         assert spec.tpot_s(b, 1000) > cost.round_s(b, b * 1000, b * 1001, b)
@@ -138,7 +138,7 @@ def test_a_drafters_weights_and_kv_take_cache_room() -> None:
     tokens_off = kv_capacity_tokens(base, cost)[0]
     draft = _inputs(method="draft_model", num_speculative_tokens=3, acceptance_rate=0.6,
                     draft_model={"name": "llama-3.1-8b"})
-    spec = speculative_cost(draft, cost)
+    spec = speculative_step_cost(draft, cost)
     assert spec is not None
     # llama-3.1-8b in bf16 over TP4: about 16 GB / 4 per GPU, embedding and head included (nothing shared).
     assert spec.draft_weight_bytes_per_gpu == pytest.approx(16.06e9 / 4, rel=0.02)
@@ -147,7 +147,7 @@ def test_a_drafters_weights_and_kv_take_cache_room() -> None:
     tokens_on = kv_capacity_tokens(draft, cost, spec)[0]
     assert tokens_on < tokens_off
     eagle = _inputs(method="eagle3", num_speculative_tokens=3, acceptance_rate=0.6)
-    head = speculative_cost(eagle, cost)
+    head = speculative_step_cost(eagle, cost)
     assert head is not None and head.draft is not None
     # One decoder layer plus its own LM head, the embedding shared: far below the 8B draft.
     layer_and_head = (LLAMA70.hidden_size * LLAMA70.vocab_size * 2 / 4)
@@ -160,7 +160,7 @@ def test_mtp_shares_embedding_and_head() -> None:
     inputs = PlanInputs(cfg=ds, gpu=load_gpu("h200"), cluster=Cluster(1, 8), weight_dtype="fp8",
                         weight_bytes_per_value=1.0, settings=replace(fixed_settings(8192), speculative=mtp))
     cost = layout_cost(inputs, parse_layout("tp8"))
-    spec = speculative_cost(inputs, cost)
+    spec = speculative_step_cost(inputs, cost)
     assert spec is not None and spec.draft is not None
     one_stage = spec.draft.stages[0]
     held = one_stage.dense_weight_bytes + one_stage.expert_weight_bytes

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost, speculative_cost
+from orchestrator.plan.planner import PlanInputs, layout_cost, speculative_step_cost
 from orchestrator.plan.speculative import single_speculative
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore
@@ -66,7 +66,7 @@ def test_preemption_keeps_the_token_count_exact() -> None:
     inputs = _inputs(0.7)
     layout = parse_layout("tp4")
     cost = layout_cost(inputs, layout)
-    spec = speculative_cost(inputs, cost)
+    spec = speculative_step_cost(inputs, cost)
     eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=3000, **LIMITS, speculative=spec))
     reqs = [SimRequest(str(i), 0.0, 400, 300) for i in range(12)]
     recs, summary = simulate([eng], reqs)
