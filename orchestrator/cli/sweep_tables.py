@@ -15,6 +15,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
 from orchestrator.pipeline.sweep import SweepResult
+from orchestrator.report.speculative import comparison_lines, comparisons, curve
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import PointRow, Store
 from orchestrator.store.extras import SideRecords
@@ -133,6 +134,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
     extras = store.extras(result.run_id)
     for line in _objective_lines(extras) + _timing_lines(extras) + placement_lines(extras):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in speculation_lines(result, store):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     sel = result.selection
     for v in sel.verdicts:
         mark = (
@@ -151,6 +154,17 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             f"run {result.run_id}",
             highlight=False,
         )
+
+
+def speculation_lines(result: SweepResult, store: Store) -> list[str]:
+    """With and without speculative decoding across load, per pair of candidates (report/speculative.py)."""
+    curves = [curve(o.layout, store.points(result.run_id, o.layout)) for o in result.outcomes]
+    closed = any(p.label.startswith("concurrency=") for c in result.outcomes
+                 for p in store.points(result.run_id, c.layout)[:1])
+    lines: list[str] = []
+    for c in comparisons(curves):
+        lines += comparison_lines(c, "concurrency" if closed else "rate")
+    return lines
 
 
 def unsound_message(result: SweepResult) -> str:

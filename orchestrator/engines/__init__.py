@@ -21,7 +21,7 @@ from orchestrator.engines.base import (
     check_extra_args,
     secret_values,
 )
-from orchestrator.engines.settings import EngineSettings, SettingsRequest, speculative_label
+from orchestrator.engines.settings import NO_SPECULATION, EngineSettings, SettingsRequest, speculative_label
 from orchestrator.engines.sim import SimOptions
 from orchestrator.errors import SpecError
 
@@ -47,7 +47,23 @@ def resolve_settings(engine: str, gpu: GPUSpec, model: ModelConfig,
 
 
 __all__ = [
-    "ENGINES", "METRIC_FIELDS", "PORT_STRIDE", "Engine", "EngineOptions", "EngineSettings", "LaunchPlan",
-    "Placement", "ProcessSpec", "ReplicaPlan", "SecretEnv", "SettingsRequest", "SimOptions",
-    "check_extra_args", "get_engine", "resolve_settings", "secret_values", "speculative_label",
+    "ENGINES",
+    "METRIC_FIELDS",
+    "NO_SPECULATION",
+    "PORT_STRIDE",
+    "Engine",
+    "EngineOptions",
+    "EngineSettings",
+    "LaunchPlan",
+    "Placement",
+    "ProcessSpec",
+    "ReplicaPlan",
+    "SecretEnv",
+    "SettingsRequest",
+    "SimOptions",
+    "check_extra_args",
+    "get_engine",
+    "resolve_settings",
+    "secret_values",
+    "speculative_label",
 ]

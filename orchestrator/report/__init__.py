@@ -11,9 +11,13 @@ if TYPE_CHECKING:
     from orchestrator.report.compare import compare_runs as compare_runs
     from orchestrator.report.data import load_report as load_report
     from orchestrator.report.html import render_html as render_html
+    from orchestrator.report.speculative import comparison_lines as comparison_lines
+    from orchestrator.report.speculative import comparisons as comparisons
+    from orchestrator.report.speculative import curve as curve
 
 __getattr__, __all__ = lazy_face(__name__, {
     "compare": ("comparability", "compare_runs",),
     "data": ("load_report",),
     "html": ("render_html",),
+    "speculative": ("comparison_lines", "comparisons", "curve",),
 })  # fmt: skip
