@@ -39,6 +39,7 @@ from orchestrator.promote_md import provenance_markdown
 from orchestrator.spec.load import spec_from_json
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.extras import SideRecords
 from orchestrator.store.run_ids import checked_run_id
 
 DEPLOYABLE = ("vllm", "sglang")
@@ -65,7 +66,7 @@ class PromoteOptions:
 @dataclass(frozen=True)
 class Promoted:
     run_id: str
-    layout: str
+    layout: str  # the candidate's name: its layout and the settings that varied
     engine: str
     out_dir: Path
     files: tuple[Path, ...]
@@ -180,7 +181,8 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     info = store.run_info(run_id)
     verdict, chosen = _choose(info.get("selection"), run_id, opts.layout)
     spec = spec_from_json(info["spec"], f"run {run_id}")
-    layout: Layout = parse_layout(verdict["layout"])
+    recorded = SideRecords(store, run_id).candidates().get(str(verdict["layout"]))
+    layout: Layout = parse_layout(recorded[0] if recorded else verdict["layout"])
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
     notes: list[str] = []
@@ -191,9 +193,15 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
         )
     elif engine != measured_engine:
         notes.append(f"run {run_id} measured {measured_engine}; these artifacts are for {engine}")
-    launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(layout)), None)
+    launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(verdict["layout"])), None)
     served = measured_served_name(launch, spec, measured_engine)
-    candidate = Candidate(layout, measured_settings(launch, spec, engine))
+    settings = measured_settings(launch, spec, engine)
+    if recorded is not None and not (launch or {}).get("engine_settings"):
+        # Measured in virtual time (no launch plan): the candidate's own settings, as `engine` resolves them.
+        own = recorded[1]
+        settings = (own if own.engine == engine
+                    else engine_settings(spec, engine=engine, request=own.request()))
+    candidate = Candidate(layout, settings, str(verdict["layout"]))
     compiled = prepare(spec, candidate, engine=engine, served_model_name=served)
     notes += [f"compile: {w}" for w in compiled.warnings]
     name = opts.name or k8s_name(str(info["model"]), str(layout))
@@ -287,7 +295,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     ):
         (out / fname).write_text(text)
         written.append(out / fname)
-    return Promoted(run_id, str(layout), engine, out, tuple(written), tuple(notes), provenance)
+    return Promoted(run_id, candidate.name, engine, out, tuple(written), tuple(notes), provenance)
 
 
 _HOW = {

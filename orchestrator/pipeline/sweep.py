@@ -100,6 +100,8 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
     if not ctx.resuming:
         _create_run(ctx, spec_path)
     candidates = candidates_of(ctx)
+    for c in candidates:  # promote and reports read each one's settings back (its name shows what varies)
+        ctx.records.set_candidate(c.name, str(c.layout), c.settings)
     done = {row.layout: row for row in store.layouts(ctx.run_id)}
     started = time.monotonic()
     try:

@@ -23,6 +23,7 @@ SWEEP = "sweep"
 SETTINGS = "engine_settings"
 CAPACITY = "capacity/"
 PLACEMENT = "placement/"
+CANDIDATE = "candidate/"  # a candidate's layout and engine settings (its name shows only what varies)
 CLUSTER = "cluster"
 OBJECTIVES = "objectives"
 PARETO = "pareto"
@@ -94,6 +95,16 @@ class SideRecords:
     def set_capacity(self, candidate: str, search: dict[str, Any]) -> None:
         self.store.set_extra(self.run_id, CAPACITY + candidate, search)
 
+    def candidates(self) -> dict[str, tuple[str, EngineSettings]]:
+        """Candidate name -> (its layout, its engine settings), for the runs that record them."""
+        return {name: (str(d["layout"]), EngineSettings.from_dict(d["engine_settings"]))
+                for name, d in self._named(CANDIDATE).items()
+                if isinstance(d.get("engine_settings"), dict) and d.get("layout")}
+
+    def set_candidate(self, name: str, layout: str, settings: EngineSettings) -> None:
+        self.store.set_extra(self.run_id, CANDIDATE + name, {"layout": layout,
+                                                            "engine_settings": settings.to_dict()})
+
     def placements(self) -> dict[str, dict[str, Any]]:
         """Candidate name -> where it ran side by side (wave, shared_cluster_with, replicas' GPUs)."""
         return self._named(PLACEMENT)
@@ -118,4 +129,4 @@ class SideRecords:
         self.store.set_extra(self.run_id, PARETO, pareto)
 
 
-__all__ = ["CAPACITY", "CLUSTER", "PLACEMENT", "SideRecords", "SweepMode", "named"]
+__all__ = ["CANDIDATE", "CAPACITY", "CLUSTER", "PLACEMENT", "SideRecords", "SweepMode", "named"]

@@ -14,6 +14,7 @@ from orchestrator.plan.from_spec import engine_settings
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
 from tests.support.cli import Orch
+from tests.support.paths import LAYOUTS
 from tests.support.sim_spec import SimSpec
 
 ASSUMED, TRUE = 0.4, 0.8  # the spec assumes 0.4; the served engine accepts 0.8 per position
@@ -55,3 +56,19 @@ def test_measured_acceptance_is_stored_fitted_and_used(tmp_path: Path, orch: Orc
     assert settings.speculative is not None
     assert settings.speculative.acceptance == fit.per_position
     assert abs(settings.speculative.tokens_per_step - fit.tokens_per_step) < 1e-9  # 3.0, not 1.65
+
+
+def test_a_settings_sweep_names_promotes_and_compares_its_winner(tmp_path: Path, orch: Orch) -> None:
+    db = str(tmp_path / "r.db")
+    spec = str(LAYOUTS / "speculative-70b.yaml")
+    out = orch("sweep", spec, "--store", db, "--num-requests", "256")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2 candidates (1 layouts x 2 settings)" in out.stderr
+    assert "winner: tp4 ngram k=4 (objective goodput_per_gpu)" in out.stdout
+    assert "tp4 no-spec: loses: no load point met the SLO" in out.stdout
+    assert "speculation stops paying at concurrency=" in out.stdout  # the crossover, with and without
+    promoted = orch("promote", "latest", "--store", db, "--out", str(tmp_path / "p"), "--format", "shell")
+    assert promoted.returncode == 0, promoted.stderr[-2000:]
+    assert "promoted tp4 ngram k=4" in promoted.stdout
+    script = (tmp_path / "p" / "launch.sh").read_text()
+    assert '"method":"ngram"' in script and '"num_speculative_tokens":4' in script
