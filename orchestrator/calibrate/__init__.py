@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
+    from orchestrator.calibrate.acceptance import AcceptanceFit as AcceptanceFit
     from orchestrator.calibrate.acceptance import fit_acceptance as fit_acceptance
     from orchestrator.calibrate.acceptance import stored_records as stored_records
     from orchestrator.calibrate.fitting import METRICS as METRICS
@@ -17,5 +18,5 @@ if TYPE_CHECKING:
 
 __getattr__, __all__ = lazy_face(__name__, {
     "fitting": ("Calibration", "METRICS", "fit", "points_from_store", "profile_extra",),
-    "acceptance": ("fit_acceptance", "stored_records",),
+    "acceptance": ("AcceptanceFit", "fit_acceptance", "stored_records",),
 })  # fmt: skip

@@ -10,12 +10,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.calibrate.acceptance import fit_acceptance, stored_records
+from orchestrator.calibrate.acceptance import AcceptanceFit, fit_acceptance, stored_records
 from orchestrator.calibrate.fitting import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.catalog.loader import canonical_gpu
 from orchestrator.catalog.profiles import write_profile
 from orchestrator.cli import app, make_console, print_table
 from orchestrator.errors import SpecError
 from orchestrator.promote import resolve_run
+from orchestrator.spec.load import spec_from_json
 from orchestrator.store.db import DEFAULT_STORE, Store
 
 
@@ -79,15 +81,29 @@ def calibrate_command(
         runs = [resolve_run(store, ref) for ref in runs]  # ids, unique prefixes or latest, as elsewhere
         points = points_from_store(store, runs)
         acceptance = fit_acceptance(stored_records(store, runs))  # speculative decoding, if measured
+        first = spec_from_json(store.spec_json(runs[0]), f"run {runs[0]}")
     finally:
         store.close()
     console = make_console(stderr=as_json)
+    if acceptance and len(points) < 2:
+        # Nothing to fit the constants to (closed-loop points only, say): the acceptance alone.
+        if out:
+            write_profile(out, gpu=canonical_gpu(first.hardware.gpu), engine=first.engine.name, constants={},
+                          source=f"orch calibrate {' '.join(runs)}", extra={"acceptance": _rates(acceptance)})
+        if as_json:
+            typer.echo(json.dumps({"acceptance": {m: f.to_dict() for m, f in acceptance.items()}, "out": out},
+                                  indent=2))
+            return
+        console.print(f"no open-loop points to fit the constants to; the measured acceptance of {len(runs)} "
+                      "run(s):", highlight=False)
+        _print_acceptance(acceptance, out, console)
+        return
     with console.status("fitting (each step simulates every measured point)"):
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
                   metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)
     extra = profile_extra(cal, runs)
     if acceptance:
-        extra["acceptance"] = {m: [round(x, 4) for x in f.per_position] for m, f in acceptance.items()}
+        extra["acceptance"] = _rates(acceptance)
     if out:
         write_profile(out, gpu=cal.gpu, engine=cal.engine, constants=cal.fitted,
                       source=f"orch calibrate {' '.join(runs)}", extra=extra)
@@ -97,6 +113,14 @@ def calibrate_command(
                                "out": out}, indent=2))
         return
     _print(cal, out, console)
+    _print_acceptance(acceptance, out, console)
+
+
+def _rates(acceptance: dict[str, AcceptanceFit]) -> dict[str, list[float]]:
+    return {m: [round(x, 4) for x in f.per_position] for m, f in acceptance.items()}
+
+
+def _print_acceptance(acceptance: dict[str, AcceptanceFit], out: str | None, console: Console) -> None:
     for f in acceptance.values():
         console.print(
             f"  speculative {f.method}: {f.tokens_per_step:.2f} tokens per step measured over {f.points} "

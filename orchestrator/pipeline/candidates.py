@@ -65,7 +65,8 @@ def leading_settings(candidates: Sequence[Candidate], predicted: Sequence[Layout
 #: CPU seconds one load point takes in virtual time: 58 points of 8 candidates took 18.7 CPU s in a
 #: 200-request capacity search (docs/speculative.md, "settings"); an estimate, printed as one.
 VIRTUAL_POINT_S = 0.35
-SERVED_STARTUP_S = 60.0  # an engine's start when the spec gives no engine.startup_s
+SERVED_STARTUP_S = 60.0  # an engine's start (engine.startup_s is the most it may take, not the usual)
+CLOSED_POINT_S = 30.0  # a closed-loop point without a duration: its length depends on the engine
 
 
 def expected_seconds(spec: SweepSpec, candidates: int, *, served: bool, points: int) -> float:
@@ -76,8 +77,8 @@ def expected_seconds(spec: SweepSpec, candidates: int, *, served: bool, points: 
         return candidates * points * VIRTUAL_POINT_S
     w = spec.workload
     rate = (w.rates_per_s or [1.0])[0] if w.loop == "open" else None
-    per_point = w.duration_s or ((w.num_requests or 0) / rate if rate else 0.0) or 60.0
-    return candidates * (points * (per_point + w.warmup_s) + (spec.engine.startup_s or SERVED_STARTUP_S))
+    per_point = w.duration_s or ((w.num_requests or 0) / rate if rate else CLOSED_POINT_S) or CLOSED_POINT_S
+    return candidates * (points * (per_point + w.warmup_s) + SERVED_STARTUP_S)
 
 
 def announcement(spec: SweepSpec, candidates: Sequence[Candidate], *, served: bool,
@@ -87,7 +88,8 @@ def announcement(spec: SweepSpec, candidates: Sequence[Candidate], *, served: bo
     per_layout = len(candidates) // max(layouts, 1)
     points = len(grid) if grid else max(2, spec.workload.search.max_points // 2)
     seconds = expected_seconds(spec, len(candidates), served=served, points=points)
-    shape = f"{layouts} layouts x {per_layout} settings" if per_layout > 1 else f"{layouts} layouts"
+    noun = "layout" if layouts == 1 else "layouts"
+    shape = f"{layouts} {noun} x {per_layout} settings" if per_layout > 1 else f"{layouts} {noun}"
     how = "served" if served else "virtual time"
     took = f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
     return (f"{len(candidates)} candidates ({shape}), about {points} load points each, {how}: expected "

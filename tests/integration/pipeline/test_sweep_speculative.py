@@ -63,7 +63,7 @@ def test_a_settings_sweep_names_promotes_and_compares_its_winner(tmp_path: Path,
     spec = str(LAYOUTS / "speculative-70b.yaml")
     out = orch("sweep", spec, "--store", db, "--num-requests", "256")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "2 candidates (1 layouts x 2 settings)" in out.stderr
+    assert "2 candidates (1 layout x 2 settings)" in out.stderr
     assert "winner: tp4 ngram k=4 (objective goodput_per_gpu)" in out.stdout
     assert "tp4 no-spec: loses: no load point met the SLO" in out.stdout
     assert "speculation stops paying at concurrency=" in out.stdout  # the crossover, with and without
