@@ -64,6 +64,11 @@ class EngineSettings:
     speculative: SpeculativeSettings | None = None  # speculative decoding (docs/speculative.md)
 
     def __post_init__(self) -> None:
+        # One spelling of the same sources: in SETTINGS order, the spec's own values left implicit.
+        given = dict(self.sources)
+        object.__setattr__(self, "sources", tuple(
+            (name, given[name]) for name in SETTINGS if given.get(name, FROM_SPEC) != FROM_SPEC
+        ))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len"):
             if getattr(self, name) < 1:
                 raise SpecError(f"engine {name}: must be >= 1, got {getattr(self, name)}")
@@ -106,17 +111,6 @@ class EngineSettings:
         if self.speculative != other.speculative:
             out.append(speculative_label(self.speculative))
         return tuple(out)
-
-    def line(self) -> str:
-        """One line for people: every value, with the defaults marked."""
-        parts = []
-        for name, value in self.values().items():
-            mark = "" if self.source(name) == FROM_SPEC else "*"
-            parts.append(f"{name}={_text(value)}{mark}")
-        spec = f", speculative {speculative_label(self.speculative)}" if self.speculative else ""
-        return (f"{self.engine} {self.engine_version}: " + ", ".join(parts) + spec
-                + " (* the engine's default)")
-
 
 def speculative_label(spec: SpeculativeSettings | None) -> str:
     """How a candidate's name shows its speculative setting."""

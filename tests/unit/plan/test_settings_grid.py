@@ -68,7 +68,7 @@ def test_settings_round_trip_through_the_store_with_their_drafter() -> None:
     assert settings.speculative is not None and settings.speculative.drafter is not None
     back = EngineSettings.from_dict(settings.to_dict())
     assert back.speculative == settings.speculative and back.values() == settings.values()
-    assert "draft_model k=3" in settings.line()
+    assert settings.speculative.label == "draft_model k=3"
 
 
 @pytest.mark.parametrize(("engine", "words"), [
