@@ -7,16 +7,17 @@ from dataclasses import replace
 from orchestrator.catalog.constants import flatten_constants
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.catalog.profiles import Profile, spec_profile
-from orchestrator.catalog.types import GPUSpec
+from orchestrator.catalog.quant import DEFAULT_INT4_GROUP_SIZE, served_weight_dtype
+from orchestrator.catalog.types import GPUSpec, ModelConfig
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.memory import WeightFormat
 from orchestrator.plan.planner import PlanInputs
-from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.models import ModelSpec, SweepSpec
 from orchestrator.spec.workload import TokenDistribution
 
-DEFAULT_INT4_GROUP_SIZE = 128
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the simulator's and vLLM's default step budget
 
 
@@ -68,11 +69,27 @@ def effective_constants(spec: SweepSpec) -> dict[str, float]:
     return out
 
 
+def weight_format(model: ModelSpec, cfg: ModelConfig) -> tuple[str, int, float, WeightFormat]:
+    """(served dtype, quantization group size, bytes per quantized weight, bytes per matrix kind).
+
+    A checkpoint that declares its format (quantization_config) sets dtype, group and which matrices
+    stay 16-bit; a spec that names another dtype is refused (catalog/quant.py)."""
+    quant = cfg.quantization
+    dtype = served_weight_dtype(model.weight_dtype, "weight_dtype" in model.model_fields_set, quant)
+    group = model.quant_group_size or (quant.group_size if quant and quant.group_size
+                                       else DEFAULT_INT4_GROUP_SIZE)
+    if quant is not None and quant.weight_dtype == "int4" and quant.group_size == 0:
+        per_value = 0.5  # one scale per output channel (GPTQ group_size -1): negligible
+    else:
+        per_value = weight_bytes_per_value(dtype, group)
+    return dtype, group, per_value, WeightFormat.of_checkpoint(per_value, quant)
+
+
 def plan_inputs(spec: SweepSpec) -> PlanInputs:
     cfg = load_model(spec.model.name or spec.model.config_path or "")
     gpu = spec_gpu(spec)
     gpn = spec.hardware.gpus_per_node or gpu.gpus_per_node
-    group = spec.model.quant_group_size or DEFAULT_INT4_GROUP_SIZE
+    dtype, group, per_value, fmt = weight_format(spec.model, cfg)
     kv_dtype = spec.model.kv_cache_dtype
     assumptions = Assumptions()
     if spec.engine.runtime_reserve_bytes is not None:
@@ -85,10 +102,11 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         popularity = tuple(float(x) for x in stats.popularity())
     return PlanInputs(
         cfg=cfg, gpu=gpu, cluster=Cluster(spec.hardware.nodes, gpn),
-        weight_dtype=spec.model.weight_dtype,
+        weight_dtype=dtype,
         # vLLM runs attention in FP8 only with an FP8 KV cache; fp8 weights alone keep it in bf16.
         fp8_attention=kv_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
-        weight_bytes_per_value=weight_bytes_per_value(spec.model.weight_dtype, group),
+        weight_bytes_per_value=per_value,
+        weight_format=fmt,
         quant_group_size=group,
         kv_bytes_per_value=kv_bytes_per_value(kv_dtype if kv_dtype != "auto" else "bf16"),
         max_model_len=spec.model.max_model_len or cfg.max_position_embeddings,

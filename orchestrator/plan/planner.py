@@ -18,6 +18,8 @@ from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
 from orchestrator.plan.experts import imbalance, lognormal_popularity, place_redundant
+from orchestrator.plan.kv import KVCacheShape
+from orchestrator.plan.memory import WeightFormat
 from orchestrator.plan.params import ParamCounts, count_params
 
 GB = 1e9
@@ -40,6 +42,9 @@ class PlanInputs:
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
     fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
+    # Bytes per weight by matrix kind when the checkpoint keeps some 16-bit (gpt-oss: MXFP4 experts,
+    # bf16 attention); None: weight_bytes_per_value for all of them.
+    weight_format: WeightFormat | None = None
 
     @property
     def counts(self) -> ParamCounts:
@@ -137,26 +142,64 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
         fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
-        fp8_attention=inputs.fp8_attention,
+        fp8_attention=inputs.fp8_attention, weight_format=inputs.weight_format,
+        max_model_len=inputs.max_model_len,
     )
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """The KV cache of one engine rank: the room each PP stage's GPUs keep after weights and reserve,
+    and how the hybrid allocator fills it (plan/kv.py). Every stage holds KV for the same sequences,
+    so the tightest stage bounds the rank."""
+
+    rooms: tuple[float, ...]  # bytes per GPU left for KV, per stage (negative: weights do not fit)
+    shapes: tuple[KVCacheShape, ...]
+    heaviest_weight_bytes: float
+    usable_bytes: float
+
+    @property
+    def tokens(self) -> int:
+        """Context tokens the rank holds in its growing (full-attention) KV, no side blocks counted;
+        negative when the weights alone do not fit."""
+        if min(self.rooms) < 0:
+            return math.floor(min(self.rooms))
+        return min(sh.capacity_tokens(r) for sh, r in zip(self.shapes, self.rooms, strict=True))
+
+    def sequences(self, context_tokens: int) -> int:
+        """Sequences of `context_tokens` each the rank holds."""
+        if min(self.rooms) < 0:
+            return 0
+        return min(sh.sequences(r, context_tokens) for sh, r in zip(self.shapes, self.rooms, strict=True))
+
+    def side_tokens(self, context_tokens: int) -> int:
+        """A sequence's window and state blocks, in full-attention tokens (what the simulator charges)."""
+        return max(sh.side_tokens(context_tokens) for sh in self.shapes)
+
+    def max_len_shortfall(self, max_model_len: int, step_budget_tokens: int) -> float:
+        """Bytes by which one max_model_len request does not fit (vLLM's start check); <= 0 fits."""
+        return max(sh.max_len_bytes(max_model_len, step_budget_tokens) + sh.bytes_per_block - r
+                   for sh, r in zip(self.shapes, self.rooms, strict=True))
+
+
+def kv_capacity(inputs: PlanInputs, cost: LayoutCost) -> KVCapacity:
+    reserve = inputs.assumptions.runtime_reserve_bytes
+    usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
+    rooms, shapes, heaviest = [], [], 0.0
+    for st in cost.stages:
+        weights = st.dense_weight_bytes + st.expert_weight_bytes
+        heaviest = max(heaviest, weights)
+        rooms.append(usable - weights)
+        assert st.kv_shape is not None  # build_layout_cost always sets it
+        shapes.append(st.kv_shape)
+    return KVCapacity(tuple(rooms), tuple(shapes), heaviest, usable)
 
 
 def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float, float]:
     """(KV tokens one engine rank holds, heaviest stage's weight bytes per GPU, usable bytes per GPU).
-
-    The stage with the least room left after its weights bounds the rank: every stage holds KV for
-    the same tokens. Negative means the weights alone do not fit.
-    """
-    reserve = inputs.assumptions.runtime_reserve_bytes
-    usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
-    tokens = math.inf
-    heaviest = 0.0
-    for st in cost.stages:
-        weights = st.dense_weight_bytes + st.expert_weight_bytes
-        heaviest = max(heaviest, weights)
-        room = usable - weights
-        tokens = min(tokens, room / st.kv_bytes_per_token)
-    return math.floor(tokens), heaviest, usable
+    Negative tokens mean the weights alone do not fit."""
+    cap = kv_capacity(inputs, cost)
+    return cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
 
 
 def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
@@ -222,7 +265,8 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)
-    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
+    cap = kv_capacity(inputs, cost)
+    kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
     stage0 = cost.stages[0]
     if kv_tokens < 0:
         reject.append(f"weights {weights / GB:.1f} GB per GPU + reserve "
@@ -230,10 +274,13 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
                       f"{(usable + inputs.assumptions.runtime_reserve_bytes) / GB:.1f} GB "
                       f"({inputs.gpu_memory_utilization:g} of {inputs.gpu.memory_bytes / GB:.0f} GB)")
         kv_tokens = 0
-    elif kv_tokens < inputs.max_model_len:
+    elif (short := cap.max_len_shortfall(inputs.max_model_len, inputs.max_num_batched_tokens)) > 0:
+        # vLLM's start check (kv_cache_utils.check_enough_kv_cache_memory): one request of
+        # max_model_len must fit, window layers counting their window plus a step's tokens.
         reject.append(f"KV cache holds {kv_tokens} tokens per engine, less than max_model_len "
-                      f"{inputs.max_model_len}: one full-length request would not fit")
-    kv_seqs = kv_tokens // max(context_tokens, 1)
+                      f"{inputs.max_model_len} needs: one full-length request would not fit "
+                      f"({short / GB:.2f} GB short)")
+    kv_seqs = cap.sequences(context_tokens) if kv_tokens > 0 else 0
     max_batch = min(inputs.max_num_seqs, kv_seqs)
     if 0 < max_batch < max(batches) and not reject:
         # Say which limit binds: a small KV cache is a memory problem, max_num_seqs an engine setting.
