@@ -85,9 +85,11 @@ def engine_options(
     `engine` names the engine that will load the model (default: the spec's engine.name).
     """
     model, engine_spec = spec.model, spec.engine
-    quantization = None
-    if model.weight_dtype == "fp8":
-        quantization = "fp8"  # online FP8 of a bf16 checkpoint; int4 checkpoints declare their own method
+    from orchestrator.catalog.checkpoint import launch_quantization
+
+    # The engines' rule, in one place: the flag only for online FP8 of an unquantized checkpoint.
+    quantization = launch_quantization(model.weight_dtype, "weight_dtype" in model.model_fields_set,
+                                       model.name or model.config_path or "", model.path)
     redundant = _engine_field(spec, "num_redundant_experts", 0)
     if num_redundant_experts is not None:
         redundant = num_redundant_experts

@@ -268,6 +268,10 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
     fmt = weight_format or WeightFormat.uniform(weight_bytes_per_value)
     for i, sp in enumerate(split):
         dense_b, expert_b = weight_bytes_per_gpu(sp, weight_format=fmt, tp=tp, expert_ranks=expert_ranks)
+        if layout.ep and cfg.num_routed_experts % expert_ranks:
+            # vLLM's uneven expert split: the busiest rank holds ceil(E / ranks) experts.
+            per_rank = math.ceil(cfg.num_routed_experts / expert_ranks)
+            expert_b *= per_rank * expert_ranks / cfg.num_routed_experts
         shape = kv_cache_shape(cfg, sp.layer_range, kv_bytes_per_value=kv_bytes_per_value, tp=tp,
                                max_model_len=max_model_len)
         full_layers = sum(1 for g in shape.groups if g.kind == "full" for _ in range(g.layers))

@@ -116,4 +116,5 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         assumptions=assumptions,
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,
+        engine=spec.engine.name,
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.catalog.types import CheckpointQuant, GPUSpec, ModelConfig
 from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster, layout_problems
@@ -45,6 +45,13 @@ class PlanInputs:
     # Bytes per weight by matrix kind when the checkpoint keeps some 16-bit (gpt-oss: MXFP4 experts,
     # bf16 attention); None: weight_bytes_per_value for all of them.
     weight_format: WeightFormat | None = None
+    engine: str = "vllm"  # whose load-time rules the checks apply where engines differ (sglang or vLLM's)
+
+    @property
+    def checkpoint_quant(self) -> CheckpointQuant | None:
+        """The checkpoint's declared format when the weights are served in it."""
+        q = self.cfg.quantization
+        return q if q is not None and q.weight_dtype == self.weight_dtype else None
 
     @property
     def counts(self) -> ParamCounts:
@@ -131,7 +138,11 @@ class PlanRow:
 def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     """The cost model of one layout; the simulator uses this too."""
     imb = 1.0
-    if layout.ep and inputs.cfg.is_moe and inputs.cfg.num_routed_experts % layout.ep_size == 0:
+    experts = inputs.cfg.num_routed_experts
+    if layout.ep and inputs.cfg.is_moe and experts % layout.ep_size:
+        # vLLM's uneven split: the busiest rank holds ceil(E / ranks) experts
+        imb = math.ceil(experts / layout.ep_size) / (experts / layout.ep_size)
+    elif layout.ep and inputs.cfg.is_moe:
         redundant = inputs.num_redundant_experts
         if redundant and redundant % layout.ep_size == 0:
             imb = place_redundant(inputs.popularity(), ep_ranks=layout.ep_size,
@@ -261,7 +272,8 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     """Score one layout. With `output_tokens` (per request) decode estimates charge the prefill of
     the prompts that keep the batch full (`decode_estimate`); without it they are decode alone."""
     reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
-                                   group_size=inputs.quant_group_size)
+                                   group_size=inputs.quant_group_size, quant=inputs.checkpoint_quant,
+                                   engine=inputs.engine)
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)
