@@ -117,4 +117,18 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,
         engine=spec.engine.name,
+        itl_tail_fraction=itl_tail_fraction(spec),
     )
+
+
+def itl_tail_fraction(spec: SweepSpec) -> float:
+    """1 - percentile/100 of the tightest per-token bound when it is an ITL percentile (itl_p99_ms:
+    0.01); 0 when it is on TPOT, which averages a request's gaps (plan/planner.py itl_within)."""
+    bounds = [(v, metric, pct) for (metric, pct), v in spec.slo.bounds_ms().items()
+              if metric in ("itl", "tpot")]
+    if not bounds:
+        return 0.0
+    _, metric, pct = min(bounds)
+    if metric != "itl" or not pct.startswith("p"):
+        return 0.0
+    return max(0.0, 1.0 - float(pct[1:]) / 100.0)
