@@ -4,8 +4,6 @@ checkpoint formats, and one-line refusals of what orch cannot price."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,8 @@ from orchestrator.catalog.types import CHUNKED, FULL, LINEAR, MAMBA, SLIDING
 from orchestrator.errors import SpecError
 from orchestrator.plan.kv import kv_bytes_per_token
 from orchestrator.plan.params import count_params
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
 
 # nvidia/Nemotron-H-8B-Base-8K (trimmed: the fields that give its structure). Mamba-2 blocks, attention
 # blocks and MLP-only blocks in one per-layer pattern: a hybrid orch does not model.
@@ -59,21 +59,20 @@ def test_unknown_model_type_and_layer_type_are_refused() -> None:
     assert "layer_types[1] 'mamba2'" in _one_line(exc)
 
 
-def test_orch_validate_refuses_the_unsupported_hybrid(tmp_path: Path) -> None:
+def test_orch_validate_refuses_the_unsupported_hybrid(tmp_path: Path, orch: Orch) -> None:
     (tmp_path / "config.json").write_text(json.dumps(NEMOTRON_H))
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"model: {{config_path: {tmp_path / 'config.json'}}}\nhardware: {{gpu: h100}}\n"
                     "workload: {input_tokens: 100, output_tokens: 10, rates_per_s: [1], num_requests: 10}\n"
                     "layouts: [tp1]\n")
-    out = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", "validate",
-                          str(spec)], capture_output=True, text=True, timeout=60, check=False)
+    out = orch("validate", str(spec))
     assert out.returncode == 2
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "hybrid_override_pattern" in lines[0] and "ok" not in out.stdout.lower()
 
 
 def load_raw(name: str) -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[3] / "orchestrator" / "catalog" / "models"
+    root = ROOT / "orchestrator" / "catalog" / "models"
     data: dict[str, Any] = json.loads((root / f"{name}.json").read_text())
     return data
 

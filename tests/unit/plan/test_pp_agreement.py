@@ -8,15 +8,14 @@ prompts in one step past the 1% tail, and under PP that step is a long trip thro
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.run import make_plan
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
+from tests.support.paths import LAYOUTS
 
-SPEC = Path(__file__).resolve().parents[3] / "layouts" / "qwen72b.yaml"
+SPEC = LAYOUTS / "qwen72b.yaml"
 
 
 def test_planner_ranks_pp_where_the_simulator_measures_it() -> None:
