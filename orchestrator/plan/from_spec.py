@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from orchestrator.catalog.constants import flatten_constants
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.catalog.profiles import Profile, spec_profile
+from orchestrator.catalog.profiles import Profile, family_profile, spec_profile
 from orchestrator.catalog.quant import DEFAULT_INT4_GROUP_SIZE, served_weight_dtype
 from orchestrator.catalog.types import GPUSpec, ModelConfig
 from orchestrator.plan.assumptions import Assumptions
@@ -28,7 +28,8 @@ def mean_tokens(value: int | TokenDistribution) -> int:
 def resolved_profile(spec: SweepSpec) -> tuple[Profile | None, str]:
     """The calibration profile the spec's predictions use, and why: 'spec' (named), 'default' (the
     bundled profile of the spec's GPU and engine) or 'none' (the raw preset)."""
-    return spec_profile(spec.hardware.calibration, spec.hardware.gpu, spec.engine.name)
+    return spec_profile(spec.hardware.calibration, spec.hardware.gpu, spec.engine.name,
+                        spec.engine.sim_scheduler)
 
 
 def spec_gpu(spec: SweepSpec) -> GPUSpec:
@@ -38,10 +39,32 @@ def spec_gpu(spec: SweepSpec) -> GPUSpec:
     if prof is None:
         return load_gpu(hw.gpu, dict(hw.overrides))
     gpu = load_gpu(hw.gpu, dict(hw.overrides), profile=prof.constants, profile_name=prof.name)
-    if why == "default":  # say it, since the spec did not ask for it
-        gpu = replace(gpu, source=f"{gpu.source} (the bundled default for {gpu.name} + {spec.engine.name}; "
-                      "hardware.calibration: none for the preset)")
+    if why in ("default", "fallback"):  # say it, since the spec did not ask for it
+        _, note = family_profile(hw.gpu, spec.engine.name, spec.engine.sim_scheduler)
+        gpu = replace(gpu, source=f"{gpu.source} (the bundled default for {gpu.name} + {spec.engine.name}"
+                      f"{'; ' + note if note else ''}; hardware.calibration: none for the preset)")
+    outside = regime_warning(prof, spec)
+    if outside:
+        gpu = replace(gpu, source=f"{gpu.source}; warning: {outside}")
     return gpu
+
+
+def regime_warning(prof: Profile, spec: SweepSpec) -> str:
+    """A warning when the spec's mean prompt or answer lies outside what the profile was fitted on (a
+    profile fitted at 32-token prompts says little about 4,000-token ones); empty otherwise."""
+    if not prof.regime:
+        return ""
+    w = spec.workload
+    outside = []
+    means = (("input_tokens", mean_tokens(w.input_tokens)), ("output_tokens", mean_tokens(w.output_tokens)))
+    for name, value in means:
+        lo_hi = prof.regime.get(name)
+        if lo_hi and not lo_hi[0] <= value <= lo_hi[1]:
+            outside.append(f"{name} {value} (fitted {lo_hi[0]}-{lo_hi[1]})")
+    if not outside:
+        return ""
+    return (f"profile {prof.name} was fitted outside this workload: {', '.join(outside)}; expect larger "
+            "errors than docs/fidelity.md reports in-regime")
 
 
 GUESSED_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",

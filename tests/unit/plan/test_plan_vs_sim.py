@@ -15,9 +15,17 @@ from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layou
 from orchestrator.plan.run import make_plan
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
+from orchestrator.spec.models import SweepSpec
 from tests.support.paths import ROOT
 
 SPEC = ROOT / "layouts" / "qwen72b.yaml"
+
+
+def _preset(spec: SweepSpec) -> SweepSpec:
+    """The spec on the raw GPU preset: these tests are about the planner and the simulator agreeing
+    on one set of constants, not about a calibration profile (which the sim engine now gets)."""
+    hw = spec.hardware.model_copy(update={"calibration": "none"})
+    return spec.model_copy(update={"hardware": hw})
 
 
 def _long_variant(tmp_path: Path) -> Path:
@@ -40,7 +48,7 @@ def _long_variant(tmp_path: Path) -> Path:
 def test_plan_and_simulate_rank_layouts_alike(tmp_path: Path, which: str, rate: float,
                                               requests: int) -> None:
     path = SPEC if which == "chat" else _long_variant(tmp_path)
-    spec = load_spec(path)
+    spec = _preset(load_spec(path))
     plan = make_plan(spec, layouts=list(spec.layouts))
     fitting = [r for r in plan.rows if r.fits and r.best is not None]
     assert len(fitting) >= 2
@@ -66,7 +74,7 @@ def test_plan_and_simulate_rank_layouts_alike(tmp_path: Path, which: str, rate: 
 
 
 def test_prefill_charge_by_hand() -> None:
-    spec = load_spec(SPEC)
+    spec = _preset(load_spec(SPEC))
     inputs = plan_inputs(spec)
     layout = parse_layout("tp8")
     cost = layout_cost(inputs, layout)

@@ -13,13 +13,21 @@ from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.run import make_plan
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
+from orchestrator.spec.models import SweepSpec
 from tests.support.paths import LAYOUTS
 
 SPEC = LAYOUTS / "qwen72b.yaml"
 
 
+def _preset(spec: SweepSpec) -> SweepSpec:
+    """The spec on the raw GPU preset: these tests are about the planner and the simulator agreeing
+    on one set of constants, not about a calibration profile (which the sim engine now gets)."""
+    hw = spec.hardware.model_copy(update={"calibration": "none"})
+    return spec.model_copy(update={"hardware": hw})
+
+
 def test_planner_ranks_pp_where_the_simulator_measures_it() -> None:
-    spec = load_spec(SPEC)
+    spec = _preset(load_spec(SPEC))
     names = ("pp4x2", "tp8", "tp4pp2")
     plan = make_plan(spec, layouts=[parse_layout(n) for n in names])
     rows = {str(r.layout): r for r in plan.rows}
