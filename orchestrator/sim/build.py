@@ -7,13 +7,11 @@ from orchestrator.layout import Layout
 from orchestrator.plan.planner import PlanInputs, kv_capacity, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
-
-def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | None = None,
-                    max_num_batched_tokens: int | None = None,
+def replica_engines(inputs: PlanInputs, layout: Layout, *,
                     reserve_whole_kv: bool = False) -> list[EngineCore]:
-    """One EngineCore per DP rank of one replica (a replica is one server)."""
+    """One EngineCore per DP rank of one replica (a replica is one server), with the engine settings
+    the planner used (inputs.settings)."""
     cost = layout_cost(inputs, layout)
     cap = kv_capacity(inputs, cost)
     kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
@@ -25,8 +23,9 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | N
         kv_capacity_tokens=kv_tokens,
         # Window and state layers: blocks per sequence beside its context (plan/kv.py).
         side_kv_tokens=cap.side_tokens if hybrid else None,
-        max_num_seqs=max_num_seqs or inputs.max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=inputs.settings.max_num_seqs,
+        max_num_batched_tokens=inputs.settings.max_num_batched_tokens,
+        block_tokens=inputs.settings.block_size,
         reserve_whole_kv=reserve_whole_kv,
     )
     return [EngineCore(cost, config) for _ in range(layout.dp)]

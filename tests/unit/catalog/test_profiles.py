@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.catalog.loader import load_gpu
 from orchestrator.catalog.profiles import default_profile, load_profile, profile_names
-from orchestrator.engines.sim import sim_args_from_spec
+from orchestrator.compile import sim_options
 from orchestrator.plan.from_spec import constants_line, effective_constants, plan_inputs, resolved_profile
 from orchestrator.plan.run import make_plan
 from orchestrator.spec.models import SweepSpec
@@ -75,7 +75,7 @@ def test_profiles_match_by_engine_family_and_say_the_fallback(engine: str, sched
         assert "no sglang profile for h100-sxm: the vllm one, the nearest engine" in constants_line(gpu)
     if engine == "sim":
         assert effective_constants(spec) == prof.constants  # what the simulated server is given
-        assert any("hbm_efficiency" in a for a in sim_args_from_spec(spec))
+        assert any("hbm_efficiency" in a for a in sim_options(spec).argv())
 
 
 def test_a_profile_warns_outside_the_regime_it_was_fitted_in() -> None:

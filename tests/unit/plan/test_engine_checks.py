@@ -9,6 +9,7 @@ from orchestrator.catalog.types import CheckpointQuant
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.planner import PlanInputs, plan_layout
+from tests.support.engines import fixed_settings
 
 
 def _problems(model: str, layout: str, *, nodes: int = 1, engine: str = "vllm", dtype: str = "bf16",
@@ -43,7 +44,7 @@ def test_uneven_experts_over_ep_differ_by_engine() -> None:
 
 def test_uneven_ep_prices_the_busiest_rank() -> None:
     cfg = load_model("qwen3-30b-a3b")
-    inp = PlanInputs(cfg=cfg, gpu=load_gpu("h100"), cluster=Cluster(1, 8), max_model_len=8192)
+    inp = PlanInputs(cfg=cfg, gpu=load_gpu("h100"), cluster=Cluster(1, 8), settings=fixed_settings(8192))
     even, uneven = plan_layout(inp, parse_layout("dp8ep")), plan_layout(inp, parse_layout("dp6ep"))
     assert even.expert_imbalance is not None and uneven.expert_imbalance == 22 / (128 / 6)
 
@@ -69,7 +70,7 @@ def test_int4_group_size_from_the_checkpoint() -> None:
     awq = CheckpointQuant(method="awq", weight_dtype="int4", group_size=64)
     quantized = replace(cfg, quantization=awq)
     inp = PlanInputs(cfg=quantized, gpu=load_gpu("h100"), cluster=Cluster(1, 8), weight_dtype="int4",
-                     quant_group_size=64, weight_bytes_per_value=0.5 + 2 / 64, max_model_len=8192)
+                     quant_group_size=64, weight_bytes_per_value=0.5 + 2 / 64, settings=fixed_settings(8192))
     # 29568/8 = 3696 = 57.75 groups of 64: refused; 29568/2 = 14784 = 231 groups: fine
     assert any("int4 group size 64" in r for r in plan_layout(inp, parse_layout("tp8")).rejected_because)
     assert not any("int4" in r for r in plan_layout(inp, parse_layout("tp2")).rejected_because)

@@ -11,13 +11,15 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.virtual import SimRequest, closed_loop, single_request_s
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("llama-3.1-70b"), gpu=load_gpu("h100"), cluster=Cluster(1, 8),
-                    max_model_len=8192)
+                    settings=fixed_settings(8192))
 
 
 def _engine() -> EngineCore:
-    return EngineCore(layout_cost(INPUTS, parse_layout("tp2")), EngineConfig(kv_capacity_tokens=400_000))
+    config = EngineConfig(kv_capacity_tokens=400_000, **LIMITS)
+    return EngineCore(layout_cost(INPUTS, parse_layout("tp2")), config)
 
 
 def _reqs(n: int) -> list[SimRequest]:

@@ -8,10 +8,12 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, kv_capacity, layout_cost
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import Seq
+from tests.support.engines import fixed_settings
 
 
 def _inputs(model: str) -> PlanInputs:
-    return PlanInputs(cfg=load_model(model), gpu=load_gpu("h200"), cluster=Cluster(1, 8), max_model_len=32768)
+    return PlanInputs(cfg=load_model(model), gpu=load_gpu("h200"), cluster=Cluster(1, 8),
+                      settings=fixed_settings(32768))
 
 
 def test_side_blocks_are_charged_and_freed() -> None:
