@@ -9,8 +9,9 @@ plus one (the verifier's own token). vLLM's per-position counters
 themselves; docs/speculative.md converts.
 
 The drafter, as vLLM 0.33 builds it (vllm/v1/spec_decode/llm_base_proposer.py):
-- mtp: the model's own MTP layers (`num_nextn_predict_layers`); k > layers reruns them. Embedding and
-  LM head are shared with the model (`_maybe_share_embeddings`, `_maybe_share_lm_head`: "MTP model").
+- mtp: the model's own MTP layers (`ModelConfig.mtp_layers`: the config's `num_nextn_predict_layers`);
+  k > layers reruns them. Embedding and LM head are shared with the model (`_maybe_share_embeddings`,
+  `_maybe_share_lm_head`: "MTP model").
 - eagle3: an EAGLE-3 head; by default one dense decoder layer of the model's shape with its own LM
   head, sharing the model's embedding (heads ship none). `draft_model:` gives the head's own config.
 - draft_model: a separate model, nothing shared; its vocabulary must equal the model's.
@@ -127,13 +128,21 @@ def uniform_acceptance(tokens_per_step: float, k: int) -> float:
     return (lo + hi) / 2
 
 
+def _one_layer_of(cfg: ModelConfig, name: str) -> ModelConfig:
+    """One decoder layer of the model's kind, full attention (drafters do not slide, chunk or keep a
+    state), MoE where the model's MoE layers are (every layer, for a one-layer model), no MTP or vision
+    parts of its own."""
+    return replace(cfg, name=name, num_layers=1, first_k_dense_layers=0, moe_layer_freq=1,
+                   moe_layer_indices=None, layer_kinds=(), mtp_layers=0, vision_params=0)
+
+
 def _dense_layer_of(cfg: ModelConfig, name: str) -> ModelConfig:
     """One dense decoder layer with the model's attention and MLP width (an EAGLE head's default)."""
     width = cfg.intermediate_size or (cfg.num_experts_per_token * cfg.moe_intermediate_size
                                       + cfg.shared_expert_intermediate_size)
-    return replace(cfg, name=name, num_layers=1, intermediate_size=width, num_routed_experts=0,
+    return replace(_one_layer_of(cfg, name), intermediate_size=width, num_routed_experts=0,
                    num_experts_per_token=0, moe_intermediate_size=0, num_shared_experts=0,
-                   shared_expert_intermediate_size=0, first_k_dense_layers=0, num_nextn_predict_layers=0)
+                   shared_expert_intermediate_size=0)
 
 
 def _load_draft(spec: SpeculativeSpec) -> tuple[ModelConfig, str]:
@@ -147,11 +156,12 @@ def _load_draft(spec: SpeculativeSpec) -> tuple[ModelConfig, str]:
 
 
 def _mtp(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSettings:
-    layers = cfg.num_nextn_predict_layers
+    layers = cfg.mtp_layers
     if layers == 0:
         raise SpecError(
             f"{FIELD}.method: mtp drafts with the model's multi-token-prediction layers, and {cfg.name}'s "
-            "config has none (no num_nextn_predict_layers); use eagle3, ngram or draft_model"
+            "config has none (no num_nextn_predict_layers or mtp_num_hidden_layers); use eagle3, ngram or "
+            "draft_model"
         )
     if k > layers and k % layers:
         # vLLM 0.33 SpeculativeConfig: "num_speculative_tokens ... must be divisible by n_predict".
@@ -160,8 +170,7 @@ def _mtp(spec: SpeculativeSpec, cfg: ModelConfig, k: int) -> SpeculativeSettings
             f"multiple of them; vLLM reruns the layers in whole rounds (give <= {layers} or a multiple)"
         )
     # One pass runs one MTP layer: a decoder layer of the model's kind (MoE for DeepSeek-V3).
-    layer = replace(cfg, name=f"{cfg.name} MTP layer", num_layers=1, first_k_dense_layers=0,
-                    num_nextn_predict_layers=0)
+    layer = _one_layer_of(cfg, f"{cfg.name} MTP layer")
     return SpeculativeSettings("mtp", k, spec.acceptance_for(k), layer, drafter_copies=layers,
                                shares_embedding=True, shares_lm_head=True)
 

@@ -12,9 +12,11 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.validate import check_spec
 from orchestrator.plan.checks import Cluster
+from orchestrator.plan.params import count_params
 from orchestrator.plan.planner import (
     PlanInputs,
     decode_estimate,
+    kv_capacity,
     kv_capacity_tokens,
     layout_cost,
     plan_layout,
@@ -51,14 +53,14 @@ def test_mtp_needs_the_models_mtp_layers() -> None:
     with pytest.raises(SpecError, match=r"^engine\.speculative\.method: mtp .* llama-3\.1-70b's .* none"):
         speculative_options(_spec(method="mtp", num_speculative_tokens=1, acceptance_rate=0.8), LLAMA70)
     ds = load_model("deepseek-v3")
-    assert ds.num_nextn_predict_layers == 1
+    assert ds.mtp_layers == 1
     (s,) = speculative_options(_spec(method="mtp", num_speculative_tokens=2, acceptance_rate=0.8), ds)
     assert s.drafter is not None and s.drafter.num_layers == 1 and s.drafter.is_moe
     assert s.shares_embedding and s.shares_lm_head
 
 
 def test_mtp_above_its_layers_must_be_a_multiple_of_them() -> None:
-    two = replace(load_model("deepseek-v3"), num_nextn_predict_layers=2)
+    two = replace(load_model("deepseek-v3"), mtp_layers=2)
     with pytest.raises(SpecError, match=r"^engine\.speculative\.num_speculative_tokens: 3 .* multiple"):
         speculative_options(_spec(method="mtp", num_speculative_tokens=3, acceptance_rate=0.8), two)
     ok = speculative_options(_spec(method="mtp", num_speculative_tokens=[1, 2, 4], acceptance_rate=0.8), two)
@@ -166,3 +168,41 @@ def test_mtp_shares_embedding_and_head() -> None:
     held = one_stage.dense_weight_bytes + one_stage.expert_weight_bytes
     shared = 2 * ds.vocab_size * ds.hidden_size * 2 / 8  # embedding + LM head, bf16, over TP8
     assert spec.draft_weight_bytes_per_gpu == pytest.approx(held - shared)
+
+
+def test_a_drafters_kv_shares_the_pool_token_for_token() -> None:
+    # Without window or state layers every cached token holds the model's KV and the drafter's: the
+    # last stage's room (after both weights) over their bytes per token, to within a block.
+    layout = Layout(tp=4)
+    draft = _inputs(method="draft_model", num_speculative_tokens=3, acceptance_rate=0.6,
+                    draft_model={"name": "llama-3.1-8b"})
+    cost = layout_cost(draft, layout)
+    spec = speculative_step_cost(draft, cost)
+    assert spec is not None
+    cap = kv_capacity(draft, cost, spec)
+    own = cost.stages[-1].kv_bytes_per_token
+    expected = cap.rooms[-1] / (own + spec.draft_kv_bytes_per_token_per_gpu)
+    assert cap.tokens == pytest.approx(expected, abs=2 * cost.stages[-1].kv_shape.block_tokens)  # type: ignore[union-attr]
+    # vLLM's start check counts the drafter's layers for a max_model_len request too.
+    without = kv_capacity(draft, cost)
+    assert (cap.max_len_shortfall(8192, 8192) - without.max_len_shortfall(8192, 8192)
+            >= spec.draft_weight_bytes_per_gpu + 8192 * spec.draft_kv_bytes_per_token_per_gpu - 1)
+
+
+def test_one_layer_drafters_are_full_attention_and_keep_the_models_moe() -> None:
+    # Gemma-2 alternates sliding and full layers; its EAGLE head is one full-attention layer.
+    gemma = load_model("gemma-2-27b")
+    assert gemma.is_hybrid
+    head = single_speculative(_spec(method="eagle3", num_speculative_tokens=2, acceptance_rate=0.6), gemma)
+    assert head.drafter is not None and not head.drafter.is_hybrid and head.drafter.num_layers == 1
+    inputs = _inputs(gemma, method="eagle3", num_speculative_tokens=2, acceptance_rate=0.6)
+    cost = layout_cost(inputs, parse_layout("tp2"))
+    spec = speculative_step_cost(inputs, cost)
+    assert spec is not None
+    assert kv_capacity(inputs, cost, spec).tokens < kv_capacity(inputs, cost).tokens
+    # GLM-4.5's MTP layer is one of its MoE layers (its first three layers are dense).
+    glm = load_model("glm-4.5")
+    assert glm.mtp_layers == 1
+    mtp = single_speculative(_spec(method="mtp", num_speculative_tokens=1, acceptance_rate=0.8), glm)
+    assert mtp.drafter is not None and mtp.drafter.is_moe and mtp.drafter.mtp_layers == 0
+    assert count_params(mtp.drafter).num_moe_layers == 1
