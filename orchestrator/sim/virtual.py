@@ -14,12 +14,14 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
+from orchestrator.sim.prefix_cache import CacheStats
 
 Balance = Literal["least_outstanding", "round_robin"]
 
@@ -30,6 +32,8 @@ class SimRequest:
     arrival_s: float
     prompt_tokens: int
     max_tokens: int
+    content: Content | None = None  # what the prompt shares with others (prefix caching, routing)
+    tags: tuple[tuple[str, str], ...] = ()  # copied into the record's extra (session, turn)
 
 
 MAX_SAMPLES = 20_000  # engine samples per run (0.5 s apart: hours of virtual time)
@@ -43,6 +47,7 @@ class SimSummary:
     virtual_s: float
     # The engines' own gauges at fixed virtual times, as a scrape of their /metrics would read them.
     engine_samples: tuple[EngineSample, ...] = ()
+    prefix_cache: CacheStats | None = None  # summed over the engines; None without prefix caching
 
 
 def _choose(engines: Sequence[EngineCore], balance: Balance, counter: int) -> int:
@@ -82,7 +87,7 @@ def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], c
     come in send order, as the load generator's closed loop returns them."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]
+    at_zero = [replace(r, arrival_s=0.0) for r in requests]
     run = _Run(engines, balance, concurrency, closed=True, sample_s=sample_interval_s)
     return run.go(at_zero, duration_s)
 
@@ -135,7 +140,7 @@ class _Run:
             if delayed:
                 self.in_flight -= 1
             return
-        seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, t)
+        seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, t, content=req.content)
         self.sent[req.request_id] = (req, sent_s, seq, e)
         if not delayed:
             self.in_flight += 1
@@ -179,7 +184,7 @@ class _Run:
                     if until_s is not None and not self.pending and i == len(order) and now < until_s:
                         rounds += 1  # a duration-bound closed loop: the next round of requests
                         self.pending.extend(
-                            SimRequest(f"{r.request_id}#{rounds}", now, r.prompt_tokens, r.max_tokens)
+                            replace(r, request_id=f"{r.request_id}#{rounds}", arrival_s=now)
                             for r in (requests[k] for k in order))
                     self._refill(now, until_s)
                 if eng.waiting or eng.running:  # start the next step at once (hot path)
@@ -207,10 +212,12 @@ class _Run:
                 self._refill(now, until_s)  # slots a refused request did not take
         ids = list(self.sent) if self.closed else [r.request_id for r in requests]
         records = [self._record(*self.sent[rid]) for rid in ids]
+        caches = [eng.cache.stats() for eng in engines if eng.cache is not None]
         summary = SimSummary(
             steps=sum(len(s) for s in step_ends),
             preemptions=sum(eng.preemptions for eng in engines),
             rejected=self.rejected, virtual_s=now, engine_samples=tuple(self.samples),
+            prefix_cache=sum(caches[1:], caches[0]) if caches else None,
         )
         return records, summary
 
@@ -235,13 +242,18 @@ class _Run:
         if seq is None:  # longer than the KV cache can ever hold: the engine answers 400
             refused = self.refused_at.get(req.request_id, sent_s)
             return RequestRecord(req.request_id, scheduled, sent_s, refused, prompt_tokens=req.prompt_tokens,
-                                 error="http_400", queued_s=queued)
+                                 error="http_400", queued_s=queued, extra=dict(req.tags))
         times: list[float] = []
         for first, last in seq.segments:
             times.extend(self.step_ends[e][first:last + 1])
+        extra = dict(req.tags)
+        if seq.preemptions:
+            extra["preemptions"] = str(seq.preemptions)
+        if self.engines[e].cache is not None:
+            extra["cached_tokens"] = str(seq.cached_tokens)
         return RequestRecord(
             request_id=req.request_id, scheduled_s=scheduled, sent_s=sent_s,
             done_s=times[-1] if times else sent_s, chunk_times_s=tuple(times),
             chunk_tokens=(1,) * len(times), output_tokens=len(times), prompt_tokens=req.prompt_tokens,
-            queued_s=queued, extra={"preemptions": str(seq.preemptions)} if seq.preemptions else {},
+            queued_s=queued, extra=extra,
         )
