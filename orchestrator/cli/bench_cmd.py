@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `o
     from orchestrator.loadgen.bench import BenchRun, PointResult, WorkloadFactory
     from orchestrator.loadgen.metrics import Distribution
     from orchestrator.loadgen.records import RequestRecord
-    from orchestrator.loadgen.workloads import Tokenizer
+    from orchestrator.loadgen.texts import Tokenizer
 
 WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace")
 DEFAULT_OUTPUT_LEN = "128"
@@ -78,8 +78,8 @@ def parse_slo_flag(text: str | None) -> dict[str, float]:
 
 def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_len: int, num_prefixes: int,
                       dataset: str | None, tokenizer_dir: str | None, seed: int) -> WorkloadFactory:
+    from orchestrator.loadgen.texts import load_tokenizer
     from orchestrator.loadgen.workloads import (
-        load_tokenizer,
         parse_length,
         prefix_workload,
         random_workload,

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from orchestrator.loadgen.balance import Balance, Balancer
+from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.decode import Backlog, RecordSink, Sent, to_record
 from orchestrator.loadgen.framing import DEFAULT_MAX_RESPONSE_BYTES
 from orchestrator.loadgen.http1 import Http1Client, Origin
@@ -72,6 +73,7 @@ class RequestSpec:
     max_tokens: int
     prompt_tokens: int | None = None  # known input length (from a tokenizer), else from usage
     extra_body: dict[str, Any] = field(default_factory=dict)
+    content: Content | None = None  # what the prompt shares with others: prefix-aware routing, the sim
 
 
 def build_body(cfg: ClientConfig, spec: RequestSpec) -> dict[str, Any]:
@@ -189,7 +191,7 @@ async def _send_balanced(
     scheduled_s: float,
     queued_s: float = 0.0,
 ) -> Sent:
-    i = bal.acquire()
+    i = bal.acquire(spec.content.route() if spec.content is not None else None)
     try:
         endpoint = cfgs[i].base_url if len(cfgs) > 1 else None
         return await exchange(sess, cfgs[i], spec, scheduled_s, queued_s, endpoint)

@@ -4,10 +4,10 @@ Kinds: `random` (input/output lengths from a distribution), `sharegpt` (a ShareG
 (one or more shared prefixes plus unique suffixes, for prefix caching) and `trace` (JSONL, one request
 a line: `{"arrival_s": 0.12, "input_tokens": 512, "output_tokens": 128}`).
 
-Prompt text: with a local Hugging Face tokenizer directory, prompts are built from token ids and hold
-exactly the asked number of tokens (RequestSpec.prompt_tokens is set). Without one, prompts are
-deterministic text of common English words, roughly one token per word in BPE vocabularies; the true
-count then comes from the server's `usage` (prompt_tokens stays None).
+Prompt text (loadgen/texts.py): with a local Hugging Face tokenizer directory, prompts are built from
+token ids and hold exactly the asked number of tokens (RequestSpec.prompt_tokens is set). Without one,
+prompts are deterministic text of common English words, roughly one token per word in BPE vocabularies;
+the true count then comes from the server's `usage` (prompt_tokens stays None).
 
 Lengths follow spec.models.TokenDistribution, seeded: fixed (round(mean)), uniform (integers in
 [min, max]), normal (mean, stddev), lognormal (mean and stddev of the lengths themselves, not of their
@@ -19,43 +19,21 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.client import RequestSpec
+from orchestrator.loadgen.texts import PromptMaker, Tokenizer
 from orchestrator.spec.workload import TokenDistribution
 
 WorkloadKind = Literal["random", "sharegpt", "prefix", "trace"]
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = ("random", "sharegpt", "prefix", "trace")
 Length = int | TokenDistribution
-
-# Short, common words: one token each (with their leading space) in GPT-2/Llama/Qwen-style BPEs.
-_WORDS_TEXT = (
-    "the of and to in is it you that he was for on are as with his they at be this have from or one "
-    "had by word but not what all were we when your can said there use an each which she do how their "
-    "if will up other about out many then them these so some her would make like him into time has "
-    "look two more write go see number no way could people my than first water been call who oil its "
-    "now find long down day did get come made may part over new sound take only little work know place "
-    "year live me back give most very after thing our just name good sentence man think say great where "
-    "help through much before line right too mean old any same tell boy follow came want show also "
-    "around form three small set put end does another well large must big even such because turn here"
-)
-_WORDS = tuple(_WORDS_TEXT.split())
-
-
-class Tokenizer(Protocol):
-    """What a workload needs from a tokenizer (a transformers tokenizer satisfies it)."""
-
-    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -63,22 +41,6 @@ class Workload:
     specs: tuple[RequestSpec, ...]
     offsets_s: tuple[float, ...] | None = None  # trace only: arrival offsets from the first request
     token_counts: Literal["tokenizer", "server"] = "server"  # where the prompt token counts come from
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """A local Hugging Face tokenizer directory; transformers is imported only here."""
-    p = Path(path)
-    if not p.is_dir():
-        raise SpecError(f"--tokenizer: {str(p)!r} is not a directory; give a local tokenizer directory")
-    try:
-        from transformers import AutoTokenizer  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise SpecError(
-            "--tokenizer needs the 'transformers' package (pip install transformers); "
-            "or omit --tokenizer and take token counts from the server's usage"
-        ) from None
-    tok: Tokenizer = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
-    return tok
 
 
 def parse_length(text: str, flag: str = "--input-len") -> Length:
@@ -127,41 +89,6 @@ def sample_lengths(length: Length, n: int, rng: np.random.Generator) -> list[int
     return [int(min(max(round(float(x)), d.min), hi)) for x in raw]
 
 
-def _words(n: int, rng: np.random.Generator) -> str:
-    idx = rng.integers(0, len(_WORDS), n)
-    return " ".join(_WORDS[i] for i in idx)
-
-
-class _PromptMaker:
-    """Deterministic prompts of about / exactly n tokens (with a tokenizer: exactly, re-encoded)."""
-
-    def __init__(self, tokenizer: Tokenizer | None) -> None:
-        self.tok = tokenizer
-        self._ids: list[int] = []
-        if tokenizer is not None:
-            ids = tokenizer.encode(" " + " ".join(_WORDS), add_special_tokens=False)
-            self._ids = list(dict.fromkeys(ids))
-
-    def text(self, n: int, rng: np.random.Generator) -> tuple[str, int | None]:
-        if self.tok is None:
-            return _words(n, rng), None
-        ids = [self._ids[i] for i in rng.integers(0, len(self._ids), n)]
-        text = self.tok.decode(ids, skip_special_tokens=True)
-        for _ in range(4):  # decode/encode may merge or split tokens: trim or pad until it is exact
-            got = self.tok.encode(text, add_special_tokens=False)
-            if len(got) == n:
-                break
-            if len(got) > n:
-                got = got[:n]
-            else:
-                got = got + [self._ids[i] for i in rng.integers(0, len(self._ids), n - len(got))]
-            text = self.tok.decode(got, skip_special_tokens=True)
-        return text, len(self.tok.encode(text, add_special_tokens=False))
-
-    def count(self, text: str) -> int | None:
-        return None if self.tok is None else len(self.tok.encode(text, add_special_tokens=False))
-
-
 def _spec(i: int, prompt: str, max_tokens: int, prompt_tokens: int | None) -> RequestSpec:
     return RequestSpec(f"req-{i}", prompt, max(int(max_tokens), 1), prompt_tokens)
 
@@ -170,7 +97,7 @@ def random_workload(n: int, input_len: Length, output_len: Length, *, seed: int 
                     tokenizer: Tokenizer | None = None) -> Workload:
     rng = np.random.default_rng(seed)
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     specs = []
     for i in range(n):
         text, count = maker.text(ins[i], rng)
@@ -184,7 +111,7 @@ def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Leng
     if prefix_len <= 0 or num_prefixes <= 0:
         raise SpecError("--prefix-len and --num-prefixes must be positive")
     rng = np.random.default_rng(seed)
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     prefixes = [maker.text(prefix_len, rng)[0] for _ in range(num_prefixes)]
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
     specs = []
@@ -224,7 +151,7 @@ def sharegpt_workload(path: str | Path, n: int, *, output_len: Length | None = N
         raise SpecError(f"--dataset: {str(p)!r} has no ShareGPT conversations (a prompt and a reply)")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(pairs))
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     outs = sample_lengths(output_len, n, rng) if output_len is not None else None
     specs = []
     for i in range(n):
@@ -266,7 +193,7 @@ def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
     rows.sort(key=lambda r: r[0])
     rows = rows[:n] if n is not None else rows
     rng = np.random.default_rng(seed)
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     specs = []
     for i, (_, n_in, n_out) in enumerate(rows):
         text, count = maker.text(n_in, rng)

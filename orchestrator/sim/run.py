@@ -67,13 +67,14 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
         duration = None if num_requests else w.duration_s
         specs = list(workload_factory(w)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
         records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
-                                       duration_s=duration, sample_interval_s=sample_interval_s)
+                                       duration_s=duration, sample_interval_s=sample_interval_s, dp=layout.dp)
         if n is not None:
             records = records[:n]
         point = LoadPoint(concurrency=concurrency)
     elif rate is not None:
         records, summary = simulate(engines, sim_requests(spec, rate, num_requests),
-                                    max_concurrency=w.max_concurrency, sample_interval_s=sample_interval_s)
+                                    max_concurrency=w.max_concurrency, sample_interval_s=sample_interval_s,
+                                    dp=layout.dp)
         point = LoadPoint(rate=rate)
     else:
         raise ValueError("give a rate or a concurrency")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import SpecError
+from orchestrator.loadgen.texts import load_tokenizer
 from orchestrator.loadgen.workloads import (
-    load_tokenizer,
     parse_length,
     prefix_workload,
     random_workload,
