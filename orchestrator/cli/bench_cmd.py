@@ -133,6 +133,10 @@ def _fmt(v: float | None, nd: int = 1) -> str:
     return "inf" if math.isinf(v) else f"{v:,.{nd}f}"
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
 def _pair(d: Distribution | None) -> str:
     return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
 
@@ -182,6 +186,17 @@ def _table(points: list[PointResult]) -> Table:
     row("output tokens/s", lambda p: _fmt(p.metrics.output_throughput))
     row("total tokens/s", lambda p: _fmt(p.metrics.total_throughput))
     row("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2))
+    if any(p.metrics.ttft_first_turn_ms is not None for p in points):  # session workloads
+        row("TTFT first turns", lambda p: _pair(p.metrics.ttft_first_turn_ms))
+        row("TTFT later turns", lambda p: _pair(p.metrics.ttft_later_turns_ms))
+        row("session time", lambda p: _pair(p.metrics.session_ms))
+        row("sessions done / failed",
+            lambda p: f"{p.metrics.sessions_completed} / {p.metrics.sessions_failed}")
+    if any(p.metrics.prefix_hit_rate is not None for p in points):  # simulated: what the cache held
+        row("prefix-cache hit rate", lambda p: _pct(p.metrics.prefix_hit_rate))
+        if any(p.metrics.prefix_hit_rate_later_turns is not None for p in points):
+            row("  first / later turns", lambda p: f"{_pct(p.metrics.prefix_hit_rate_first_turn)} / "
+                f"{_pct(p.metrics.prefix_hit_rate_later_turns)}")
     row("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
         f"/{p.metrics.n_completed}")
     row("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL: " + (p.verdict or "")))

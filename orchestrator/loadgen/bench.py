@@ -28,6 +28,7 @@ from orchestrator.loadgen.client import (
 from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
+from orchestrator.loadgen.session_runner import run_sessions
 from orchestrator.loadgen.workers import run_open_loop_workers
 from orchestrator.loadgen.workloads import Workload
 
@@ -207,20 +208,35 @@ async def _run_point(
         n = c.num_requests or CLOSED_LOOP_SPECS
         if progress is not None:
             progress.begin(point.label, c.num_requests if c.duration_s is None else None)
-        recs = await run_closed_loop(list(c.targets), list(workload_for(n).specs[:n]), point.concurrency,
-                                     sink=sink, balance=c.balance, duration_s=c.duration_s)
-        if c.num_requests is not None and c.duration_s is not None:
-            recs = recs[: c.num_requests]
+        wl = workload_for(n)
+        if wl.sessions is not None:  # concurrency counts sessions in flight
+            ran = await run_sessions(list(c.targets), wl.sessions.plans[:n], concurrency=point.concurrency,
+                                     duration_s=c.duration_s, balance=c.balance, texts=wl.texts, sink=sink)
+            recs = ran.records
+        else:
+            recs = await run_closed_loop(list(c.targets), list(wl.specs[:n]), point.concurrency,
+                                         sink=sink, balance=c.balance, duration_s=c.duration_s)
+            if c.num_requests is not None and c.duration_s is not None:
+                recs = recs[: c.num_requests]
     else:
         rate = point.rate if point.rate is not None else math.inf
         if math.isinf(rate) and c.num_requests is None:
             raise ValueError("an infinite rate needs num_requests")
         duration = None if math.isinf(rate) else c.duration_s
         offsets = arrival_offsets(c.num_requests, rate, c.arrival, c.burstiness, c.seed, duration)
-        specs = list(workload_for(len(offsets)).specs[: len(offsets)])
-        if progress is not None:
-            progress.begin(point.label, len(offsets))
-        recs = await _open_loop(c, specs, offsets, sink)
+        wl = workload_for(len(offsets))
+        if wl.sessions is not None:  # the rate is of sessions; their later turns follow the answers
+            plans = wl.sessions.plans[: len(offsets)]
+            if progress is not None:
+                progress.begin(point.label, sum(p.calls for p in plans))
+            ran = await run_sessions(list(c.targets), plans, starts=offsets[: len(plans)],
+                                     balance=c.balance, texts=wl.texts, sink=sink)
+            recs = ran.records
+        else:
+            specs = list(wl.specs[: len(offsets)])
+            if progress is not None:
+                progress.begin(point.label, len(offsets))
+            recs = await _open_loop(c, specs, offsets, sink)
     result = run.measure(point, recs)
     run.points.append(result)
     run.current, run.current_point = [], None

@@ -183,7 +183,7 @@ def _targets(cfg: Targets) -> list[ClientConfig]:
     return out
 
 
-async def _send_balanced(
+async def send_balanced(
     sess: Http1Client,
     cfgs: list[ClientConfig],
     bal: Balancer,
@@ -236,12 +236,12 @@ async def run_open_loop(
 
     async def one(k: int, spec: RequestSpec, at: float) -> None:
         if sem is None:
-            sent = await _send_balanced(sess, cfgs, bal, spec, at)
+            sent = await send_balanced(sess, cfgs, bal, spec, at)
         else:
             wait0 = time.perf_counter()
             async with sem:
                 queued = time.perf_counter() - wait0
-                sent = await _send_balanced(sess, cfgs, bal, spec, at, queued)
+                sent = await send_balanced(sess, cfgs, bal, spec, at, queued)
         backlog.add(k, sent)
 
     tasks: list[asyncio.Task[None]] = []
@@ -307,7 +307,7 @@ async def run_closed_loop(
     async def worker() -> None:
         while (item := next_spec()) is not None:
             k, spec = item
-            backlog.add(k, await _send_balanced(sess, cfgs, bal, spec, time.perf_counter()))
+            backlog.add(k, await send_balanced(sess, cfgs, bal, spec, time.perf_counter()))
 
     try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -10,6 +10,9 @@ differently; each known name maps to one of our fields:
   preemptions  vllm:num_preemptions_total (counter)   sglang:num_retracted_requests_total (counter)
   prefix_hit_rate  vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total (counters; older
                vllm:gpu_prefix_cache_hit_rate)      sglang:cache_hit_rate
+  prefix_hits, prefix_queries  the two vLLM counters themselves (tokens), kept so that a load point's
+               hit rate is what its own requests found: the counters' growth over the point, not their
+               totals since the engine started (which include the warm-up)
 
 Several series of one name (vLLM's data-parallel ranks carry an `engine` label) are summed, except
 the usage and hit-rate fractions, where the fullest rank counts (max).
@@ -33,7 +36,7 @@ from urllib.parse import urlsplit
 DEFAULT_INTERVAL_S = 0.5
 SCRAPE_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
-FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate")
+FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate", "prefix_hits", "prefix_queries")
 
 _NAMES: dict[str, str] = {
     "vllm:num_requests_running": "running",
@@ -43,8 +46,8 @@ _NAMES: dict[str, str] = {
     "vllm:num_preemptions_total": "preemptions",
     "vllm:num_preemptions": "preemptions",
     "vllm:gpu_prefix_cache_hit_rate": "prefix_hit_rate",
-    "vllm:prefix_cache_hits_total": "_prefix_hits",
-    "vllm:prefix_cache_queries_total": "_prefix_queries",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
     "sglang:num_running_reqs": "running",
     "sglang:num_queue_reqs": "waiting",
     "sglang:token_usage": "kv_usage",
@@ -68,6 +71,8 @@ class EngineSample:
     kv_usage: float | None = None  # fraction of the KV cache in use, 0-1
     preemptions: float | None = None  # counter since the engine started
     prefix_hit_rate: float | None = None  # fraction, 0-1
+    prefix_hits: float | None = None  # counter: prompt tokens found cached
+    prefix_queries: float | None = None  # counter: prompt tokens looked up
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -94,7 +99,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
             sums[field] = max(sums.get(field, value), value)
         else:
             sums[field] = sums.get(field, 0.0) + value
-    hits, queries = sums.pop("_prefix_hits", None), sums.pop("_prefix_queries", None)
+    hits, queries = sums.get("prefix_hits"), sums.get("prefix_queries")
     if hits is not None and queries and "prefix_hit_rate" not in sums:
         sums["prefix_hit_rate"] = hits / queries
     return sums
@@ -236,11 +241,17 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         vals = [s[name] for s in samples if s.get(name) is not None]
         return max(vals) if vals else None
 
-    preempted: float | None = None
-    for ep in {s["endpoint"] for s in samples}:
-        counts = [s["preemptions"] for s in samples if s["endpoint"] == ep and "preemptions" in s]
-        if counts:
-            preempted = (preempted or 0.0) + max(counts) - min(counts)
+    def growth(name: str) -> float | None:
+        """How much a counter grew during the point, summed over the endpoints."""
+        out: float | None = None
+        for ep in {s["endpoint"] for s in samples}:
+            counts = [s[name] for s in samples if s["endpoint"] == ep and name in s]
+            if counts:
+                out = (out or 0.0) + max(counts) - min(counts)
+        return out
+
+    preempted = growth("preemptions")
+    hits, queries = growth("prefix_hits"), growth("prefix_queries")
     running, waiting = total("running"), total("waiting")
     return {
         "samples": len(samples),
@@ -251,4 +262,7 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         "waiting_peak": max(waiting) if waiting else None,
         "preemptions": preempted,
         "prefix_hit_rate_peak": peak("prefix_hit_rate"),
+        # over the point's own lookups (vLLM's counters); None where the engine has no such counters
+        "prefix_hit_rate": hits / queries if hits is not None and queries else None,
+        "prefix_queries": queries,
     }

@@ -4,28 +4,59 @@ from __future__ import annotations
 
 from functools import partial
 
+from orchestrator.catalog.loader import load_model
 from orchestrator.loadgen.bench import WorkloadFactory
+from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions, sharegpt_sessions
 from orchestrator.loadgen.workloads import (
+    Workload,
     prefix_workload,
     random_workload,
     sharegpt_workload,
     trace_workload,
 )
-from orchestrator.spec.models import SLOSpec
+from orchestrator.spec.models import SLOSpec, SweepSpec
 from orchestrator.spec.workload import WorkloadSpec
 
 
-def workload_factory(w: WorkloadSpec) -> WorkloadFactory:
+def max_model_len_of(spec: SweepSpec) -> int:
+    """The longest request the engines take: the spec's, else the model's own context."""
+    if spec.model.max_model_len:
+        return spec.model.max_model_len
+    return load_model(spec.model.name or spec.model.config_path or "").max_position_embeddings
+
+
+def spec_workload_factory(spec: SweepSpec) -> WorkloadFactory:
+    """The spec's workload, with sessions cut at the engines' max_model_len."""
+    return workload_factory(spec.workload, max_model_len_of(spec))
+
+
+def workload_factory(w: WorkloadSpec, max_model_len: int | None = None) -> WorkloadFactory:
     if w.kind == "random":
         return partial(random_workload, input_len=w.input_tokens, output_len=w.output_tokens, seed=w.seed)
     if w.kind == "prefix":
         return partial(prefix_workload, prefix_len=w.prefix_tokens or 512, input_len=w.input_tokens,
                        output_len=w.output_tokens, seed=w.seed)
+    if w.kind in ("conversation", "agentic"):
+        return partial(_sessions, w, max_model_len)
     assert w.dataset_path is not None  # WorkloadSpec guarantees it for sharegpt and trace
     if w.kind == "sharegpt":
         return partial(sharegpt_workload, w.dataset_path, seed=w.seed)
     trace = trace_workload(w.dataset_path, seed=w.seed)
     return lambda n: trace
+
+
+def _sessions(w: WorkloadSpec, max_model_len: int | None, n: int) -> Workload:
+    if w.kind == "agentic":
+        sessions = agentic_sessions(n, w.agentic_or_default(), w.input_tokens, w.output_tokens, seed=w.seed,
+                                    max_model_len=max_model_len)
+    elif w.dataset_path is not None:  # ShareGPT conversations, every turn
+        conv = w.conversation_or_default()
+        sessions = sharegpt_sessions(w.dataset_path, n, seed=w.seed, max_model_len=max_model_len,
+                                     think_time_s=conv.think_time_s)
+    else:
+        sessions = conversation_sessions(n, w.conversation_or_default(), w.input_tokens, w.output_tokens,
+                                         seed=w.seed, max_model_len=max_model_len)
+    return Workload(w.kind, (), sessions=sessions)
 
 
 def slo_bounds(slo: SLOSpec) -> dict[str, float]:

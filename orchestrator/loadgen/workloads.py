@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 from pydantic import ValidationError
@@ -29,10 +29,13 @@ from pydantic import ValidationError
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.client import RequestSpec
 from orchestrator.loadgen.texts import PromptMaker, Tokenizer
+
+if TYPE_CHECKING:
+    from orchestrator.loadgen.sessions import SessionSet
 from orchestrator.spec.workload import TokenDistribution
 
-WorkloadKind = Literal["random", "sharegpt", "prefix", "trace"]
-WORKLOAD_KINDS: tuple[WorkloadKind, ...] = ("random", "sharegpt", "prefix", "trace")
+WorkloadKind = Literal["random", "sharegpt", "prefix", "trace", "conversation", "agentic"]
+WORKLOAD_KINDS: tuple[WorkloadKind, ...] = get_args(WorkloadKind)
 Length = int | TokenDistribution
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Workload:
     specs: tuple[RequestSpec, ...]
     offsets_s: tuple[float, ...] | None = None  # trace only: arrival offsets from the first request
     token_counts: Literal["tokenizer", "server"] = "server"  # where the prompt token counts come from
+    sessions: SessionSet | None = None  # conversation, agentic: sessions instead of requests (no specs)
+    texts: PromptMaker | None = None  # sessions: how their segments read (None: words, no tokenizer)
 
 
 def parse_length(text: str, flag: str = "--input-len") -> Length:

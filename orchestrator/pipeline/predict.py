@@ -26,8 +26,23 @@ def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: flo
                           sample_interval_s=sample_interval_s)
 
 
+def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:
+    """The simulator's prefix-cache counters of a point (vLLM's names), the routing it ran under, and
+    what it cut; empty without prefix caching."""
+    c = sp.summary.prefix_cache
+    out: dict[str, Any] = {} if sp.note is None else {"note": sp.note}
+    if c is None:
+        return out
+    return {**out, "prefix_cache": {
+        "queries": c.queries, "hits": c.hits, "hit_rate": c.hit_rate,
+        "preempted_queries": c.preempted_queries, "preempted_hits": c.preempted_hits,
+        "evicted_blocks": c.evicted_blocks,
+    }}
+
+
 def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None) -> dict[str, Any]:
     m = sp.result.metrics
+    cache = sp.summary.prefix_cache
     return {
         "source": SOURCE,
         "load": sp.result.point.label,
@@ -36,6 +51,9 @@ def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None)
         "itl_p99_ms": m.itl_chunk_ms.p99, "tpot_p50_ms": m.tpot_ms.p50,
         "output_tokens_per_s_per_gpu": (m.per_gpu or {}).get("output_throughput"),
         "goodput": m.goodput, "passed": sp.result.passed,
+        "prefix_hit_rate": None if cache is None else cache.hit_rate,
+        "ttft_first_turn_p50_ms": m.ttft_first_turn_ms.p50 if m.ttft_first_turn_ms else None,
+        "ttft_later_turns_p50_ms": m.ttft_later_turns_ms.p50 if m.ttft_later_turns_ms else None,
     }
 
 

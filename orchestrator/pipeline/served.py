@@ -14,7 +14,7 @@ from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointRe
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, with_engine_metrics
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.spec_workload import slo_bounds, spec_workload_factory
 from orchestrator.pipeline.harness import read_counters, unreliable_because
 from orchestrator.pipeline.timescale import unscale
 from orchestrator.spec.models import SweepSpec
@@ -50,7 +50,7 @@ def bench_point(
     duration = None if num_requests else w.duration_s
     wall = BenchConfig(
         targets=clients,
-        balance="least_outstanding",
+        balance=spec.routing_policies()[0],  # a spec comparing policies is split per policy first
         arrival=w.arrival,
         burstiness=w.burstiness,
         num_requests=n,
@@ -63,7 +63,7 @@ def bench_point(
     urls = [c.base_url for c in clients]
     before = read_counters(urls) if spec.engine.name == "sim" else None
     wall_point = point if point.rate is None else LoadPoint(rate=point.rate / s)
-    work = run_point(BenchRun(wall), workload_factory(w), wall_point, obs)
+    work = run_point(BenchRun(wall), spec_workload_factory(spec), wall_point, obs)
     interval_wall_s = engine_metrics_interval_s * s
     raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
     series = series_to_dict(poller.samples, interval_wall_s, s)

@@ -11,7 +11,7 @@ from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
 from orchestrator.pipeline.capacity import load_point
-from orchestrator.pipeline.predict import virtual_point
+from orchestrator.pipeline.predict import prefix_cache_of, virtual_point
 from orchestrator.pipeline.repeats import reseeded
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.spec.models import SweepSpec
@@ -39,7 +39,7 @@ def virtual_point_fn(
         )
         s = sp.summary
         sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
-               "virtual_s": s.virtual_s}
+               "virtual_s": s.virtual_s, **prefix_cache_of(sp)}
         series = series_to_dict(list(s.engine_samples), interval_s)
         keep_series(series)
         return sp.result, {"measured_in": "virtual time", "sim": sim, "engine": summarize_series(series)}

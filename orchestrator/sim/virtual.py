@@ -249,9 +249,12 @@ class VirtualRun:
         while self.next_sample <= until and len(self.samples) < MAX_SAMPLES:
             t = self.next_sample
             for k, eng in enumerate(self.engines):
+                cache = eng.cache
                 self.samples.append(EngineSample(
                     t_s=t, endpoint=k, running=float(len(eng.running)), waiting=float(len(eng.waiting)),
                     kv_usage=eng.kv_usage, preemptions=float(eng.preemptions),
+                    prefix_hits=None if cache is None else float(cache.hits),
+                    prefix_queries=None if cache is None else float(cache.queries),
                 ))
             self.next_sample = t + step
         if len(self.samples) >= MAX_SAMPLES:
