@@ -16,4 +16,5 @@ def test_the_hit_rate_is_the_points_own_not_since_the_engine_started() -> None:
     s = summarize_series(series_to_dict(samples, 1.0))
     assert s["prefix_queries"] == 1500.0
     assert abs(s["prefix_hit_rate"] - 700 / 1500) < 1e-12
-    assert summarize_series(series_to_dict([EngineSample(0.0, 0, running=1.0)], 1.0))["prefix_hit_rate"] is None
+    without = summarize_series(series_to_dict([EngineSample(0.0, 0, running=1.0)], 1.0))
+    assert without["prefix_hit_rate"] is None
