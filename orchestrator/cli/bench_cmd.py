@@ -27,9 +27,9 @@ if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `o
     from orchestrator.loadgen.records import RequestRecord
     from orchestrator.loadgen.texts import Tokenizer
 
-WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace")
+WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace", "conversation", "agentic")
 DEFAULT_OUTPUT_LEN = "128"
-BALANCE_KINDS = ("round_robin", "least_outstanding")
+BALANCE_KINDS = ("round_robin", "least_outstanding", "prefix_aware")
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
@@ -77,7 +77,9 @@ def parse_slo_flag(text: str | None) -> dict[str, float]:
 
 
 def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_len: int, num_prefixes: int,
-                      dataset: str | None, tokenizer_dir: str | None, seed: int) -> WorkloadFactory:
+                      dataset: str | None, tokenizer_dir: str | None, seed: int,
+                      sessions: dict[str, Any] | None = None, duration_s: float | None = None,
+                      trace_format: str = "auto", time_scale: float = 1.0) -> WorkloadFactory:
     from orchestrator.loadgen.texts import load_tokenizer
     from orchestrator.loadgen.workloads import (
         parse_length,
@@ -93,6 +95,8 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
     n_out = given_out if given_out is not None else parse_length(DEFAULT_OUTPUT_LEN, "--output-len")
     if kind in ("sharegpt", "trace") and not dataset:
         raise SpecError(f"--workload {kind} needs --dataset FILE")
+    if kind in ("conversation", "agentic"):
+        return _session_factory(kind, n_in, n_out, given_out, dataset, tok, seed, sessions or {})
     if kind == "random":
         return partial(random_workload, input_len=n_in, output_len=n_out, seed=seed, tokenizer=tok)
     if kind == "prefix":
@@ -102,8 +106,50 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
     if kind == "sharegpt":
         sharegpt_workload(dataset, 1, tokenizer=tok)  # fail now on a bad file, not mid-run
         return partial(sharegpt_workload, dataset, output_len=given_out, seed=seed, tokenizer=tok)
-    wl = trace_workload(dataset, seed=seed, tokenizer=tok)
-    return lambda n: wl
+    from orchestrator.loadgen.traces import TRACE_FORMATS, TraceFormat
+
+    tf: TraceFormat = _choice(trace_format, TRACE_FORMATS, "--trace-format")  # type: ignore[assignment]
+    if not time_scale > 0:
+        raise SpecError(f"--time-scale: {time_scale} must be positive (2 replays the trace twice as fast)")
+    until = None if duration_s is None or math.isinf(duration_s) else duration_s
+    trace_workload(dataset, n=1, fmt=tf, tokenizer=tok)  # fail now on a bad file, not mid-run
+    # streamed: only the requests used are read (--num-requests, or those before --duration-s)
+    return lambda n: trace_workload(dataset, n=n or None, duration_s=until, fmt=tf, time_scale=time_scale,
+                                    seed=seed, tokenizer=tok)
+
+
+def _session_factory(kind: str, n_in: Any, n_out: Any, given_out: Any, dataset: str | None,
+                     tok: Tokenizer | None, seed: int, opts: dict[str, Any]) -> WorkloadFactory:
+    """Conversations (or ShareGPT conversations with every turn, with --dataset) and agentic sessions."""
+    from pydantic import ValidationError
+
+    from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions, sharegpt_sessions
+    from orchestrator.loadgen.texts import PromptMaker
+    from orchestrator.loadgen.workloads import Workload, parse_length
+    from orchestrator.spec.workload import AgenticSpec, ConversationSpec
+
+    limit, think = opts.get("max_model_len"), float(opts.get("think_time_s") or 0.0)
+    if not think >= 0:
+        raise SpecError(f"--think-time-s: {think} must be >= 0")
+    try:
+        conv = ConversationSpec(turns=parse_length(opts.get("turns") or "4", "--turns"), think_time_s=think,
+                                system_prompt_tokens=int(opts.get("system_prompt_len") or 0))
+    except ValidationError as exc:
+        raise SpecError(f"--turns/--system-prompt-len: {exc.errors()[0]['msg']}") from None
+    maker = PromptMaker(tok)
+
+    def build(n: int) -> Workload:
+        if kind == "agentic":
+            made = agentic_sessions(n, AgenticSpec(), n_in, n_out, seed=seed, max_model_len=limit)
+        elif dataset is not None:
+            made = sharegpt_sessions(dataset, n, output_len=given_out, seed=seed, max_model_len=limit,
+                                     think_time_s=think)
+        else:
+            made = conversation_sessions(n, conv, n_in, n_out, seed=seed, max_model_len=limit)
+        return Workload(kind, (), sessions=made, texts=maker, note=made.note())  # type: ignore[arg-type]
+
+    build(1)  # fail now on a bad dataset, not mid-run
+    return build
 
 
 class _Bar:
@@ -208,14 +254,29 @@ def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server URL(s), comma-separated replicas.")],
     model: Annotated[str, typer.Option("--model", help="Model name the server serves.")],
     endpoint: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
-    workload: Annotated[str, typer.Option(help="random, sharegpt, prefix or trace.")] = "random",
+    workload: Annotated[str, typer.Option(
+        help="random, sharegpt, prefix, trace, conversation or agentic (sessions: --rate and "
+             "--num-requests count sessions).")] = "random",
     input_len: Annotated[str, typer.Option(help="N, uniform:MIN-MAX, normal:MEAN,STD, lognormal:MEAN,STD.")]
     = "1024",
     output_len: Annotated[str | None, typer.Option(
         help="Output tokens, same forms as --input-len (default 128; sharegpt: the reply's length).")] = None,
     prefix_len: Annotated[int, typer.Option(help="prefix workload: shared prefix tokens.")] = 512,
     num_prefixes: Annotated[int, typer.Option(help="prefix workload: distinct shared prefixes.")] = 1,
-    dataset: Annotated[str | None, typer.Option(help="ShareGPT JSON or trace JSONL file.")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        help="ShareGPT JSON (conversation: every turn) or a trace (Mooncake, Azure, BurstGPT, orch).")]
+    = None,
+    trace_format: Annotated[str, typer.Option(
+        help="trace: auto, mooncake, azure, burstgpt or orch.")] = "auto",
+    time_scale: Annotated[float, typer.Option(help="trace: replay speed (2: twice as fast).")] = 1.0,
+    turns: Annotated[str | None, typer.Option(
+        help="conversation: turns per session, same forms as --input-len (default 4).")] = None,
+    think_time_s: Annotated[float, typer.Option(
+        help="conversation: seconds between an answer and the next turn.")] = 0.0,
+    system_prompt_len: Annotated[int, typer.Option(
+        help="conversation: tokens of a system prompt every session shares.")] = 0,
+    max_model_len: Annotated[int | None, typer.Option(
+        help="Sessions are cut where a turn would pass it (the cut is reported).")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Local HF tokenizer dir (exact prompt lengths).")]
     = None,
     rate: Annotated[str | None, typer.Option(help="Request rates, comma-separated (inf: all at once).")]
@@ -236,8 +297,8 @@ def bench(
     cooldown_s: Annotated[float, typer.Option(help="Seconds at the end excluded from metrics.")] = 0.0,
     slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99_ms=2000,itl_p99_ms=50")] = None,
     max_error_rate: Annotated[float, typer.Option(help="Largest failed fraction that passes.")] = 0.01,
-    balance: Annotated[str, typer.Option(help="round_robin or least_outstanding over replicas.")]
-    = "round_robin",
+    balance: Annotated[str, typer.Option(
+        help="round_robin, least_outstanding or prefix_aware over replicas.")] = "round_robin",
     ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout (connect to last byte).")] = 600.0,
     max_response_bytes: Annotated[int, typer.Option(
@@ -292,7 +353,10 @@ def bench(
     if rate is not None and any(math.isinf(r) for r in _numbers(rate, "--rate")) and num_requests is None:
         raise SpecError("--rate inf needs --num-requests N")
     factory = _workload_factory(
-        kind, input_len, output_len, prefix_len, num_prefixes, dataset, tokenizer, seed
+        kind, input_len, output_len, prefix_len, num_prefixes, dataset, tokenizer, seed,
+        sessions={"turns": turns, "think_time_s": think_time_s, "system_prompt_len": system_prompt_len,
+                  "max_model_len": max_model_len},
+        duration_s=duration_s, trace_format=trace_format, time_scale=time_scale,
     )
     if kind == "trace" and num_requests is None and duration_s is None:
         duration_s = math.inf  # the whole trace
@@ -340,6 +404,8 @@ def bench(
         for p in run.points:
             if len(run.points) > 4 and p.verdict:
                 console.print(f"{p.point.label}: {p.verdict}", markup=False)
+            if p.note:
+                console.print(f"{p.point.label}: {p.note}", markup=False)
         if run.search_stopped_because is not None:
             best = "none" if run.best_rate is None else f"{run.best_rate:.3g} req/s"
             console.print(f"highest rate meeting the SLO: {best} ({run.search_stopped_because})")

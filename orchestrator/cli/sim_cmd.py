@@ -63,6 +63,11 @@ def simulate_command(
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
     rate_list = _rates(rates) or list(spec.workload.rates_per_s or ())
+    if spec.workload.kind == "trace" and levels is None:
+        if rates is not None:
+            raise SpecError("a trace sets its own arrival times; drop --rates "
+                            "(workload.time_scale speeds it up)")
+        rate_list = [0.0]  # one point at the trace's timestamps
     if levels is None and not rate_list:
         raise SpecError(
             f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); "
@@ -74,7 +79,7 @@ def simulate_command(
         _ints(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
-    if levels is None:  # open loop: the spec's bounds hold for the flags too (finite rates, warm-up ...)
+    if levels is None and spec.workload.kind != "trace":  # open loop: the spec's bounds hold for the flags
         with_workload(spec, rates=[r for r, _ in loads if r is not None], num_requests=num_requests)
     elif num_requests is not None and num_requests > MAX_COUNT:
         raise SpecError(f"--num-requests {num_requests}: at most {MAX_COUNT:,}")
@@ -91,6 +96,8 @@ def simulate_command(
             try:
                 for rate, conc in loads:
                     what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
+                    if spec.workload.kind == "trace" and conc is None:
+                        what = "the trace's timestamps"
                     with console.status(f"simulating {name} at {what}"):
                         sp = simulate_point(
                             spec_p, inputs, layout, rate, num_requests=num_requests, concurrency=conc

@@ -12,7 +12,7 @@ import gc
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -85,6 +85,7 @@ class PointResult:
     records: tuple[RequestRecord, ...]
     verdict: str | None  # None without an SLO; "" when the point passes; else why it failed
     interrupted: bool = False
+    note: str | None = None  # what the workload left out (sessions cut at max_model_len, trace rows)
 
     @property
     def passed(self) -> bool | None:
@@ -98,6 +99,7 @@ class PointResult:
             "passed": self.passed,
             "verdict": self.verdict,
             "interrupted": self.interrupted,
+            "note": self.note,
             "metrics": self.metrics.to_dict(),
         }
 
@@ -191,8 +193,10 @@ async def _run_point(
     c = run.config
     run.current, run.current_point = [], point
     sink = _Tee(run.current, progress)
+    note: str | None = None
     if point.trace:
         wl = workload_for(c.num_requests or 0)
+        note = wl.note
         if wl.offsets_s is None:
             raise ValueError("a trace load point needs a workload with arrival offsets")
         specs, offsets = list(wl.specs), list(wl.offsets_s)
@@ -209,6 +213,7 @@ async def _run_point(
         if progress is not None:
             progress.begin(point.label, c.num_requests if c.duration_s is None else None)
         wl = workload_for(n)
+        note = wl.note
         if wl.sessions is not None:  # concurrency counts sessions in flight
             ran = await run_sessions(list(c.targets), wl.sessions.plans[:n], concurrency=point.concurrency,
                                      duration_s=c.duration_s, balance=c.balance, texts=wl.texts, sink=sink)
@@ -225,6 +230,7 @@ async def _run_point(
         duration = None if math.isinf(rate) else c.duration_s
         offsets = arrival_offsets(c.num_requests, rate, c.arrival, c.burstiness, c.seed, duration)
         wl = workload_for(len(offsets))
+        note = wl.note
         if wl.sessions is not None:  # the rate is of sessions; their later turns follow the answers
             plans = wl.sessions.plans[: len(offsets)]
             if progress is not None:
@@ -237,7 +243,7 @@ async def _run_point(
             if progress is not None:
                 progress.begin(point.label, len(offsets))
             recs = await _open_loop(c, specs, offsets, sink)
-    result = run.measure(point, recs)
+    result = replace(run.measure(point, recs), note=note)
     run.points.append(result)
     run.current, run.current_point = [], None
     return result

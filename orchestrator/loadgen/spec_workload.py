@@ -41,8 +41,14 @@ def workload_factory(w: WorkloadSpec, max_model_len: int | None = None) -> Workl
     assert w.dataset_path is not None  # WorkloadSpec guarantees it for sharegpt and trace
     if w.kind == "sharegpt":
         return partial(sharegpt_workload, w.dataset_path, seed=w.seed)
-    trace = trace_workload(w.dataset_path, seed=w.seed)
-    return lambda n: trace
+    # streamed: a load point reads only the requests it sends (num_requests, or those before duration_s)
+    return partial(_trace, w)
+
+
+def _trace(w: WorkloadSpec, n: int) -> Workload:
+    assert w.dataset_path is not None
+    return trace_workload(w.dataset_path, n=n or w.num_requests, duration_s=w.duration_s, fmt=w.trace_format,
+                          time_scale=w.time_scale, seed=w.seed)
 
 
 def _sessions(w: WorkloadSpec, max_model_len: int | None, n: int) -> Workload:

@@ -1,8 +1,10 @@
 """Workloads: the requests of a load point, as RequestSpecs (plus arrival offsets for a trace).
 
 Kinds: `random` (input/output lengths from a distribution), `sharegpt` (a ShareGPT JSON file), `prefix`
-(one or more shared prefixes plus unique suffixes, for prefix caching) and `trace` (JSONL, one request
-a line: `{"arrival_s": 0.12, "input_tokens": 512, "output_tokens": 128}`).
+(one or more shared prefixes plus unique suffixes, for prefix caching) and `trace` (orch's JSONL, one
+request a line: `{"arrival_s": 0.12, "input_tokens": 512, "output_tokens": 128}`, or the field's formats:
+Mooncake, Azure, BurstGPT; streamed by loadgen/traces.py). Session kinds (conversation, agentic) are
+plans, not requests: loadgen/sessions.py.
 
 Prompt text (loadgen/texts.py): with a local Hugging Face tokenizer directory, prompts are built from
 token ids and hold exactly the asked number of tokens (RequestSpec.prompt_tokens is set). Without one,
@@ -28,7 +30,10 @@ from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.client import RequestSpec
+from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.texts import PromptMaker, Tokenizer
+from orchestrator.loadgen.traces import TraceFormat
+from orchestrator.loadgen.traces import trace_workload as read_trace_workload
 
 if TYPE_CHECKING:
     from orchestrator.loadgen.sessions import SessionSet
@@ -46,6 +51,7 @@ class Workload:
     token_counts: Literal["tokenizer", "server"] = "server"  # where the prompt token counts come from
     sessions: SessionSet | None = None  # conversation, agentic: sessions instead of requests (no specs)
     texts: PromptMaker | None = None  # sessions: how their segments read (None: words, no tokenizer)
+    note: str | None = None  # what was left out of the file's requests, and why
 
 
 def parse_length(text: str, flag: str = "--input-len") -> Length:
@@ -118,12 +124,18 @@ def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Leng
     rng = np.random.default_rng(seed)
     maker = PromptMaker(tokenizer)
     prefixes = [maker.text(prefix_len, rng)[0] for _ in range(num_prefixes)]
+    # What the prompts share, for the simulator's prefix cache and prefix-aware routing: one node per
+    # prefix (shared by its requests), then each request's own suffix.
+    keys = [int(k) for k in np.random.default_rng([seed, 3]).integers(1, 1 << 62, num_prefixes + n)]
+    nodes = [Content(None, keys[j], prefix_len) for j in range(num_prefixes)]
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
     specs = []
     for i in range(n):
         suffix, _ = maker.text(ins[i], rng)
         prompt = prefixes[i % num_prefixes] + "\n" + suffix
-        specs.append(_spec(i, prompt, outs[i], maker.count(prompt)))
+        content = nodes[i % num_prefixes].then(keys[num_prefixes + i], ins[i])
+        specs.append(RequestSpec(f"req-{i}", prompt, max(int(outs[i]), 1), maker.count(prompt),
+                                 content=content))
     return Workload("prefix", tuple(specs), None, "tokenizer" if tokenizer else "server")
 
 
@@ -170,39 +182,11 @@ def sharegpt_workload(path: str | Path, n: int, *, output_len: Length | None = N
     return Workload("sharegpt", tuple(specs), None, "tokenizer" if tokenizer else "server")
 
 
-def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
+def trace_workload(path: str | Path, *, n: int | None = None, duration_s: float | None = None,
+                   fmt: TraceFormat = "auto", time_scale: float = 1.0, seed: int = 0,
                    tokenizer: Tokenizer | None = None) -> Workload:
-    """JSONL lines {"arrival_s", "input_tokens", "output_tokens"}; offsets are relative to the earliest."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise SpecError(f"--dataset: cannot read {str(p)!r}: {exc.strerror}") from None
-    rows: list[tuple[float, int, int]] = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            row = (float(obj["arrival_s"]), int(obj["input_tokens"]), int(obj["output_tokens"]))
-        except (ValueError, KeyError, TypeError):
-            raise SpecError(
-                f"{p}:{lineno}: a trace line needs arrival_s, input_tokens and output_tokens "
-                '(e.g. {"arrival_s": 0.5, "input_tokens": 512, "output_tokens": 128})'
-            ) from None
-        if row[0] < 0 or row[1] <= 0 or row[2] <= 0:
-            raise SpecError(f"{p}:{lineno}: arrival_s must be >= 0 and token counts > 0")
-        rows.append(row)
-    if not rows:
-        raise SpecError(f"--dataset: {str(p)!r} holds no trace lines")
-    rows.sort(key=lambda r: r[0])
-    rows = rows[:n] if n is not None else rows
-    rng = np.random.default_rng(seed)
-    maker = PromptMaker(tokenizer)
-    specs = []
-    for i, (_, n_in, n_out) in enumerate(rows):
-        text, count = maker.text(n_in, rng)
-        specs.append(_spec(i, text, n_out, count))
-    t0 = rows[0][0]
-    return Workload("trace", tuple(specs), tuple(r[0] - t0 for r in rows),
-                    "tokenizer" if tokenizer else "server")
+    """A trace's first requests (at most n, arriving before duration_s) at its own arrival offsets,
+    streamed (loadgen/traces.py: the formats, and what is refused)."""
+    specs, offsets, read = read_trace_workload(path, n=n, duration_s=duration_s, fmt=fmt,
+                                               time_scale=time_scale, seed=seed, tokenizer=tokenizer)
+    return Workload("trace", specs, offsets, "tokenizer" if tokenizer else "server", note=read.note())

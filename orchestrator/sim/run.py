@@ -69,7 +69,8 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
 def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None = None, *,
                    num_requests: int | None = None, concurrency: int | None = None,
                    sample_interval_s: float | None = None) -> SimPoint:
-    """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients.
+    """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients (a
+    trace: at its own arrival times, whatever the rate).
 
     As `orch bench` runs them: `num_requests` replaces the spec's count and duration; a closed loop
     bounded only by a duration cycles through the same 1,000 requests (sessions: plans)."""
@@ -80,7 +81,15 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
     n = num_requests or w.num_requests
     duration = None if num_requests else w.duration_s
     note = None
-    if concurrency is not None:
+    if w.kind == "trace" and concurrency is None:  # at the trace's own arrival times (time_scale applied)
+        wl = factory(n or 0)
+        assert wl.offsets_s is not None
+        note = wl.note
+        records, summary = simulate(engines, _as_sim(list(wl.specs), list(wl.offsets_s)),
+                                    max_concurrency=w.max_concurrency, balance=balance, dp=dp,
+                                    sample_interval_s=sample_interval_s)
+        point = LoadPoint(trace=True)
+    elif concurrency is not None:
         size = n or CLOSED_LOOP_SPECS
         wl = factory(size)
         if wl.sessions is not None:
