@@ -68,7 +68,7 @@ class Content:
     Not a frozen dataclass: each node memoizes its block hashes per block size (built once, shared by
     every prompt that extends it). Treat it as immutable: build new nodes with `then`."""
 
-    __slots__ = ("_blocks", "chain", "end", "key", "parent", "tokens")
+    __slots__ = ("_blocks", "_kids", "chain", "end", "key", "parent", "tokens")
 
     def __init__(self, parent: Content | None, key: int, tokens: int) -> None:
         if tokens < 1:
@@ -78,6 +78,7 @@ class Content:
         # The identity of the whole chain up to here: what prefix-aware routing compares.
         self.chain: int = hash((parent.chain if parent is not None else ROOT_HASH, key, tokens))
         self._blocks: dict[int, _Blocks] = {}
+        self._kids: dict[tuple[int, int], Content] | None = None
 
     @staticmethod
     def of(segments: Sequence[tuple[int, int]], parent: Content | None = None) -> Content:
@@ -91,7 +92,15 @@ class Content:
         return node
 
     def then(self, key: int, tokens: int) -> Content:
-        return Content(self, key, tokens)
+        """This content followed by `tokens` tokens of `key`: the same node every time it is asked for,
+        so prompts that extend one another share their block hashes."""
+        kids = self._kids
+        if kids is None:
+            kids = self._kids = {}
+        node = kids.get((key, tokens))
+        if node is None:
+            node = kids[(key, tokens)] = Content(self, key, tokens)
+        return node
 
     def nodes(self) -> list[Content]:
         """Root first."""

@@ -248,6 +248,10 @@ def _exchanges(entry: Any) -> list[tuple[str, str]]:
 
 
 # -- a session as it runs --------------------------------------------------------------------------
+def _after(content: Content | None, key: int, tokens: int) -> Content:
+    return Content(None, key, tokens) if content is None else content.then(key, tokens)
+
+
 @dataclass(frozen=True)
 class PendingCall:
     """One call of the current step, ready to send."""
@@ -276,7 +280,7 @@ class SessionState:
 
     def __post_init__(self) -> None:
         for seg in self.plan.system:
-            self.content = Content(self.content, seg.key, seg.tokens)
+            self.content = _after(self.content, seg.key, seg.tokens)
         if self.texts is not None and self.plan.system:
             system_text = "\n".join(self._text(s) for s in self.plan.system)
             self.text = system_text
@@ -293,7 +297,7 @@ class SessionState:
         sid, last = self.plan.session_id, self.step == len(self.plan.steps) - 1
         out = []
         for i, call in enumerate(step.calls):
-            content = Content(self.content, call.user.key, call.user.tokens)
+            content = _after(self.content, call.user.key, call.user.tokens)
             tags: tuple[tuple[str, str], ...] = (("session", sid), ("turn", str(self.step)))
             if last:
                 tags += (("session_end", "1"),)
@@ -321,7 +325,7 @@ class SessionState:
             text, tokens = self._answers.get(i, (None, call.max_tokens))
             tokens = max(tokens, 1)
             key = text_key(text) if text is not None else sim_answer_key(tokens)
-            self.content = Content(Content(self.content, call.user.key, call.user.tokens), key, tokens)
+            self.content = _after(_after(self.content, call.user.key, call.user.tokens), key, tokens)
             if self.texts is not None:
                 user = self._user_texts.get(i) or self._text(call.user)
                 answer = text if text is not None else sim_answer_text(tokens)

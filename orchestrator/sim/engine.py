@@ -133,8 +133,9 @@ class EngineCore:
 
     def kv_used_tokens(self) -> int:
         used = self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
-        if self.cache is not None:  # cached blocks count once, whoever holds them
-            used += self.cache.held_blocks * self.config.block_tokens - self.held_kv
+        cache = self.cache
+        if cache is not None:  # cached blocks count once, whoever holds them (held: cached, not free)
+            used += (len(cache.refs) - cache.free_hashed) * self.config.block_tokens - self.held_kv
         return used
 
     @property
@@ -208,7 +209,7 @@ class EngineCore:
         cache = self.cache
         if not chunks and (preempted or not self.waiting or len(self.running) >= cfg.max_num_seqs):
             # Pure decode step, the common case: nothing to admit or continue.
-            if cache is not None:
+            if cache is not None and cache.free_blocks * cfg.block_tokens > capacity - used:
                 cache.trim((capacity - used) // cfg.block_tokens)
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
         while (not preempted and self.waiting and budget > 0
@@ -233,7 +234,7 @@ class EngineCore:
             chunks.append((seq, chunk))
             budget -= chunk
             used += taken + chunk + half_block
-        if cache is not None:
+        if cache is not None and cache.free_blocks * cfg.block_tokens > capacity - used:
             cache.trim((capacity - used) // cfg.block_tokens)
         prefill_pairs = 0.0
         for seq, chunk in chunks:
@@ -324,13 +325,13 @@ class EngineCore:
         cache, size = self.cache, self.config.block_tokens
         if cache is None or not seq.hashes:
             return 0, 0, 0
-        n = cache.lookup(seq.hashes, seq.prefill_target)
+        n, newly = cache.lookup(seq.hashes, seq.prefill_target)
         hit = n * size
         if cache.partial_reuse and seq.content is not None and n < len(seq.hashes):
             spans = seq.content.block_spans(n, size)
             hit += cache.partial_tokens(seq.hashes[n - 1] if n else ROOT_HASH, spans,
                                         seq.prefill_target - 1 - hit)
-        return n * size, hit, cache.newly_held(seq.hashes, n) * size
+        return n * size, hit, newly * size
 
     def _take(self, seq: Seq, shared: int, hit: int) -> None:
         """Admit with a hit: hold its whole blocks; the prompt continues after it."""

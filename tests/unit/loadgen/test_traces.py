@@ -74,10 +74,12 @@ def test_only_the_requests_used_are_read(tmp_path: Path) -> None:
     ('{"timestamp": NaN, "input_length": 10, "output_length": 2}\n', r"m.jsonl:1: timestamp nan must be"),
     ('{"timestamp": 9, "input_length": 10, "output_length": 2}\n{"timestamp": 3, "input_length": 1, '
      '"output_length": 1}\n', r"m.jsonl:2: timestamp 0.003 comes before line 1's 0.009; .*sort it"),
-    ('{"timestamp": 0, "output_length": 2, "hash_ids": [1, 2]}\n', r"m.jsonl:1: hash_ids without input_length"),
+    ('{"timestamp": 0, "output_length": 2, "hash_ids": [1, 2]}\n',
+     r"m.jsonl:1: hash_ids without input_length"),
     ('{"timestamp": 0, "input_length": 2000, "output_length": 2, "hash_ids": [1]}\n',
      r"m.jsonl:1: 1 hash_ids for input_length 2000; it takes 4 blocks of 512"),
-    ('{"timestamp": 0, "input_length": 0, "output_length": 2}\n', r"m.jsonl:1: input_length must be a positive"),
+    ('{"timestamp": 0, "input_length": 0, "output_length": 2}\n',
+     r"m.jsonl:1: input_length must be a positive"),
 ])
 def test_bad_lines_are_one_line_errors_naming_the_line(tmp_path: Path, rows: str, message: str) -> None:
     f = tmp_path / "m.jsonl"
