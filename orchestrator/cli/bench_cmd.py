@@ -236,8 +236,9 @@ def _table(points: list[PointResult]) -> Table:
         row("TTFT first turns", lambda p: _pair(p.metrics.ttft_first_turn_ms))
         row("TTFT later turns", lambda p: _pair(p.metrics.ttft_later_turns_ms))
         row("session time", lambda p: _pair(p.metrics.session_ms))
-        row("sessions done / failed",
-            lambda p: f"{p.metrics.sessions_completed} / {p.metrics.sessions_failed}")
+        row("sessions done / failed / cut",
+            lambda p: f"{p.metrics.sessions_completed} / {p.metrics.sessions_failed} / "
+            f"{p.metrics.sessions_unfinished}")
     if any(p.metrics.prefix_hit_rate is not None for p in points):  # simulated: what the cache held
         row("prefix-cache hit rate", lambda p: _pct(p.metrics.prefix_hit_rate))
         if any(p.metrics.prefix_hit_rate_later_turns is not None for p in points):

@@ -236,7 +236,7 @@ async def _run_point(
             if progress is not None:
                 progress.begin(point.label, sum(p.calls for p in plans))
             ran = await run_sessions(list(c.targets), plans, starts=offsets[: len(plans)],
-                                     balance=c.balance, texts=wl.texts, sink=sink)
+                                     duration_s=duration, balance=c.balance, texts=wl.texts, sink=sink)
             recs = ran.records
         else:
             specs = list(wl.specs[: len(offsets)])

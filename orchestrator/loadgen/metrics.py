@@ -19,7 +19,7 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
   first turns (turn 0) apart from later turns (`ttft_first_turn_ms`, `ttft_later_turns_ms`, ...); an
   SLO bound may name a class (`ttft_later_turns_p99_ms`). Session time: first send to last end of a
   session whose every call completed, over those that ended inside the window. Sessions completed /
-  failed count every session in the records.
+  failed / unfinished (still going when the load point ended) count every session in the records.
 - Prefix-cache hit rate from the records (the simulator tags each with `cached_tokens`): cached prompt
   tokens over prompt tokens of the completed requests, in all and per turn class. A served engine's own
   counters are read from its /metrics instead (loadgen/engine_metrics.py).
@@ -170,6 +170,7 @@ class Metrics:
     session_ms: Distribution | None = None
     sessions_completed: int | None = None
     sessions_failed: int | None = None
+    sessions_unfinished: int | None = None  # still going when the load point's duration ended
     # Simulator records only: cached prompt tokens / prompt tokens, in all and per turn class.
     prefix_hit_rate: float | None = None
     prefix_hit_rate_first_turn: float | None = None
@@ -307,6 +308,7 @@ def _session_metrics(records: Sequence[RequestRecord], done: Sequence[RequestRec
         "session_ms": summarize((spans[s][1] - spans[s][0]) * 1e3 for s in complete if s in inside),
         "sessions_completed": len(complete),
         "sessions_failed": len(failed),
+        "sessions_unfinished": len(set(spans) - ended - failed),
     }
 
 

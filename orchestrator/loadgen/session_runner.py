@@ -1,8 +1,9 @@
 """Session workloads over HTTP: each session sends a step's calls, waits for every answer, puts the
 answers the server returned into the history (loadgen/sessions.py), waits the think time, and sends
 the next step. Sessions start at their offsets (open loop: a rate of sessions) or `concurrency` at a
-time (closed loop). A failed call ends its session: the rest of it is not sent (its history would
-hold no answer), and the session counts as failed.
+time (closed loop). With `duration_s` nothing is sent from then on (a session still going stops
+there, unfinished), as in virtual time (sim/sessions.py). A failed call ends its session: the rest of
+it is not sent (its history would hold no answer), and the session counts as failed.
 
 Timing as the other runners: a call's scheduled time is when it was due (the session's start, or the
 last answer plus the think time), taken on time.perf_counter(); sends are spun onto that time as
@@ -34,6 +35,7 @@ class SessionsResult:
     started: int
     completed: int
     failed: int
+    unfinished: int = 0  # still going when duration_s ended
 
 
 async def _until(at: float) -> None:
@@ -68,7 +70,7 @@ async def run_sessions(
     own = session is None
     sess = session if session is not None else Http1Client()
     records: list[tuple[float, int, RequestRecord]] = []
-    counts = {"started": 0, "completed": 0, "failed": 0}
+    counts = {"started": 0, "completed": 0, "failed": 0, "unfinished": 0}
     order = 0
     t0 = time.perf_counter()
 
@@ -110,6 +112,9 @@ async def run_sessions(
                 counts["completed"] += 1
                 return
             at = time.perf_counter() + think
+            if duration_s is not None and at - t0 >= duration_s:
+                counts["unfinished"] += 1
+                return
 
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -142,4 +147,4 @@ async def run_sessions(
         if own:
             await sess.close()
     return SessionsResult([r for _, _, r in sorted(records, key=lambda x: (x[0], x[1]))],
-                          counts["started"], counts["completed"], counts["failed"])
+                          counts["started"], counts["completed"], counts["failed"], counts["unfinished"])

@@ -282,7 +282,7 @@ class SessionState:
         for seg in self.plan.system:
             self.content = _after(self.content, seg.key, seg.tokens)
         if self.texts is not None and self.plan.system:
-            system_text = "\n".join(self._text(s) for s in self.plan.system)
+            system_text = "".join(self._text(s, i > 0) for i, s in enumerate(self.plan.system))
             self.text = system_text
             if self.chat:
                 self.messages = [{"role": "system", "content": system_text}]
@@ -305,11 +305,11 @@ class SessionState:
             prompt = ""
             messages: tuple[dict[str, str], ...] = ()
             if self.texts is not None:
-                user = self._user_texts.setdefault(i, self._text(call.user))
+                user = self._user_texts.setdefault(i, self._text(call.user, bool(self.text)))
                 if self.chat:
                     messages = (*self.messages, {"role": "user", "content": user})
                 else:
-                    prompt = f"{self.text}\n{user}" if self.text else user
+                    prompt = self.text + user
             out.append(PendingCall(rid, content, call.max_tokens, tags, prompt, messages))
         return out
 
@@ -327,19 +327,24 @@ class SessionState:
             key = text_key(text) if text is not None else sim_answer_key(tokens)
             self.content = _after(_after(self.content, call.user.key, call.user.tokens), key, tokens)
             if self.texts is not None:
-                user = self._user_texts.get(i) or self._text(call.user)
+                user = self._user_texts.get(i) or self._text(call.user, bool(self.text))
                 answer = text if text is not None else sim_answer_text(tokens)
                 if self.chat:
                     self.messages += [{"role": "user", "content": user},
                                       {"role": "assistant", "content": answer}]
                 else:
                     # The answer right after the prompt it answered: the tokens the engine cached.
-                    self.text = (f"{self.text}\n{user}" if self.text else user) + answer
+                    self.text += user + answer
         self._answers.clear()
         self._user_texts.clear()
         self.step += 1
         return None if self.done else step.think_s
 
-    def _text(self, seg: Segment) -> str:
+    def _text(self, seg: Segment, after: bool) -> str:
+        """A segment's text as it joins what is `after` it: seeded segments start with a space (a word
+        boundary, so the tokens of a prompt are those of its segments in turn, as the content counts
+        them); a dataset's text gets a line break."""
         assert self.texts is not None
-        return seg.text if seg.text is not None else self.texts.segment(seg.key, seg.tokens)
+        if seg.text is None:
+            return self.texts.segment(seg.key, seg.tokens)
+        return f"\n{seg.text}" if after and seg.text else seg.text

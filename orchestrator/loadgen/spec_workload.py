@@ -15,7 +15,7 @@ from orchestrator.loadgen.workloads import (
     trace_workload,
 )
 from orchestrator.spec.models import SLOSpec, SweepSpec
-from orchestrator.spec.workload import WorkloadSpec
+from orchestrator.spec.workload import TokenDistribution, WorkloadSpec
 
 
 def max_model_len_of(spec: SweepSpec) -> int:
@@ -63,6 +63,24 @@ def _sessions(w: WorkloadSpec, max_model_len: int | None, n: int) -> Workload:
         sessions = conversation_sessions(n, w.conversation_or_default(), w.input_tokens, w.output_tokens,
                                          seed=w.seed, max_model_len=max_model_len)
     return Workload(w.kind, (), sessions=sessions)
+
+
+def _mean(value: int | TokenDistribution) -> float:
+    return float(value.mean) if isinstance(value, TokenDistribution) else float(value)
+
+
+def session_shape(w: WorkloadSpec) -> tuple[float, float]:
+    """(mean calls a load unit sends, mean output tokens per call): (1, output_tokens) for request
+    workloads; a session's calls for conversation and agentic ones, whose rate counts sessions."""
+    out = _mean(w.output_tokens)
+    if w.kind == "conversation":
+        return _mean(w.conversation_or_default().turns), out
+    if w.kind == "agentic":
+        a = w.agentic_or_default()
+        rounds, fan = _mean(a.rounds), _mean(a.parallel_calls)
+        calls = 1 + max(rounds - 1, 0) * fan
+        return calls, ((calls - 1) * _mean(a.tool_call_tokens) + out) / calls
+    return 1.0, out
 
 
 def slo_bounds(slo: SLOSpec) -> dict[str, float]:

@@ -70,9 +70,21 @@ class PromptMaker:
     def __init__(self, tokenizer: Tokenizer | None) -> None:
         self.tok = tokenizer
         self._ids: list[int] = []
+        self._word_ids: list[int] = []  # ids of whole words with their leading space (" the")
         if tokenizer is not None:
             ids = tokenizer.encode(" " + " ".join(WORDS), add_special_tokens=False)
             self._ids = list(dict.fromkeys(ids))
+            for w in WORDS:
+                one = tokenizer.encode(" " + w, add_special_tokens=False)
+                if len(one) == 1:
+                    self._word_ids.append(one[0])
+            self._word_ids = list(dict.fromkeys(self._word_ids)) or self._ids
+
+    @property
+    def word_token_ids(self) -> list[int]:
+        """With a tokenizer: the ids of whole words with their leading space; text made of them reads
+        back as the same ids (a model restricted to them answers in text that re-encodes exactly)."""
+        return list(self._word_ids)
 
     def text(self, n: int, rng: np.random.Generator) -> tuple[str, int | None]:
         if self.tok is None:
@@ -91,11 +103,15 @@ class PromptMaker:
         return text, len(self.tok.encode(text, add_special_tokens=False))
 
     def segment(self, key: int, n: int) -> str:
-        """The text of segment `key`, `n` tokens long: the same wherever the segment appears, and a
-        shorter segment of a key is the start of a longer one (without a tokenizer, word for word)."""
+        """The text of segment `key`, `n` tokens long and starting with a space (so segments join at a
+        word boundary): the same wherever the segment appears, and a shorter segment of a key is the
+        start of a longer one. With a tokenizer, whole-word tokens only: the text encodes to exactly n
+        tokens, alone or after another segment."""
+        rng = _key_rng(key)
         if self.tok is None:
-            return words(n, _key_rng(key))
-        return self.text(n, _key_rng(key))[0]
+            return " " + words(n, rng)
+        ids = [self._word_ids[i] for i in rng.integers(0, len(self._word_ids), n)]
+        return self.tok.decode(ids, skip_special_tokens=True)
 
     def count(self, text: str) -> int | None:
         return None if self.tok is None else len(self.tok.encode(text, add_special_tokens=False))

@@ -295,7 +295,7 @@ def trace_workload(path: str | Path, *, n: int | None = None, duration_s: float 
     for i, r in enumerate(read.requests):
         if r.hash_ids:
             content = blocks.content(r.hash_ids, r.input_tokens)
-            text = " ".join(blocks.text(node) for node in content.nodes())
+            text = "".join(blocks.text(node) for node in content.nodes())  # each starts with a space
             count = maker.count(text)
         else:
             content = None

@@ -52,7 +52,7 @@ def compile_layout(
 ) -> Compiled:
     """The layout's launch plan on free ports (none of `avoid_ports`, which wave mates hold) and its
     deploy target; `usable_gpus` confines it to its share of the cluster (side by side)."""
-    spec, name = sweep.spec, str(layout)
+    spec, name = sweep.spec, sweep.name(layout).replace(" ", "_")  # a directory name
     opts = engine_options(spec, extra_env=tuple(sorted(spec.engine.env.items())))
     if spec.engine.name == "sim":
         opts = replace(opts, sim_args=sim_args_from_spec(spec))
@@ -84,7 +84,7 @@ def clients_of(endpoints: Any, model_name: str) -> tuple[ClientConfig, ...]:
 
 def deploy_and_measure(sweep: Sweep, layout: Layout, row: PlanRow, plan_d: dict[str, Any]) -> None:
     """The layout alone on the cluster, its load generator in this process."""
-    name, spec, obs = str(layout), sweep.spec, sweep.obs
+    name, spec, obs = sweep.name(layout), sweep.spec, sweep.obs
     obs.phase(name, "compile")
     c = compile_layout(sweep, layout)
     sweep.store.set_layout(

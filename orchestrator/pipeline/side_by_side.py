@@ -163,7 +163,7 @@ def run_wave(sweep: Sweep, wave: Sequence[Placed], number: int) -> None:
     runs: list[_Run] = []
     taken: set[int] = set()
     for placed in wave:
-        layout, name = placed.layout, str(placed.layout)
+        layout, name = placed.layout, sweep.name(placed.layout)
         sweep.obs.phase(name, f"compile (side by side, wave {number})")
         row = sweep._plan(layout)
         try:
@@ -205,7 +205,7 @@ def run_wave(sweep: Sweep, wave: Sequence[Placed], number: int) -> None:
 
 
 def _layout_thread(sweep: Sweep, r: _Run, calls: MainThreadCalls) -> None:
-    name, c, spec = str(r.layout), r.compiled, sweep.spec
+    name, c, spec = sweep.name(r.layout), r.compiled, sweep.spec
     view = copy.copy(sweep)  # the sweep as this thread sees it: its own engine series, store via main
     view.store = OnMainThread(sweep.store, calls)  # type: ignore[assignment]
     view.obs = OnMainThread(sweep.obs, calls)

@@ -30,7 +30,7 @@ from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.loadgen.spec_workload import slo_bounds
+from orchestrator.loadgen.spec_workload import session_shape, slo_bounds
 from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
     GROWTH_FROM_SIMULATOR,
@@ -141,6 +141,7 @@ class Sweep:
         base = self.opts.workdir or getattr(spec.target, "workdir", None) or tempfile.mkdtemp(prefix="orch-")
         self.workdir = Path(base) / self.run_id
         self.engine_series: dict[str, Any] = {}  # the last load point's scraped /metrics
+        self._routing_suffix = ""  # " routing=<policy>" while a pass of a policy comparison runs
 
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> SweepResult:
@@ -166,33 +167,55 @@ class Sweep:
         layouts = list(self.opts.layouts or spec.layouts)
         done = {row.layout: row for row in self.store.layouts(self.run_id)}
         started = time.monotonic()
+        names: list[str] = []
         try:
-            todo = [
-                x for x in layouts
-                if (prior := done.get(str(x))) is None or prior.status not in FINAL_STATUSES
-            ]
-            pruned = self._prune(todo)
-            for layout in todo:
-                if (why := pruned.get(str(layout))) is not None:
-                    self.store.set_layout(self.run_id, str(layout), layout.gpus, "pruned", reason=why)
-                    self.obs.layout_done(str(layout), "pruned", why)
-            for number, wave in enumerate(waves(self, [x for x in todo if str(x) not in pruned]), 1):
-                if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
-                    run_wave(self, wave, number)
-                    continue
-                layout, t0 = wave[0].layout, time.monotonic()
-                n_points = len(self._point_s)
-                self._one_layout(layout)
-                if len(self._point_s) > n_points:
-                    self._layout_s.append(time.monotonic() - t0 - sum(self._point_s[n_points:]))
+            # A spec listing several routing policies measures each layout with replicas under each
+            # (one pass per policy, candidates named `tp2x4 routing=prefix_aware`); a one-replica
+            # layout has nothing to route and is measured once.
+            for policy, pass_layouts in routing_passes(spec, layouts):
+                self._use_routing(spec, policy)
+                names += [self.name(x) for x in pass_layouts]
+                self._run_pass(pass_layouts, done)
         except KeyboardInterrupt:
             self.store.finish_run(self.run_id, "interrupted", None)
             raise
-        result = self.result([str(x) for x in layouts])
-        self._record_timing(time.monotonic() - started, layouts)
+        finally:
+            self._use_routing(spec, None)
+        result = self.result(names)
+        self._record_timing(time.monotonic() - started, names)
         derive(self.store, self.run_id, self.spec, result.selection)
         self.store.finish_run(self.run_id, "done", result.selection.to_dict())
         return result
+
+    def _use_routing(self, spec: SweepSpec, policy: str | None) -> None:
+        """Measure with `policy` (a spec comparing policies), or as the spec says (None)."""
+        compared = policy is not None and len(spec.routing_policies()) > 1
+        self.spec = spec.model_copy(update={"routing": policy}) if compared else spec
+        self._routing_suffix = f" routing={policy}" if compared else ""
+
+    def name(self, layout: Layout) -> str:
+        """The candidate's name in the store: the layout, and the routing when policies are compared."""
+        return str(layout) + (self._routing_suffix if layout.replicas > 1 else "")
+
+    def _run_pass(self, layouts: Sequence[Layout], done: dict[str, Any]) -> None:
+        todo = [
+            x for x in layouts
+            if (prior := done.get(self.name(x))) is None or prior.status not in FINAL_STATUSES
+        ]
+        pruned = self._prune(todo)
+        for layout in todo:
+            if (why := pruned.get(self.name(layout))) is not None:
+                self.store.set_layout(self.run_id, self.name(layout), layout.gpus, "pruned", reason=why)
+                self.obs.layout_done(self.name(layout), "pruned", why)
+        for number, wave in enumerate(waves(self, [x for x in todo if self.name(x) not in pruned]), 1):
+            if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
+                run_wave(self, wave, number)
+                continue
+            layout, t0 = wave[0].layout, time.monotonic()
+            n_points = len(self._point_s)
+            self._one_layout(layout)
+            if len(self._point_s) > n_points:
+                self._layout_s.append(time.monotonic() - t0 - sum(self._point_s[n_points:]))
 
     def _prune(self, layouts: Sequence[Layout]) -> dict[str, str]:
         """Layouts the simulator predicts to lose clearly (pipeline/prune.py); served runs only: in
@@ -204,13 +227,13 @@ class Sweep:
             row = self._plan(layout)
             if row.rejected_because and not self.opts.force:
                 continue
-            self.obs.phase(str(layout), "predict (virtual time)")
+            self.obs.phase(self.name(layout), "predict (virtual time)")
             predicted.append(self._predict(layout, row))
         return dominated(predicted, self.spec.objective)
 
     def _predict(self, layout: Layout, row: PlanRow) -> LayoutOutcome:
         """The layout's load points (grid or capacity search) through the simulator, not stored."""
-        name, run = str(layout), self._virtual_point(layout)
+        name, run = self.name(layout), self._virtual_point(layout)
         results: dict[float, PointResult] = {}
         by = load_axis(self.spec.workload)
 
@@ -234,10 +257,10 @@ class Sweep:
         )
         return LayoutOutcome(name, layout.gpus, "measured", None, points, searched=not grid)
 
-    def _record_timing(self, wall_s: float, layouts: Sequence[Layout]) -> None:
+    def _record_timing(self, wall_s: float, names: Sequence[str]) -> None:
         w = self.spec.workload
         rows = {r.layout: r for r in self.store.layouts(self.run_id)}
-        candidates = sum(1 for x in layouts if (r := rows.get(str(x))) is not None and r.status != "rejected")
+        candidates = sum(1 for x in names if (r := rows.get(x)) is not None and r.status != "rejected")
         searched = not load_grid(w, self.opts.rates)
         loads = [x.load for o in outcomes_from_store(self.store, self.run_id) for x in o.points]
         rates = [x for x in loads if x is not None]  # or concurrencies: the grid is over the same axis
@@ -263,7 +286,7 @@ class Sweep:
         )
 
     def _one_layout(self, layout: Layout) -> None:
-        name = str(layout)
+        name = self.name(layout)
         obs = self.obs
         obs.phase(name, "plan")
         try:
@@ -297,7 +320,7 @@ class Sweep:
 
     # -- the load points of one layout: the spec's grid or the capacity search --------------------
     def _measure(self, layout: Layout, row: PlanRow, point_fn: PointFn) -> None:
-        name, spec = str(layout), self.spec
+        name, spec = self.name(layout), self.spec
         stored = {p.label: p for p in self.store.points(self.run_id, name)}
         by = load_axis(spec.workload)
 
@@ -352,9 +375,9 @@ class Sweep:
         virtual runs from the planner's estimate."""
         if not self.served:
             return self._planner_seed(layout, row)
-        if str(layout) not in self._predicted_capacity:
+        if self.name(layout) not in self._predicted_capacity:
             self._predict(layout, row)
-        cap = self._predicted_capacity.get(str(layout))
+        cap = self._predicted_capacity.get(self.name(layout))
         if cap is None:
             return self._planner_seed(layout, row)
         return cap, "simulator (virtual-time capacity search)", GROWTH_FROM_SIMULATOR
@@ -366,10 +389,12 @@ class Sweep:
             if conc is None:
                 return search.min_concurrency * 8, "search bounds", GROWTH_FROM_PLANNER
             return conc, "planner (best batch within the ITL bound, all engines)", GROWTH_FROM_PLANNER
-        planned = planned_capacity_rate(row, _mean(self.spec.workload.output_tokens))
+        calls, output = session_shape(self.spec.workload)  # a session workload's rate counts sessions
+        planned = planned_capacity_rate(row, round(output))
         if planned is None:
             return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
-        return planned, "planner (throughput within the ITL bound, prefill charged)", GROWTH_FROM_PLANNER
+        why = "planner (throughput within the ITL bound, prefill charged)"
+        return planned / calls, why, GROWTH_FROM_PLANNER
 
     def _virtual_point(self, layout: Layout) -> PointFn:
         def keep(series: dict[str, Any]) -> None:
@@ -377,6 +402,14 @@ class Sweep:
 
         return virtual_point_fn(self.spec, self.inputs, layout, self.opts.num_requests,
                                 self.opts.engine_metrics_interval_s, keep)
+
+
+def routing_passes(spec: SweepSpec, layouts: Sequence[Layout]) -> list[tuple[str, list[Layout]]]:
+    """(policy, layouts measured under it): every layout under the first policy, and the layouts with
+    replicas under each further one."""
+    policies = spec.routing_policies()
+    return [(p, list(layouts) if i == 0 else [x for x in layouts if x.replicas > 1])
+            for i, p in enumerate(policies)]
 
 
 def served_mode(spec: SweepSpec, served_flag: bool) -> bool:

@@ -155,7 +155,7 @@ class EngineCore:
             if seq.segments and seq.segments[-1][1] == -1:
                 seq.segments[-1] = (seq.segments[-1][0], step - 1)
             seq.decode_start_step = -1
-            self._release(seq, seq.prompt_tokens + seq.generated)
+            self._release(seq, seq.prompt_tokens + seq.generated - 1)  # the last token's KV is not written
         else:
             self.prefilling.pop(rid, None)
             self.prefill_kv -= seq.computed
@@ -316,7 +316,8 @@ class EngineCore:
         if self.running.pop(seq.request_id, None) is not None:
             self.reserved_kv -= seq.reserved
             seq.reserved = 0
-        self._release(seq, seq.prompt_tokens + seq.generated)
+        # The last sampled token was never fed back: its KV is not computed, so not cached.
+        self._release(seq, seq.prompt_tokens + seq.generated - 1)
 
     # -- prefix caching (the rules: sim/prefix_cache.py) -------------------------------------------
     def _lookup(self, seq: Seq) -> tuple[int, int, int]:

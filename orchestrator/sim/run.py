@@ -113,7 +113,7 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
             note = wl.sessions.note()
             plans = wl.sessions.plans[: len(offsets)]
             ran = simulate_sessions(engines, plans, starts=offsets[: len(plans)], balance=balance, dp=dp,
-                                    sample_interval_s=sample_interval_s)
+                                    duration_s=duration, sample_interval_s=sample_interval_s)
             records, summary = ran.records, ran.summary
         else:
             records, summary = simulate(engines, _as_sim(list(wl.specs[: len(offsets)]), offsets),

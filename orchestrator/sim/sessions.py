@@ -3,9 +3,11 @@ has answered, plus the think time, with the answer the simulated engine returns 
 same state machine the load generator runs over HTTP: loadgen/sessions.py).
 
 Open loop: sessions start at their arrival offsets (a rate of sessions). Closed loop: `concurrency`
-sessions at a time, the next starting as one ends; with `duration_s`, sessions start until then (the
-plans cycled, ids suffixed "#k") and every started session runs to its end. A call the engine refuses
-(longer than it can ever hold) ends its session: nothing after it is sent.
+sessions at a time, the next starting as one ends (with `duration_s`, the plans cycle, ids suffixed
+"#k"). With `duration_s`, nothing is sent from then on: a session still going stops there (counted
+as unfinished), so an overloaded point ends when its queues drain, not when every late session has
+run its course. A call the engine refuses (longer than it can ever hold) ends its session: nothing
+after it is sent.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class SessionsRun:
     sessions_started: int
     sessions_completed: int  # every call answered
     sessions_failed: int  # a call refused: the rest not sent
+    sessions_unfinished: int = 0  # still going when the load point's duration ended
 
 
 class _Driver:
@@ -40,7 +43,7 @@ class _Driver:
         self.calls: dict[str, tuple[str, int, int]] = {}  # request id -> (session, call index, max tokens)
         self.open_calls: dict[str, int] = {}
         self.failed: set[str] = set()
-        self.started = self.completed = 0
+        self.started = self.completed = self.unfinished = 0
         self.concurrency = concurrency
 
     def first(self) -> list[SimRequest]:
@@ -95,10 +98,12 @@ class _Driver:
         if self.open_calls[sid]:
             return []  # the step's other calls are still out
         think = None if sid in self.failed else state.advance()
-        if think is not None:
+        if think is not None and (self.duration_s is None or t + think < self.duration_s):
             return self._send(state, t + think)
         del self.states[sid]
-        if sid not in self.failed:
+        if think is not None:
+            self.unfinished += 1
+        elif sid not in self.failed:
             self.completed += 1
         if self.concurrency is None:
             return []
@@ -120,4 +125,5 @@ def simulate_sessions(engines: Sequence[EngineCore], plans: Sequence[SessionPlan
     run = VirtualRun(engines, balance, None, closed=False, sample_s=sample_interval_s, dp=dp)
     run.follow = driver.follow
     records, summary = run.go(driver.first(), None)
-    return SessionsRun(records, summary, driver.started, driver.completed, len(driver.failed))
+    return SessionsRun(records, summary, driver.started, driver.completed, len(driver.failed),
+                       driver.unfinished)
