@@ -129,11 +129,16 @@ def _session_factory(kind: str, n_in: Any, n_out: Any, given_out: Any, dataset: 
     from orchestrator.spec.workload import AgenticSpec, ConversationSpec
 
     limit, think = opts.get("max_model_len"), float(opts.get("think_time_s") or 0.0)
+    if opts.get("reencodable_answers") and tok is None:
+        raise SpecError("--reencodable-answers needs --tokenizer (the tokens answers are made of)")
     if not think >= 0:
         raise SpecError(f"--think-time-s: {think} must be >= 0")
     try:
+        first = opts.get("first_input_len")
+        first_len = parse_length(first, "--first-input-len") if first else None
         conv = ConversationSpec(turns=parse_length(opts.get("turns") or "4", "--turns"), think_time_s=think,
-                                system_prompt_tokens=int(opts.get("system_prompt_len") or 0))
+                                system_prompt_tokens=int(opts.get("system_prompt_len") or 0),
+                                first_input_tokens=first_len)
     except ValidationError as exc:
         raise SpecError(f"--turns/--system-prompt-len: {exc.errors()[0]['msg']}") from None
     maker = PromptMaker(tok)
@@ -146,7 +151,9 @@ def _session_factory(kind: str, n_in: Any, n_out: Any, given_out: Any, dataset: 
                                      think_time_s=think)
         else:
             made = conversation_sessions(n, conv, n_in, n_out, seed=seed, max_model_len=limit)
-        return Workload(kind, (), sessions=made, texts=maker, note=made.note())  # type: ignore[arg-type]
+        extra = {"allowed_token_ids": maker.word_token_ids} if opts.get("reencodable_answers") else None
+        return Workload(kind, (), sessions=made, texts=maker, note=made.note(),  # type: ignore[arg-type]
+                        extra_body=extra)
 
     build(1)  # fail now on a bad dataset, not mid-run
     return build
@@ -272,12 +279,19 @@ def bench(
     time_scale: Annotated[float, typer.Option(help="trace: replay speed (2: twice as fast).")] = 1.0,
     turns: Annotated[str | None, typer.Option(
         help="conversation: turns per session, same forms as --input-len (default 4).")] = None,
+    first_input_len: Annotated[str | None, typer.Option(
+        help="conversation: new user tokens of a session's first turn (default: --input-len).")] = None,
     think_time_s: Annotated[float, typer.Option(
         help="conversation: seconds between an answer and the next turn.")] = 0.0,
     system_prompt_len: Annotated[int, typer.Option(
         help="conversation: tokens of a system prompt every session shares.")] = 0,
     max_model_len: Annotated[int | None, typer.Option(
         help="Sessions are cut where a turn would pass it (the cut is reported).")] = None,
+    reencodable_answers: Annotated[bool, typer.Option(
+        "--reencodable-answers", help="conversation, agentic, with --tokenizer: answers made only of tokens "
+        "of a space and a word (vLLM's allowed_token_ids), so a turn's history re-encodes to the tokens the "
+        "engine generated and its prefix cache can reuse them (a random-weight test model's answers "
+        "otherwise do not survive decoding).")] = False,
     tokenizer: Annotated[str | None, typer.Option(help="Local HF tokenizer dir (exact prompt lengths).")]
     = None,
     rate: Annotated[str | None, typer.Option(help="Request rates, comma-separated (inf: all at once).")]
@@ -356,7 +370,8 @@ def bench(
     factory = _workload_factory(
         kind, input_len, output_len, prefix_len, num_prefixes, dataset, tokenizer, seed,
         sessions={"turns": turns, "think_time_s": think_time_s, "system_prompt_len": system_prompt_len,
-                  "max_model_len": max_model_len},
+                  "max_model_len": max_model_len, "reencodable_answers": reencodable_answers,
+                  "first_input_len": first_input_len},
         duration_s=duration_s, trace_format=trace_format, time_scale=time_scale,
     )
     if kind == "trace" and num_requests is None and duration_s is None:

@@ -216,7 +216,8 @@ async def _run_point(
         note = wl.note
         if wl.sessions is not None:  # concurrency counts sessions in flight
             ran = await run_sessions(list(c.targets), wl.sessions.plans[:n], concurrency=point.concurrency,
-                                     duration_s=c.duration_s, balance=c.balance, texts=wl.texts, sink=sink)
+                                     duration_s=c.duration_s, balance=c.balance, texts=wl.texts, sink=sink,
+                                     extra_body=wl.extra_body)
             recs = ran.records
         else:
             recs = await run_closed_loop(list(c.targets), list(wl.specs[:n]), point.concurrency,
@@ -236,7 +237,8 @@ async def _run_point(
             if progress is not None:
                 progress.begin(point.label, sum(p.calls for p in plans))
             ran = await run_sessions(list(c.targets), plans, starts=offsets[: len(plans)],
-                                     duration_s=duration, balance=c.balance, texts=wl.texts, sink=sink)
+                                     duration_s=duration, balance=c.balance, texts=wl.texts, sink=sink,
+                                     extra_body=wl.extra_body)
             recs = ran.records
         else:
             specs = list(wl.specs[: len(offsets)])

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from orchestrator.loadgen.balance import Balance, Balancer
 from orchestrator.loadgen.client import SPIN_S, ClientConfig, RequestSpec, send_balanced
@@ -57,9 +58,11 @@ async def run_sessions(
     texts: PromptMaker | None = None,
     sink: RecordSink | None = None,
     session: Http1Client | None = None,
+    extra_body: dict[str, Any] | None = None,
 ) -> SessionsResult:
     """Run the sessions: open loop at `starts` (offsets in seconds, one per plan) or a closed loop of
-    `concurrency` sessions (with `duration_s`, plans cycle until then; ids suffixed "#k")."""
+    `concurrency` sessions (with `duration_s`, plans cycle until then; ids suffixed "#k").
+    `extra_body` goes into every request (e.g. vLLM's allowed_token_ids)."""
     if (starts is None) == (concurrency is None):
         raise ValueError("give session start offsets (open loop) or a concurrency (closed loop)")
     if not cfgs:
@@ -76,7 +79,7 @@ async def run_sessions(
 
     async def call(c: PendingCall, at: float) -> RequestRecord:
         nonlocal order
-        extra = {"messages": list(c.messages)} if chat else {}
+        extra = {**(extra_body or {}), **({"messages": list(c.messages)} if chat else {})}
         spec = RequestSpec(c.request_id, c.prompt, c.max_tokens, None, extra, c.content)
         sent = await send_balanced(sess, list(cfgs), bal, spec, at, 0.0)
         rec = to_record(sent)

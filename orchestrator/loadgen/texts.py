@@ -9,6 +9,7 @@ same segment reads the same in every prompt that contains it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -70,15 +71,26 @@ class PromptMaker:
     def __init__(self, tokenizer: Tokenizer | None) -> None:
         self.tok = tokenizer
         self._ids: list[int] = []
-        self._word_ids: list[int] = []  # ids of whole words with their leading space (" the")
+        self._word_ids: list[int] = []  # whole words with their leading space (" the"), as they read
+        self._surface: dict[int, str] = {}
         if tokenizer is not None:
             ids = tokenizer.encode(" " + " ".join(WORDS), add_special_tokens=False)
             self._ids = list(dict.fromkeys(ids))
-            for w in WORDS:
-                one = tokenizer.encode(" " + w, add_special_tokens=False)
-                if len(one) == 1:
-                    self._word_ids.append(one[0])
-            self._word_ids = list(dict.fromkeys(self._word_ids)) or self._ids
+            # Tokens that are a space and a word, and read back as themselves: text made of them encodes
+            # to exactly those tokens, alone or after any other such text (pre-tokenizers split at the
+            # spaces, so nothing merges across them). The common words first; else any such token of
+            # the vocabulary (a tiny test vocabulary has few whole words).
+            vocab = getattr(tokenizer, "vocab_size", 0) or 0
+            for i in [*ids, *range(int(vocab))]:
+                if i in self._surface:
+                    continue
+                text = tokenizer.decode([i], skip_special_tokens=True)
+                whole = re.fullmatch(r" [A-Za-z]+", text) is not None
+                if whole and tokenizer.encode(text, add_special_tokens=False) == [i]:
+                    self._surface[i] = text
+                    if len(self._surface) >= 256:
+                        break
+            self._word_ids = list(self._surface)
 
     @property
     def word_token_ids(self) -> list[int]:
@@ -110,8 +122,11 @@ class PromptMaker:
         rng = _key_rng(key)
         if self.tok is None:
             return " " + words(n, rng)
-        ids = [self._word_ids[i] for i in rng.integers(0, len(self._word_ids), n)]
-        return self.tok.decode(ids, skip_special_tokens=True)
+        if not self._word_ids:
+            raise SpecError("the tokenizer has no tokens of a space and a word: session prompts cannot be "
+                            "built to exact token counts with it; leave out --tokenizer")
+        surface = self._surface
+        return "".join(surface[self._word_ids[i]] for i in rng.integers(0, len(self._word_ids), n))
 
     def count(self, text: str) -> int | None:
         return None if self.tok is None else len(self.tok.encode(text, add_special_tokens=False))

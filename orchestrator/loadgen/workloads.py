@@ -52,6 +52,7 @@ class Workload:
     sessions: SessionSet | None = None  # conversation, agentic: sessions instead of requests (no specs)
     texts: PromptMaker | None = None  # sessions: how their segments read (None: words, no tokenizer)
     note: str | None = None  # what was left out of the file's requests, and why
+    extra_body: dict[str, Any] | None = None  # sessions: added to every request's body
 
 
 def parse_length(text: str, flag: str = "--input-len") -> Length:
