@@ -220,6 +220,15 @@ def series_to_dict(
     return {"interval_s": interval_s / time_scale, "samples": rows}
 
 
+def _point_hit_rate(hits: float | None, queries: float | None, samples: list[dict[str, Any]]) -> float | None:
+    """Over the point's own lookups (vLLM's counters); without counters, the mean of the engine's own
+    gauge (SGLang's cache_hit_rate); None where it has neither."""
+    if hits is not None:
+        return hits / queries if queries else None
+    vals = [s["prefix_hit_rate"] for s in samples if s.get("prefix_hit_rate") is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
     """Peak KV usage, mean running and waiting (summed over endpoints per scrape), preemptions during
     the point; None where no endpoint reported the metric."""
@@ -262,7 +271,6 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         "waiting_peak": max(waiting) if waiting else None,
         "preemptions": preempted,
         "prefix_hit_rate_peak": peak("prefix_hit_rate"),
-        # over the point's own lookups (vLLM's counters); None where the engine has no such counters
-        "prefix_hit_rate": hits / queries if hits is not None and queries else None,
+        "prefix_hit_rate": _point_hit_rate(hits, queries, samples),
         "prefix_queries": queries,
     }

@@ -337,6 +337,8 @@ class Sweep:
                 )
                 self._point_s.append(time.monotonic() - t0)
                 metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
+                if result.note:  # what the workload left out (sessions cut at max_model_len ...)
+                    metrics["note"] = result.note
                 rate = load if by == "rate" else None
                 # The point first: if the store fails, the journal has the measurement itself.
                 self.store.add_point(

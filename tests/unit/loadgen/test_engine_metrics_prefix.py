@@ -18,3 +18,9 @@ def test_the_hit_rate_is_the_points_own_not_since_the_engine_started() -> None:
     assert abs(s["prefix_hit_rate"] - 700 / 1500) < 1e-12
     without = summarize_series(series_to_dict([EngineSample(0.0, 0, running=1.0)], 1.0))
     assert without["prefix_hit_rate"] is None
+
+
+def test_without_vllms_counters_the_engines_own_gauge_is_averaged() -> None:
+    # SGLang exposes a cache hit rate gauge, no counters
+    samples = [EngineSample(0.0, 0, prefix_hit_rate=0.4), EngineSample(1.0, 0, prefix_hit_rate=0.6)]
+    assert abs(summarize_series(series_to_dict(samples, 1.0))["prefix_hit_rate"] - 0.5) < 1e-12
