@@ -43,3 +43,13 @@ def test_agentic_example_reuses_the_shared_tools() -> None:
     # first rounds find the shared 5.5k tokens of system prompt and tools (after the first session)
     assert m.prefix_hit_rate_first_turn is not None and m.prefix_hit_rate_first_turn > 0.5
     assert m.prefix_hit_rate is not None and m.prefix_hit_rate > 0.8
+
+
+def test_a_closed_loop_of_sessions_simulates_from_the_spec() -> None:
+    spec = load_spec(LAYOUTS / "chat-multiturn.yaml")
+    sp = simulate_point(spec.model_copy(update={"routing": "prefix_aware"}), plan_inputs(spec),
+                        parse_layout("tp4x2"), concurrency=4, num_requests=8)
+    m = sp.result.metrics
+    assert sp.result.point.label == "concurrency=4"
+    assert m.sessions_completed == 8 and m.n_failed == 0
+    assert m.prefix_hit_rate_later_turns is not None and m.prefix_hit_rate_later_turns > 0.7
