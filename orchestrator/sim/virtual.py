@@ -94,7 +94,9 @@ class VirtualRun:
         if dp < 1 or len(engines) % dp:
             raise ValueError(f"{len(engines)} engines are not replicas of {dp} DP ranks")
         self.dp = dp
-        self.bal = Balancer(max(len(engines) // dp, 1), balance)
+        # least_outstanding breaks ties by index here, as the simulator always has (loadgen/balance.py)
+        self.bal = Balancer(max(len(engines) // dp, 1), balance,
+                            ties="first" if balance == "least_outstanding" else "rotate")
         if sample_s is not None and sample_s <= 0:
             raise ValueError("sample_interval_s must be > 0")
         self.sample_s = sample_s
