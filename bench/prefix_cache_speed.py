@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import SettingsRequest, resolve_settings
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.loadgen.client import arrival_offsets
 from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions
@@ -43,10 +45,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _engines(inputs: PlanInputs, layout: Layout, caching: bool) -> list[EngineCore]:
     replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
+    inputs = inputs.with_settings(replace(inputs.settings, enable_prefix_caching=caching))
     out: list[EngineCore] = []
     for _ in range(layout.replicas):
-        out += replica_engines(inputs, replica, prefix_caching=caching)
+        out += replica_engines(inputs, replica)
     return out
+
+
+def _sim(model: str, gpus: int, max_model_len: int, **kw: object) -> PlanInputs:
+    """The simulated engine's own settings for the model on H100s (prefix caching on, its default)."""
+    cfg, gpu = load_model(model), load_gpu("h100-sxm")
+    settings = resolve_settings("sim", gpu, cfg, SettingsRequest(max_model_len=max_model_len))
+    return PlanInputs(cfg=cfg, gpu=gpu, cluster=Cluster(1, gpus), settings=settings, **kw)  # type: ignore[arg-type]
 
 
 def _timed(fn: object) -> tuple[float, int, float | None]:
@@ -63,11 +73,10 @@ def main() -> None:
 
     chat = load_spec(ROOT / "layouts" / "chat-multiturn.yaml").workload
     agent = load_spec(ROOT / "layouts" / "agentic.yaml").workload
-    h100 = load_gpu("h100-sxm")
-    llama = PlanInputs(cfg=load_model("llama-3.1-70b"), gpu=h100, cluster=Cluster(1, 8), max_model_len=16384,
-                       weight_dtype="fp8", weight_bytes_per_value=weight_bytes_per_value("fp8", 128))
-    qwen72 = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=h100, cluster=Cluster(1, 8), max_model_len=8192)
-    qwen7 = PlanInputs(cfg=load_model("qwen2.5-7b"), gpu=h100, cluster=Cluster(1, 4), max_model_len=32768)
+    llama = _sim("llama-3.1-70b", 8, 16384, weight_dtype="fp8",
+                 weight_bytes_per_value=weight_bytes_per_value("fp8", 128))
+    qwen72 = _sim("qwen2.5-72b", 8, 8192)
+    qwen7 = _sim("qwen2.5-7b", 4, 32768)
 
     conv = conversation_sessions(args.sessions, chat.conversation_or_default(), chat.input_tokens,
                                  chat.output_tokens, seed=0, max_model_len=16384)

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import SettingsRequest, resolve_settings
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.engine_metrics import parse_prometheus
@@ -111,8 +112,7 @@ def main() -> None:
     conv = ConversationSpec(turns=4, first_input_tokens=200, think_time_s=0.5)
     plans = conversation_sessions(args.sessions, conv, 40, 32, seed=0, max_model_len=MAX_MODEL_LEN)
     starts = [1.5 * i for i in range(len(plans.plans))]
-    inputs = PlanInputs(cfg=load_model(str(model / "config.json")), gpu=load_gpu("cpu"),
-                        cluster=Cluster(1, 2), max_model_len=MAX_MODEL_LEN)
+    cfg, cpu = load_model(str(model / "config.json")), load_gpu("cpu")
     print(f"{len(plans.plans)} conversations of 4 turns (200-token first turn, 40-token follow-ups, 32-token "
           f"answers), one every 1.5 s, on {model.name}")
     print(f"{'block size':>10} {'requests':>9} {'token counts as planned':>24} {'measured hit rate':>18} "
@@ -131,7 +131,11 @@ def main() -> None:
                 hits1, queries1 = _counters(url)
             finally:
                 _stop(proc)
-            engines = replica_engines(inputs, parse_layout("tp1"), block_tokens=block)
+            # vLLM's own settings for the model, at the block size it was started with
+            request = SettingsRequest(block_size=block, max_model_len=MAX_MODEL_LEN)
+            inputs = PlanInputs(cfg=cfg, gpu=cpu, cluster=Cluster(1, 2),
+                                settings=resolve_settings("vllm", cpu, cfg, request))
+            engines = replica_engines(inputs, parse_layout("tp1"))
             predicted = simulate_sessions(engines, plans.plans, starts=starts)
             planned = {r.request_id: r.prompt_tokens for r in predicted.records}
             same = sum(1 for r in ran.records if r.prompt_tokens == planned.get(r.request_id))

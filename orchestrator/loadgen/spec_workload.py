@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 
-from orchestrator.catalog.loader import load_model
 from orchestrator.loadgen.bench import WorkloadFactory
 from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions, sharegpt_sessions
 from orchestrator.loadgen.workloads import (
@@ -18,16 +17,9 @@ from orchestrator.spec.models import SLOSpec, SweepSpec
 from orchestrator.spec.workload import TokenDistribution, WorkloadSpec
 
 
-def max_model_len_of(spec: SweepSpec) -> int:
-    """The longest request the engines take: the spec's, else the model's own context."""
-    if spec.model.max_model_len:
-        return spec.model.max_model_len
-    return load_model(spec.model.name or spec.model.config_path or "").max_position_embeddings
-
-
-def spec_workload_factory(spec: SweepSpec) -> WorkloadFactory:
-    """The spec's workload, with sessions cut at the engines' max_model_len."""
-    return workload_factory(spec.workload, max_model_len_of(spec))
+def spec_workload_factory(spec: SweepSpec, max_model_len: int | None) -> WorkloadFactory:
+    """The spec's workload, with sessions cut at the engines' max_model_len (their resolved settings)."""
+    return workload_factory(spec.workload, max_model_len)
 
 
 def workload_factory(w: WorkloadSpec, max_model_len: int | None = None) -> WorkloadFactory:

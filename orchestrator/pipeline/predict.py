@@ -26,20 +26,6 @@ def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: flo
                           sample_interval_s=sample_interval_s)
 
 
-def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:
-    """The simulator's prefix-cache counters of a point (vLLM's names), the routing it ran under, and
-    what it cut; empty without prefix caching."""
-    c = sp.summary.prefix_cache
-    out: dict[str, Any] = {} if sp.note is None else {"note": sp.note}
-    if c is None:
-        return out
-    return {**out, "prefix_cache": {
-        "queries": c.queries, "hits": c.hits, "hit_rate": c.hit_rate,
-        "preempted_queries": c.preempted_queries, "preempted_hits": c.preempted_hits,
-        "evicted_blocks": c.evicted_blocks,
-    }}
-
-
 def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None) -> dict[str, Any]:
     m = sp.result.metrics
     cache = sp.summary.prefix_cache

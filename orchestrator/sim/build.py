@@ -5,17 +5,13 @@ from __future__ import annotations
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.planner import PlanInputs, kv_capacity_tokens, layout_cost
-from orchestrator.sim.engine import BLOCK_TOKENS, EngineConfig, EngineCore
-
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+from orchestrator.sim.engine import EngineConfig, EngineCore
 
 
-def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | None = None,
-                    max_num_batched_tokens: int | None = None,
-                    reserve_whole_kv: bool = False, prefix_caching: bool = True,
-                    block_tokens: int = BLOCK_TOKENS) -> list[EngineCore]:
-    """One EngineCore per DP rank of one replica (a replica is one server). Prefix caching is on unless
-    turned off, as in vLLM v1 (`--enable-prefix-caching` is its default)."""
+def replica_engines(inputs: PlanInputs, layout: Layout, *,
+                    reserve_whole_kv: bool = False) -> list[EngineCore]:
+    """One EngineCore per DP rank of one replica (a replica is one server), with the engine settings
+    the planner used (inputs.settings): its block size and whether prefix caching is on included."""
     cost = layout_cost(inputs, layout)
     kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
     if kv_tokens <= 0:
@@ -23,10 +19,10 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | N
                         f"in {usable / 1e9:.1f} GB usable; the planner rejects it (orch plan)")
     config = EngineConfig(
         kv_capacity_tokens=kv_tokens,
-        max_num_seqs=max_num_seqs or inputs.max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=inputs.settings.max_num_seqs,
+        max_num_batched_tokens=inputs.settings.max_num_batched_tokens,
+        block_tokens=inputs.settings.block_size,
         reserve_whole_kv=reserve_whole_kv,
-        prefix_caching=prefix_caching,
-        block_tokens=block_tokens,
+        prefix_caching=inputs.settings.enable_prefix_caching,
     )
     return [EngineCore(cost, config) for _ in range(layout.dp)]

@@ -24,7 +24,6 @@ implied by the step counter, and finishes come off a heap, so 100k-request runs 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,15 +32,15 @@ from orchestrator.loadgen.content import ROOT_HASH, Content, sim_answer_key
 from orchestrator.plan.cost import LayoutCost
 from orchestrator.sim.prefix_cache import PrefixCache
 
-BLOCK_TOKENS = 16  # paged-KV block size; on average half a block per sequence is allocated but empty
-
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """One simulated engine's limits: its KV capacity and the resolved settings (engines/settings.py)."""
+
     kv_capacity_tokens: int
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_tokens: int = BLOCK_TOKENS
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
     reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
     prefix_caching: bool = False  # reuse cached prefix blocks (sim/prefix_cache.py)
 
@@ -378,6 +377,3 @@ class EngineCore:
         self.held_kv -= seq.held * self.config.block_tokens
         seq.held = 0
 
-
-def kv_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
-    return math.ceil(tokens / block_tokens)

@@ -8,6 +8,7 @@ spread over the replicas by the spec's routing policy (the first, when it lists 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.layout import Layout
 from orchestrator.loadgen.balance import Balance
@@ -60,8 +61,7 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
     engines: list[EngineCore] = []
     replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
     for _ in range(layout.replicas):
-        engines += replica_engines(inputs, replica, max_num_seqs=spec.engine.max_num_seqs,
-                                   max_num_batched_tokens=spec.engine.max_num_batched_tokens,
+        engines += replica_engines(inputs, replica,
                                    reserve_whole_kv=spec.engine.sim_scheduler == "guaranteed-no-evict")
     return engines
 
@@ -126,3 +126,17 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
     metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=layout.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary, note)
+
+
+def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:
+    """The simulator's prefix-cache counters of a point (vLLM's names), the routing it ran under, and
+    what it cut; empty without prefix caching."""
+    c = sp.summary.prefix_cache
+    out: dict[str, Any] = {} if sp.note is None else {"note": sp.note}
+    if c is None:
+        return out
+    return {**out, "prefix_cache": {
+        "queries": c.queries, "hits": c.hits, "hit_rate": c.hit_rate,
+        "preempted_queries": c.preempted_queries, "preempted_hits": c.preempted_hits,
+        "evicted_blocks": c.evicted_blocks,
+    }}

@@ -19,6 +19,7 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec
+from tests.support.engines import fixed_settings
 from tests.support.sim_serving import MODEL, sim_server, wait_healthy
 
 SCALE = 0.05  # wall seconds per simulated second: fast, and turn order is all that is asserted
@@ -58,7 +59,7 @@ def test_conversations_over_http_quote_their_history_and_hit_the_cache_as_predic
     assert queries == sum(r.prompt_tokens or 0 for r in recs)
     # the same sessions in virtual time, two replicas, the same routing: the same hit rate
     inputs = PlanInputs(cfg=load_model(MODEL), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                        max_model_len=8192)
+                        settings=fixed_settings(8192))  # what the simulated server resolves for itself
     engines = replica_engines(inputs, parse_layout("tp8")) + replica_engines(inputs, parse_layout("tp8"))
     predicted = simulate_sessions(engines, sessions.plans, starts=starts, balance="prefix_aware").summary
     assert predicted.prefix_cache is not None and predicted.prefix_cache.hit_rate is not None

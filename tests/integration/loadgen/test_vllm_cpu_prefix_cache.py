@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
-from tests.support.ports import free_port
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import SettingsRequest, resolve_settings
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.engine_metrics import parse_prometheus
 from orchestrator.loadgen.sessions import conversation_sessions
@@ -30,6 +29,8 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec
+from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 READY_TIMEOUT_S = 420.0
@@ -96,9 +97,11 @@ def test_conversations_hit_vllms_prefix_cache_as_the_simulator_predicts(
     hits1, queries1 = _counters(url)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     plans = conversation_sessions(N, CONV, 30, 20, seed=3, max_model_len=MAX_LEN).plans
-    inputs = PlanInputs(cfg=load_model(str(model / "config.json")), gpu=load_gpu("cpu"),
-                        cluster=Cluster(1, 2), max_model_len=MAX_LEN)
-    predicted = simulate_sessions(replica_engines(inputs, parse_layout("tp1"), block_tokens=128), plans,
+    cfg, cpu = load_model(str(model / "config.json")), load_gpu("cpu")
+    # vLLM's own settings for this model, at its CPU block size (vllm/platforms/cpu.py: 128 unless set)
+    settings = resolve_settings("vllm", cpu, cfg, SettingsRequest(block_size=128, max_model_len=MAX_LEN))
+    inputs = PlanInputs(cfg=cfg, gpu=cpu, cluster=Cluster(1, 2), settings=settings)
+    predicted = simulate_sessions(replica_engines(inputs, parse_layout("tp1")), plans,
                                   starts=[0.5 * i for i in range(N)])
     planned = {r.request_id: r.prompt_tokens for r in predicted.records}
     assert len(records) == len(planned) == 3 * N and all(r["error"] is None for r in records)

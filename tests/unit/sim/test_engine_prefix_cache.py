@@ -11,14 +11,16 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 from orchestrator.sim.virtual import SimRequest, simulate
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=32768)
+                    settings=fixed_settings(32768))
 COST = layout_cost(INPUTS, parse_layout("tp8"))
 
 
 def _engine(caching: bool = True, kv: int = 500_000, **cfg: object) -> EngineCore:
-    return EngineCore(COST, EngineConfig(kv_capacity_tokens=kv, prefix_caching=caching, **cfg))  # type: ignore[arg-type]
+    config = EngineConfig(kv_capacity_tokens=kv, prefix_caching=caching, **(LIMITS | cfg))  # type: ignore[arg-type]
+    return EngineCore(COST, config)
 
 
 def _req(rid: str, t: float, content: Content, out: int = 4) -> SimRequest:

@@ -13,15 +13,17 @@ from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import AgenticSpec, ConversationSpec
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=32768)
+                    settings=fixed_settings(32768))
 COST = layout_cost(INPUTS, parse_layout("tp8"))
 CONV = ConversationSpec(turns=5, first_input_tokens=3000, think_time_s=2.0)
 
 
 def _engines(n: int, caching: bool = True, kv: int = 400_000) -> list[EngineCore]:
-    return [EngineCore(COST, EngineConfig(kv_capacity_tokens=kv, prefix_caching=caching)) for _ in range(n)]
+    config = EngineConfig(kv_capacity_tokens=kv, prefix_caching=caching, **LIMITS)  # type: ignore[arg-type]
+    return [EngineCore(COST, config) for _ in range(n)]
 
 
 def _ttft(recs: list[RequestRecord], first: bool) -> float:
