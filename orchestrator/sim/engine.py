@@ -32,6 +32,8 @@ from orchestrator.loadgen.content import ROOT_HASH, Content, sim_answer_key
 from orchestrator.plan.cost import LayoutCost
 from orchestrator.sim.prefix_cache import PrefixCache
 
+MIN_CACHE_BLOCK = 16  # the smallest block the prefix cache hashes (see EngineCore.__init__)
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -101,8 +103,12 @@ class EngineCore:
         self.prefill_kv = 0  # KV tokens allocated to prefilling sequences
         self.preemptions = 0
         self.reserved_kv = 0  # reserve_whole_kv: prompt + max output (+ half a block) per running request
-        self.cache = (PrefixCache(config.block_tokens, partial_reuse=config.reserve_whole_kv)
-                      if config.prefix_caching else None)
+        # The cache hashes blocks of at least MIN_CACHE_BLOCK tokens: a token-granular cache (SGLang's
+        # radix tree, page size 1) is modelled as blocks of 16 with partial reuse, which hits to the
+        # token as it does, without a hash per token.
+        self.cache_block = max(config.block_tokens, MIN_CACHE_BLOCK)
+        partial = config.reserve_whole_kv or self.cache_block > config.block_tokens
+        self.cache = PrefixCache(self.cache_block, partial_reuse=partial) if config.prefix_caching else None
         self.held_kv = 0  # tokens of running requests' contexts in cached blocks (counted once, there)
         self._tiebreak = 0
 
@@ -117,7 +123,7 @@ class EngineCore:
         if self.cache is not None and seq.content is not None and not seq.hashes:
             # The answer's blocks are cached too: a later turn that quotes it reuses them.
             seq.content = seq.content.then(sim_answer_key(seq.max_tokens), seq.max_tokens)
-            seq.hashes = seq.content.block_hashes(self.config.block_tokens)
+            seq.hashes = seq.content.block_hashes(self.cache_block)
         self.waiting.append(seq)
 
     @property
@@ -134,7 +140,7 @@ class EngineCore:
         used = self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
         cache = self.cache
         if cache is not None:  # cached blocks count once, whoever holds them (held: cached, not free)
-            used += (len(cache.refs) - cache.free_hashed) * self.config.block_tokens - self.held_kv
+            used += (len(cache.refs) - cache.free_hashed) * self.cache_block - self.held_kv
         return used
 
     @property
@@ -208,8 +214,8 @@ class EngineCore:
         cache = self.cache
         if not chunks and (preempted or not self.waiting or len(self.running) >= cfg.max_num_seqs):
             # Pure decode step, the common case: nothing to admit or continue.
-            if cache is not None and cache.free_blocks * cfg.block_tokens > capacity - used:
-                cache.trim((capacity - used) // cfg.block_tokens)
+            if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
+                cache.trim((capacity - used) // self.cache_block)
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
@@ -233,8 +239,8 @@ class EngineCore:
             chunks.append((seq, chunk))
             budget -= chunk
             used += taken + chunk + half_block
-        if cache is not None and cache.free_blocks * cfg.block_tokens > capacity - used:
-            cache.trim((capacity - used) // cfg.block_tokens)
+        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
+            cache.trim((capacity - used) // self.cache_block)
         prefill_pairs = 0.0
         for seq, chunk in chunks:
             kv_tokens += seq.computed
@@ -322,7 +328,7 @@ class EngineCore:
     def _lookup(self, seq: Seq) -> tuple[int, int, int]:
         """(tokens of whole cached blocks to share, tokens hit in all, tokens those blocks newly take
         from free memory) for a waiting request."""
-        cache, size = self.cache, self.config.block_tokens
+        cache, size = self.cache, self.cache_block
         if cache is None or not seq.hashes:
             return 0, 0, 0
         n, newly = cache.lookup(seq.hashes, seq.prefill_target)
@@ -337,7 +343,7 @@ class EngineCore:
         """Admit with a hit: hold its whole blocks; the prompt continues after it."""
         cache = self.cache
         assert cache is not None
-        size = self.config.block_tokens
+        size = self.cache_block
         cache.record(seq.prefill_target, hit, seq.preemptions > 0)
         if not seq.preemptions:
             seq.cached_tokens = hit
@@ -352,7 +358,7 @@ class EngineCore:
         """The full blocks a prompt chunk completed are cached at once, so others can reuse them."""
         cache = self.cache
         assert cache is not None
-        size = self.config.block_tokens
+        size = self.cache_block
         full = min(seq.computed // size, len(seq.hashes))
         if full <= seq.held:
             return
@@ -369,11 +375,11 @@ class EngineCore:
         cache = self.cache
         if cache is None:
             return
-        full = computed // self.config.block_tokens
+        full = computed // self.cache_block
         if seq.hashes:
             cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)))
         else:
             cache.release_anonymous(full)
-        self.held_kv -= seq.held * self.config.block_tokens
+        self.held_kv -= seq.held * self.cache_block
         seq.held = 0
 

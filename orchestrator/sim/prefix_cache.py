@@ -22,7 +22,8 @@ As vLLM v1 does it by default (automatic prefix caching, on unless --no-enable-p
 
 With `partial_reuse` (TensorRT-LLM's rule, `KvCacheConfig.enable_partial_reuse`, on by default), a
 block whose leading tokens match a cached block is reused up to the match too, as a private copy
-(`copy_on_partial_reuse`): the hit is token-granular, the shared part whole blocks.
+(`copy_on_partial_reuse`): the hit is token-granular, the shared part whole blocks. The engine uses it
+as well for a token-granular cache (SGLang's radix tree at page size 1), hashed in blocks of 16.
 
 Memory: blocks held by running requests count once however many requests hold them; blocks no
 request holds are free memory that happens to be cached, evicted when the engine needs room (`trim`).

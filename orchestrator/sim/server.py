@@ -211,7 +211,7 @@ class SimServer:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         seq = Seq(rid, n_prompt, max_tokens, time.monotonic())
         if eng.cache is not None:  # the prompt's blocks and the answer's (" tok" per token) it will write
-            seq.hashes = block_hashes([*tokens, *token_text(max_tokens).split()], eng.config.block_tokens)
+            seq.hashes = block_hashes([*tokens, *token_text(max_tokens).split()], eng.cache_block)
         stream = _Stream(seq)
         self.streams[rid] = stream
         self.prompt_tokens_total += n_prompt

@@ -106,3 +106,11 @@ def test_guaranteed_no_evict_reuses_partial_blocks() -> None:
     r_trt, _ = simulate([trt], [_req("a", 0.0, first), _req("b", 5.0, second)])
     assert r_vllm[1].extra["cached_tokens"] == "992"  # whole blocks only
     assert r_trt[1].extra["cached_tokens"] == "1000"  # up to where the prompts differ
+
+
+def test_a_token_granular_cache_hits_to_the_token() -> None:
+    # SGLang's radix cache (page size 1): blocks of 16 are hashed, and partial reuse finds the rest
+    first, second = Content.of([(1, 1000), (2, 8)]), Content.of([(1, 1000), (3, 40)])
+    sglang_like = _engine(block_tokens=1)
+    recs, _ = simulate([sglang_like], [_req("a", 0.0, first), _req("b", 5.0, second)])
+    assert recs[1].extra["cached_tokens"] == "1000"
