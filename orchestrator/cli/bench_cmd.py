@@ -96,7 +96,7 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
     if kind in ("sharegpt", "trace") and not dataset:
         raise SpecError(f"--workload {kind} needs --dataset FILE")
     if kind in ("conversation", "agentic"):
-        return _session_factory(kind, n_in, n_out, given_out, dataset, tok, seed, sessions or {})
+        return _session_factory(kind, input_len, output_len, given_out, dataset, tok, seed, sessions or {})
     if kind == "random":
         return partial(random_workload, input_len=n_in, output_len=n_out, seed=seed, tokenizer=tok)
     if kind == "prefix":
@@ -118,46 +118,45 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
                                     seed=seed, tokenizer=tok)
 
 
-def _session_factory(kind: str, n_in: Any, n_out: Any, given_out: Any, dataset: str | None,
+def _session_factory(kind: str, input_len: str, output_len: str | None, given_out: Any, dataset: str | None,
                      tok: Tokenizer | None, seed: int, opts: dict[str, Any]) -> WorkloadFactory:
-    """Conversations (or ShareGPT conversations with every turn, with --dataset) and agentic sessions."""
+    """Conversations (or ShareGPT conversations with every turn, with --dataset) and agentic sessions,
+    the flags as a workload spec."""
     from pydantic import ValidationError
 
-    from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions, sharegpt_sessions
-    from orchestrator.loadgen.texts import PromptMaker
-    from orchestrator.loadgen.workloads import Workload, parse_length
-    from orchestrator.spec.workload import AgenticSpec, ConversationSpec
+    from orchestrator.loadgen.spec_workload import session_factory
+    from orchestrator.spec.workload import WorkloadSpec
 
-    limit, think = opts.get("max_model_len"), float(opts.get("think_time_s") or 0.0)
-    if opts.get("reencodable_answers") and tok is None:
-        raise SpecError("--reencodable-answers needs --tokenizer (the tokens answers are made of)")
-    if not think >= 0:
-        raise SpecError(f"--think-time-s: {think} must be >= 0")
+    conversation: dict[str, Any] = {"think_time_s": opts.get("think_time_s") or 0.0,
+                                    "system_prompt_tokens": opts.get("system_prompt_len") or 0}
+    for key, flag in (("turns", "turns"), ("first_input_tokens", "first_input_len")):
+        if opts.get(flag):
+            conversation[key] = _length_field(opts[flag], "--" + flag.replace("_", "-"))
     try:
-        first = opts.get("first_input_len")
-        first_len = parse_length(first, "--first-input-len") if first else None
-        conv = ConversationSpec(turns=parse_length(opts.get("turns") or "4", "--turns"), think_time_s=think,
-                                system_prompt_tokens=int(opts.get("system_prompt_len") or 0),
-                                first_input_tokens=first_len)
+        w = WorkloadSpec(kind=kind, input_tokens=_length_field(input_len, "--input-len"),
+                         output_tokens=_length_field(output_len or DEFAULT_OUTPUT_LEN, "--output-len"),
+                         conversation=conversation if kind == "conversation" else None,
+                         dataset_path=dataset, num_requests=1, seed=seed)  # (the count is the run's)
     except ValidationError as exc:
-        raise SpecError(f"--turns/--system-prompt-len: {exc.errors()[0]['msg']}") from None
-    maker = PromptMaker(tok)
-
-    def build(n: int) -> Workload:
-        if kind == "agentic":
-            made = agentic_sessions(n, AgenticSpec(), n_in, n_out, seed=seed, max_model_len=limit)
-        elif dataset is not None:
-            made = sharegpt_sessions(dataset, n, output_len=given_out, seed=seed, max_model_len=limit,
-                                     think_time_s=think)
-        else:
-            made = conversation_sessions(n, conv, n_in, n_out, seed=seed, max_model_len=limit)
-        extra = {"allowed_token_ids": maker.word_token_ids} if opts.get("reencodable_answers") else None
-        return Workload(kind, (), sessions=made, texts=maker, note=made.note(),  # type: ignore[arg-type]
-                        extra_body=extra)
-
+        err = exc.errors()[0]
+        field = next((str(x) for x in reversed(err["loc"]) if str(x) in _FLAG_OF), "")
+        raise SpecError(f"{_FLAG_OF.get(field, 'session flags')}: {err['msg']}") from None
+    build = session_factory(w, opts.get("max_model_len"), tokenizer=tok,
+                            reencodable_answers=bool(opts.get("reencodable_answers")),
+                            dataset_output_len=given_out)
     build(1)  # fail now on a bad dataset, not mid-run
     return build
 
+
+_FLAG_OF = {"turns": "--turns", "think_time_s": "--think-time-s",
+            "system_prompt_tokens": "--system-prompt-len", "first_input_tokens": "--first-input-len",
+            "input_tokens": "--input-len", "output_tokens": "--output-len", "dataset_path": "--dataset"}
+
+
+def _length_field(text: str, flag: str) -> Any:
+    from orchestrator.loadgen.workloads import parse_length
+
+    return parse_length(text, flag)
 
 class _Bar:
     """Rich progress bar fed by every completed record (drawn on stderr so --json stays clean)."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from functools import partial
 
+from orchestrator.errors import SpecError
 from orchestrator.loadgen.bench import WorkloadFactory
 from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions, sharegpt_sessions
+from orchestrator.loadgen.texts import PromptMaker, Tokenizer
 from orchestrator.loadgen.workloads import (
     Workload,
     prefix_workload,
@@ -29,7 +31,7 @@ def workload_factory(w: WorkloadSpec, max_model_len: int | None = None) -> Workl
         return partial(prefix_workload, prefix_len=w.prefix_tokens or 512, input_len=w.input_tokens,
                        output_len=w.output_tokens, seed=w.seed)
     if w.kind in ("conversation", "agentic"):
-        return partial(_sessions, w, max_model_len)
+        return session_factory(w, max_model_len)
     assert w.dataset_path is not None  # WorkloadSpec guarantees it for sharegpt and trace
     if w.kind == "sharegpt":
         return partial(sharegpt_workload, w.dataset_path, seed=w.seed)
@@ -43,18 +45,32 @@ def _trace(w: WorkloadSpec, n: int) -> Workload:
                           time_scale=w.time_scale, seed=w.seed)
 
 
-def _sessions(w: WorkloadSpec, max_model_len: int | None, n: int) -> Workload:
-    if w.kind == "agentic":
-        sessions = agentic_sessions(n, w.agentic_or_default(), w.input_tokens, w.output_tokens, seed=w.seed,
+def session_factory(w: WorkloadSpec, max_model_len: int | None, *, tokenizer: Tokenizer | None = None,
+                    reencodable_answers: bool = False,
+                    dataset_output_len: int | TokenDistribution | None = None) -> WorkloadFactory:
+    """Conversation or agentic sessions (with dataset_path: ShareGPT conversations, every turn, answers
+    as long as the file's unless `dataset_output_len`). With a tokenizer, prompts of exact token counts;
+    `reencodable_answers` restricts answers to tokens that read back as themselves (vLLM's
+    allowed_token_ids), so a quoted answer re-encodes to the tokens the engine cached."""
+    maker = PromptMaker(tokenizer) if tokenizer is not None else None
+    if reencodable_answers and maker is None:
+        raise SpecError("--reencodable-answers needs --tokenizer (the tokens answers are made of)")
+    extra = {"allowed_token_ids": maker.word_token_ids} if reencodable_answers and maker else None
+
+    def build(n: int) -> Workload:
+        if w.kind == "agentic":
+            made = agentic_sessions(n, w.agentic_or_default(), w.input_tokens, w.output_tokens, seed=w.seed,
                                     max_model_len=max_model_len)
-    elif w.dataset_path is not None:  # ShareGPT conversations, every turn
-        conv = w.conversation_or_default()
-        sessions = sharegpt_sessions(w.dataset_path, n, seed=w.seed, max_model_len=max_model_len,
-                                     think_time_s=conv.think_time_s)
-    else:
-        sessions = conversation_sessions(n, w.conversation_or_default(), w.input_tokens, w.output_tokens,
+        elif w.dataset_path is not None:
+            made = sharegpt_sessions(w.dataset_path, n, output_len=dataset_output_len, seed=w.seed,
+                                     max_model_len=max_model_len,
+                                     think_time_s=w.conversation_or_default().think_time_s)
+        else:
+            made = conversation_sessions(n, w.conversation_or_default(), w.input_tokens, w.output_tokens,
                                          seed=w.seed, max_model_len=max_model_len)
-    return Workload(w.kind, (), sessions=sessions)
+        return Workload(w.kind, (), sessions=made, texts=maker, note=made.note(), extra_body=extra)
+
+    return build
 
 
 def _mean(value: int | TokenDistribution) -> float:
