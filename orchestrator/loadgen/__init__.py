@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.sessions import agentic_sessions as agentic_sessions
     from orchestrator.loadgen.sessions import conversation_sessions as conversation_sessions
     from orchestrator.loadgen.sessions import sharegpt_sessions as sharegpt_sessions
+    from orchestrator.loadgen.spec_workload import session_factory as session_factory
     from orchestrator.loadgen.spec_workload import session_shape as session_shape
     from orchestrator.loadgen.spec_workload import slo_bounds as slo_bounds
     from orchestrator.loadgen.spec_workload import spec_workload_factory as spec_workload_factory
@@ -108,7 +109,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "sharegpt_sessions",
     ),
     "spec_workload": (
-        "session_shape", "slo_bounds", "spec_workload_factory", "workload_factory",
+        "session_factory", "session_shape", "slo_bounds", "spec_workload_factory", "workload_factory",
     ),
     "texts": ("PromptMaker", "Tokenizer", "load_tokenizer",),
     "traces": ("TRACE_FORMATS", "TraceFormat", "read_trace",),
