@@ -112,7 +112,7 @@ def main() -> None:
     conv = ConversationSpec(turns=4, first_input_tokens=200, think_time_s=0.5)
     plans = conversation_sessions(args.sessions, conv, 40, 32, seed=0, max_model_len=MAX_MODEL_LEN)
     starts = [1.5 * i for i in range(len(plans.plans))]
-    cfg, cpu = load_model(str(model / "config.json")), load_gpu("cpu")
+    config, cpu = load_model(str(model / "config.json")), load_gpu("cpu")
     print(f"{len(plans.plans)} conversations of 4 turns (200-token first turn, 40-token follow-ups, 32-token "
           f"answers), one every 1.5 s, on {model.name}")
     print(f"{'block size':>10} {'requests':>9} {'token counts as planned':>24} {'measured hit rate':>18} "
@@ -133,8 +133,8 @@ def main() -> None:
                 _stop(proc)
             # vLLM's own settings for the model, at the block size it was started with
             request = SettingsRequest(block_size=block, max_model_len=MAX_MODEL_LEN)
-            inputs = PlanInputs(cfg=cfg, gpu=cpu, cluster=Cluster(1, 2),
-                                settings=resolve_settings("vllm", cpu, cfg, request))
+            inputs = PlanInputs(cfg=config, gpu=cpu, cluster=Cluster(1, 2),
+                                settings=resolve_settings("vllm", cpu, config, request))
             engines = replica_engines(inputs, parse_layout("tp1"))
             predicted = simulate_sessions(engines, plans.plans, starts=starts)
             planned = {r.request_id: r.prompt_tokens for r in predicted.records}
