@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.loadgen.content import ROOT_HASH, Content, sim_answer_key
@@ -45,6 +45,9 @@ class EngineConfig:
     block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
     reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
     prefix_caching: bool = False  # reuse cached prefix blocks (sim/prefix_cache.py)
+    # Hybrid models: a sequence's sliding-window/chunk/state blocks, in full-attention tokens, from its
+    # whole length (KVCapacity.side_tokens). Charged at admission, freed with the sequence.
+    side_kv_tokens: Callable[[int], int] | None = None
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Seq:
     reserved: int = 0  # reserve_whole_kv: the KV reserved at admission
     held: int = 0  # leading blocks this request holds in the prefix cache
     cached_tokens: int = 0  # prompt tokens its first admission found cached
+    side_kv: int = 0  # window/state KV charged while running (EngineConfig.side_kv_tokens)
 
     def generated_at(self, step: int) -> int:
         """Tokens emitted before `step` runs."""
@@ -110,12 +114,18 @@ class EngineCore:
         partial = config.reserve_whole_kv or self.cache_block > config.block_tokens
         self.cache = PrefixCache(self.cache_block, partial_reuse=partial) if config.prefix_caching else None
         self.held_kv = 0  # tokens of running requests' contexts in cached blocks (counted once, there)
+        self.side_kv = 0  # window/state KV of the running sequences (hybrid models)
         self._tiebreak = 0
 
     # -- queue -------------------------------------------------------------------------------------
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
         """Whether a request can ever run: its whole context must fit the KV cache alone."""
-        return prompt_tokens + max_tokens + self.config.block_tokens <= self.config.kv_capacity_tokens
+        return (prompt_tokens + max_tokens + self.config.block_tokens + self._side(prompt_tokens + max_tokens)
+                <= self.config.kv_capacity_tokens)
+
+    def _side(self, tokens: int) -> int:
+        fn = self.config.side_kv_tokens
+        return fn(tokens) if fn is not None else 0
 
     def add(self, seq: Seq) -> None:
         """Queue a request; callers reject the ones `fits` refuses (vLLM: longer than max_model_len)."""
@@ -137,7 +147,8 @@ class EngineCore:
         return seq.prompt_tokens + seq.max_tokens + self.config.block_tokens // 2
 
     def kv_used_tokens(self) -> int:
-        used = self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
+        used = (self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
+                + self.side_kv)
         cache = self.cache
         if cache is not None:  # cached blocks count once, whoever holds them (held: cached, not free)
             used += (len(cache.refs) - cache.free_hashed) * self.cache_block - self.held_kv
@@ -151,6 +162,7 @@ class EngineCore:
     def _preempt_last(self) -> None:
         rid, seq = self.running.popitem()
         step = self.step_index
+        self.side_kv -= seq.side_kv
         self.reserved_kv -= seq.reserved
         seq.reserved = 0
         if rid in self.decoding:
@@ -222,7 +234,8 @@ class EngineCore:
             seq = self.waiting[0]
             shared, hit, taken = self._lookup(seq) if cache is not None else (0, 0, 0)
             chunk = min(seq.prefill_target - hit, budget)
-            if used + taken + chunk + half_block > capacity:
+            side = self._side(seq.prompt_tokens + seq.max_tokens)
+            if used + taken + chunk + half_block + side > capacity:
                 break
             if cfg.reserve_whole_kv:
                 # What the request adds: blocks it shares are in memory already.
@@ -236,9 +249,11 @@ class EngineCore:
             self.prefilling[seq.request_id] = seq
             if cache is not None:
                 self._take(seq, shared, hit)
+            seq.side_kv = side
+            self.side_kv += side
             chunks.append((seq, chunk))
             budget -= chunk
-            used += taken + chunk + half_block
+            used += taken + chunk + half_block + side
         if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
             cache.trim((capacity - used) // self.cache_block)
         prefill_pairs = 0.0
@@ -319,6 +334,7 @@ class EngineCore:
         if seq.segments and seq.segments[-1][1] == -1:
             seq.segments[-1] = (seq.segments[-1][0], step)
         if self.running.pop(seq.request_id, None) is not None:
+            self.side_kv -= seq.side_kv
             self.reserved_kv -= seq.reserved
             seq.reserved = 0
         # The last sampled token was never fed back: its KV is not computed, so not cached.
