@@ -246,7 +246,7 @@ def points_table(points: list[PointResult]) -> Table:
         row("sessions done / failed / cut",
             lambda p: f"{p.metrics.sessions_completed} / {p.metrics.sessions_failed} / "
             f"{p.metrics.sessions_unfinished}")
-    if any(p.metrics.prefix_hit_rate is not None for p in points):  # simulated: what the cache held
+    if any(p.metrics.prefix_hit_rate for p in points):  # simulated: what the cache held (when it held any)
         row("prefix-cache hit rate", lambda p: _pct(p.metrics.prefix_hit_rate))
         if any(p.metrics.prefix_hit_rate_later_turns is not None for p in points):
             row("  first / later turns", lambda p: f"{_pct(p.metrics.prefix_hit_rate_first_turn)} / "
