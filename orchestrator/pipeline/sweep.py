@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from orchestrator.candidate import Candidate
@@ -87,7 +87,7 @@ class Sweep:
     def announcement(self) -> str:
         """How many candidates and about how long, said before the sweep starts."""
         grid = load_grid(self.ctx.spec.workload, self.ctx.opts.rates)
-        return announcement(self.ctx.spec, candidates_of(self.ctx), served=self.ctx.served, grid=grid)
+        return announcement(self.ctx.spec, all_candidates(self.ctx), served=self.ctx.served, grid=grid)
 
     def run(self) -> SweepResult:
         return run_sweep(self.ctx, self.spec_path)
@@ -99,24 +99,20 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
     store.journal_run(ctx.run_id)  # every write of this run reaches a journal first
     if not ctx.resuming:
         _create_run(ctx, spec_path)
-    candidates = candidates_of(ctx)
-    for c in candidates:  # promote and reports read each one's settings back (its name shows what varies)
-        ctx.records.set_candidate(c.name, str(c.layout), c.settings)
+    passes = routing_passes(ctx, candidates_of(ctx))
+    for _, named in passes:  # promote and reports read each one's settings back (its name shows what varies)
+        for c in named:
+            ctx.records.set_candidate(c.name, str(c.layout), c.settings)
     done = {row.layout: row for row in store.layouts(ctx.run_id)}
     started = time.monotonic()
+    candidates: list[Candidate] = []
     try:
-        todo = [c for c in candidates
-                if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
-        pruned = prune(ctx, todo)
-        for c in todo:
-            if (why := pruned.get(c.name)) is not None:
-                store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
-                ctx.obs.layout_done(c.name, "pruned", why)
-        for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
-            if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
-                run_wave(ctx, wave, number)
-            else:
-                one_candidate(ctx, wave[0][0])
+        # A spec listing several routing policies measures each layout with replicas under each, as
+        # candidates of their own (`tp2x4 routing=prefix_aware`), one pass per policy; a one-replica
+        # layout has nothing to route and is measured once.
+        for pass_ctx, pass_candidates in passes:
+            candidates += pass_candidates
+            _run_pass(pass_ctx, pass_candidates, done)
     except KeyboardInterrupt:
         store.finish_run(ctx.run_id, "interrupted", None)
         raise
@@ -125,6 +121,44 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
     derive(store, ctx.run_id, spec, result.selection)
     store.finish_run(ctx.run_id, "done", result.selection.to_dict())
     return result
+
+
+def routing_passes(ctx: SweepContext, candidates: Sequence[Candidate]) -> list[tuple[SweepContext,
+                                                                                    list[Candidate]]]:
+    """(context, candidates) per routing policy of the spec: every candidate (layout x settings) under
+    the first, the ones with replicas under each further one (the context's spec then names that one
+    policy, and the candidate's name says it: `tp2x4 max_num_seqs=64 routing=prefix_aware`)."""
+    policies = ctx.spec.routing_policies()
+    if len(policies) == 1:
+        return [(ctx, list(candidates))]
+    out = []
+    for i, policy in enumerate(policies):
+        pass_ctx = replace(ctx, spec=ctx.spec.model_copy(update={"routing": policy}))
+        named = [replace(c, name=f"{c.name} routing={policy}") if c.layout.replicas > 1 else c
+                 for c in candidates if i == 0 or c.layout.replicas > 1]
+        out.append((pass_ctx, named))
+    return out
+
+
+def all_candidates(ctx: SweepContext) -> list[Candidate]:
+    """Every candidate the sweep measures: layouts x settings x routing policies."""
+    return [c for _, named in routing_passes(ctx, candidates_of(ctx)) for c in named]
+
+
+def _run_pass(ctx: SweepContext, candidates: Sequence[Candidate], done: dict[str, Any]) -> None:
+    store = ctx.store
+    todo = [c for c in candidates
+            if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
+    pruned = prune(ctx, todo)
+    for c in todo:
+        if (why := pruned.get(c.name)) is not None:
+            store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
+            ctx.obs.layout_done(c.name, "pruned", why)
+    for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
+        if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
+            run_wave(ctx, wave, number)
+        else:
+            one_candidate(ctx, wave[0][0])
 
 
 def _create_run(ctx: SweepContext, spec_path: str | None) -> None:
