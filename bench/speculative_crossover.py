@@ -3,7 +3,7 @@ concurrency, from the planner (decode steps alone) and the simulator (closed loo
 prompts' prefill included), side by side, and the crossover concurrency each one finds.
 
 Run: python bench/speculative_crossover.py [--model llama-3.1-70b --gpu h100-sxm --layout tp4
-     --method ngram --k 4 --acceptance 0.6 --input-tokens 1000 --output-tokens 250]
+     --method ngram --k 4 --acceptance 0.6 --input-tokens 250 --output-tokens 250]
 Prints; asserts nothing. The acceptance is an assumption here (give one measured on your traffic).
 """
 
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--acceptance", type=float, default=0.6)
     ap.add_argument("--draft", default=None, help="draft model preset (method draft_model or eagle3)")
-    ap.add_argument("--input-tokens", type=int, default=1000)
+    ap.add_argument("--input-tokens", type=int, default=250)
     ap.add_argument("--output-tokens", type=int, default=250)
     a = ap.parse_args()
     layout = parse_layout(a.layout)
