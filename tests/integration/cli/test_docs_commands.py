@@ -44,6 +44,7 @@ NOT_HERE = {
     "ray-sim.yaml": "a Ray cluster (pipeline/test_ray_sweep.py)",
     "bad.db": "a store from a failed Ray sweep (unit/test_promote.py covers the refusal)",
     "results.db": "a store of a synthetic run (unit/calibrate/test_fit.py)",
+    "tiny.db": "a served vLLM-for-CPU sweep's store (pipeline/test_sweep_speculative.py: a served sim one)",
     "/spec/spec.yaml": "the nightly CronJob's pod (deploy/test_k8s_nightly.py)",
     "spec.yaml": "a spec the page builds from layouts/qwen72b.yaml with a kubernetes target",
 }
