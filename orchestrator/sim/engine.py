@@ -264,6 +264,32 @@ class EngineCore:
         return StepPlan(self.step_index, tokens, kv_tokens, pairs + prefill_pairs, decodes, tuple(chunks),
                         len(self.running), prefill_pairs)
 
+    def next_decode(self, plan: StepPlan) -> StepPlan | None:
+        """`complete(plan)` then `schedule()`, when both steps are plain decodes: `plan` computes no
+        prompt and ends no request, and the next step has nothing to continue or admit and preempts
+        nothing. Most steps of a busy engine are such steps; this applies them with the same result
+        and without the general bookkeeping. None (nothing applied) when the general path is needed."""
+        step = plan.index
+        decodes = plan.decodes
+        heap = self.finish_heap
+        if plan.prefill_chunks or self.prefilling or not decodes or (heap and heap[0][0] <= step):
+            return None
+        cfg = self.config
+        if self.waiting and len(self.running) < cfg.max_num_seqs:
+            return None
+        self.decode_ctx += decodes
+        used = self.kv_used_tokens() + decodes
+        capacity = cfg.kv_capacity_tokens
+        if used > capacity:  # the next step preempts: undone, the general path does it
+            self.decode_ctx -= decodes
+            return None
+        self.step_index = step + 1
+        cache = self.cache
+        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
+            cache.trim((capacity - used) // self.cache_block)
+        ctx = self.decode_ctx
+        return StepPlan(step + 1, decodes, ctx, float(ctx + decodes), decodes, (), len(self.running))
+
     def step_time_s(self, plan: StepPlan) -> float:
         """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
         if plan.tokens == 0:

@@ -242,7 +242,12 @@ class PrefixCache:
         """Blocks [start, stop) of `hashes` are cached newly, after cached block start - 1, with `refs`
         holders: the extent that holds them. When this request (`mine`) alone holds block start - 1 at
         the end of its extent, that extent grows in place (a conversation stays one extent)."""
-        parent = self._cut(hashes, start - 1, start)[0] if start else self.root
+        parent = self.root
+        if start:  # the extent that ends with block start - 1 (split after it where it goes on)
+            path, _ = self._walk(hashes, start)
+            parent, m = path[-1]
+            if m < len(parent.hashes):
+                parent = self._split(parent, m)
         if mine and parent is not self.root and parent.refs == 1 and not parent.children:
             parent.hashes.extend(hashes[start:stop])
             if content is not None:
