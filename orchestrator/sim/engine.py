@@ -311,16 +311,19 @@ class EngineCore:
         cfg = self.config
         if self.waiting and len(self.running) < cfg.max_num_seqs:
             return None
-        self.decode_ctx += decodes
-        used = self.kv_used_tokens() + decodes
+        # As complete() and schedule() count them: with speculation a decode grows its context by
+        # `rate` tokens per step on average and takes k+1 KV slots during the step.
+        grown = decodes * self.rate
+        self.decode_ctx += grown
+        used = self.kv_used_tokens() + decodes * self.decode_tokens
         capacity = cfg.kv_capacity_tokens
         if used > capacity:  # the next step preempts: undone, the general path does it
-            self.decode_ctx -= decodes
+            self.decode_ctx -= grown
             return None
         self.step_index = step + 1
         cache = self.cache
         if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-            cache.trim((capacity - used) // self.cache_block)
+            cache.trim(int((capacity - used) // self.cache_block))
         ctx = self.decode_ctx
         return StepPlan(step + 1, decodes, ctx, float(ctx + decodes), decodes, (), len(self.running))
 

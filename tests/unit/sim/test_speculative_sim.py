@@ -15,7 +15,7 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, layout_cost, speculative_step_cost
 from orchestrator.plan.speculative import single_speculative
 from orchestrator.sim.build import replica_engines
-from orchestrator.sim.engine import EngineConfig, EngineCore
+from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan
 from orchestrator.sim.speculative import burst_sizes, steps_to_emit, tokens_after
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.speculative import SpeculativeSpec
@@ -100,3 +100,42 @@ def test_speculation_wins_at_concurrency_one_and_loses_at_high_concurrency() -> 
     off, on = _inputs(None), _inputs(0.5)
     assert tpot(on, 1) < 0.7 * tpot(off, 1)
     assert tpot(on, 256) > tpot(off, 256)
+
+
+def _drive_speculative(fast: bool) -> tuple[list[tuple[object, ...]], int, int]:
+    """A speculative engine with a small KV cache (it preempts) through staggered arrivals, taking the
+    decode fast path (`next_decode`) where it applies, or never: (trace of plans, fast steps, preemptions)."""
+    inputs = _inputs(0.6)
+    cost = layout_cost(inputs, parse_layout("tp4"))
+    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=2500, **LIMITS,
+                                        speculative=speculative_step_cost(inputs, cost)))
+    arrivals = {3 * k: Seq(str(k), 200 + 37 * (k % 5), 60 + 45 * (k % 7), 0.0) for k in range(40)}
+
+    def row(p: StepPlan) -> tuple[object, ...]:
+        return (p.index, p.tokens, p.kv_tokens, p.decodes, p.sequences, len(p.prefill_chunks),
+                eng.kv_used_tokens())
+
+    trace, taken = [], 0
+    plan = eng.schedule()
+    for tick in range(50_000):
+        if (seq := arrivals.pop(tick, None)) is not None:
+            eng.add(seq)
+        nxt = eng.next_decode(plan) if fast else None
+        if nxt is None:
+            eng.complete(plan)
+            plan = eng.schedule()
+        else:
+            taken, plan = taken + 1, nxt
+        trace.append(row(plan))
+        if not arrivals and not eng.has_work():
+            break
+    return trace, taken, eng.preemptions
+
+
+def test_the_decode_fast_path_steps_a_speculative_engine_as_the_general_one() -> None:
+    # next_decode must grow the context by the expected tokens per step and hold k+1 KV slots per
+    # decode during the step, as complete() and schedule() do; with one token it drifted from them.
+    plain, none, plain_preempted = _drive_speculative(False)
+    fast, taken, fast_preempted = _drive_speculative(True)
+    assert none == 0 and 0 < taken < len(fast)
+    assert fast == plain and fast_preempted == plain_preempted > 0
