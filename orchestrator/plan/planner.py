@@ -273,9 +273,9 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         # Averaged over a prompt, a prefill token attends to (prompt + 1) / 2 tokens; a chunk that is
         # not a prompt's first reads the KV of the chunks before it (on average half the rest).
         pairs = chunk * (prompt_tokens + 1) / 2
-        kv = decoding * context + max(0.0, prompt_tokens - chunk) / 2
-        chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
-                               prefill_pairs=pairs)
+        prefix = max(0.0, prompt_tokens - chunk) / 2
+        chunk_s = cost.round_s(decoding + chunk, decoding * context + prefix, decoding * context + pairs,
+                               decoding + 1, prefill_pairs=pairs, prefix_tokens=prefix)
         mean_s = frac * chunk_s + (1 - frac) * decode_s
     tail_s = 0.0
     if ratio and itl_tail_fraction > 0 and output_tokens:
