@@ -276,6 +276,7 @@ class LayoutCost:
 def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layout: Layout, *,
                       gpus_per_node: int, weight_bytes_per_value: float, kv_bytes_per_value: float,
                       fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
+                      fp4_compute: bool = False,
                       fp8_attention: bool = False, weight_format: WeightFormat | None = None,
                       max_model_len: int | None = None) -> LayoutCost:
     if layout.pp > counts.num_layers:
@@ -294,7 +295,7 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
     has_fp8 = gpu.fp8_flops_per_s > 0
     # Under EP each rank holds whole experts; under TP a 1/tp slice of every expert's width.
     shard = cfg.moe_intermediate_size // (1 if layout.ep else tp)
-    act_row, act_token = (activation_bytes(cfg.hidden_size, shard, fp8_compute and has_fp8)
+    act_row, act_token = (activation_bytes(cfg.hidden_size, shard, (fp8_compute or fp4_compute) and has_fp8)
                           if cfg.is_moe else (0.0, 0.0))
     rows_share = layout.ep_size if layout.ep else 1
     stages = []
@@ -340,7 +341,14 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
             expert_act_bytes_per_token=act_token * sp.moe_layers,
             mla_expand_flops_per_prefix_token=expand_flops * full_layers,
         ))
-    peak = gpu.fp8_flops_per_s if fp8_compute and has_fp8 else gpu.bf16_flops_per_s
+    # FP8 weights run FP8 GEMMs where the part has FP8 tensor cores; NVFP4 weights FP4 GEMMs where it
+    # has FP4 ones (TensorRT-LLM and vLLM on Blackwell quantize activations to NVFP4 too), else bf16.
+    if fp4_compute and gpu.fp4_flops_per_s > 0:
+        peak = gpu.fp4_flops_per_s
+    elif fp8_compute and has_fp8:
+        peak = gpu.fp8_flops_per_s
+    else:
+        peak = gpu.bf16_flops_per_s
     # Attention runs at the bf16 peak even with fp8 weights, unless FP8 attention (FP8 KV) is on.
     attn_peak = gpu.fp8_flops_per_s if fp8_attention and has_fp8 else gpu.bf16_flops_per_s
     # PP stages sit on different nodes once a replica spans nodes; its neighbours then talk over IB.

@@ -179,7 +179,8 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
-        fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
+        fp8_compute=inputs.weight_dtype == "fp8", fp4_compute=inputs.weight_dtype == "nvfp4",
+        assumptions=inputs.assumptions, expert_imbalance=imb,
         fp8_attention=inputs.fp8_attention, weight_format=inputs.weight_format,
         max_model_len=inputs.max_model_len,
     )
