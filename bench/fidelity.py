@@ -45,6 +45,7 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.catalog.profiles import NO_PROFILE, default_profile
 from orchestrator.errors import OrchError
 from orchestrator.layout import parse_layout
+from orchestrator.loadgen.content import Content, text_key
 from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.from_spec import plan_inputs
@@ -190,21 +191,26 @@ def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
     layout = parse_layout(case.layout)
     engines = spec_engines(spec, plan_inputs(spec), layout)
     n, inp, out = case.requests, case.input_tokens, case.output_tokens
+    # Each prompt its own content, shared with no other (the benchmarks send random tokens): with
+    # prefix caching (vLLM's default) a preempted request finds the blocks it computed before while
+    # they stay cached, as the engine does, instead of recomputing its whole prompt.
+    contents = [Content(None, text_key(f"{case.id}/{i}"), inp) for i in range(n)]
     warmup = 0.0
     if case.mode == "offline":
-        reqs = [SimRequest(str(i), 0.0, inp, out) for i in range(n)]
+        reqs = [SimRequest(str(i), 0.0, inp, out, contents[i]) for i in range(n)]
         records, _ = simulate(engines, reqs)
     elif case.mode == "open":
         assert case.rate_per_s is not None
         gaps = np.random.default_rng(0).exponential(1 / case.rate_per_s, n)
         t = np.concatenate([[0.0], np.cumsum(gaps)[:-1]])
-        records, _ = simulate(engines, [SimRequest(str(i), float(t[i]), inp, out) for i in range(n)])
+        records, _ = simulate(engines, [SimRequest(str(i), float(t[i]), inp, out, contents[i])
+                                        for i in range(n)])
     else:
         # As the tools that publish closed-loop numbers run them: clients ramped up over one
         # request's time, measured in the steady state past every client's first request.
         assert case.concurrency is not None
         ramp = single_request_s(engines[0], inp, out)
-        records, _ = closed_loop(engines, [SimRequest(str(i), 0.0, inp, out) for i in range(n)],
+        records, _ = closed_loop(engines, [SimRequest(str(i), 0.0, inp, out, contents[i]) for i in range(n)],
                                  case.concurrency, ramp_s=ramp)
         warmup = max(ramp, closed_loop_warmup_s(records, case.concurrency))
     if "itl_mean_ms" not in case.measured:
