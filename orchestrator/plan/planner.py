@@ -194,7 +194,8 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
-        fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
+        fp8_compute=inputs.weight_dtype == "fp8", fp4_compute=inputs.weight_dtype == "nvfp4",
+        assumptions=inputs.assumptions, expert_imbalance=imb,
         fp8_attention=inputs.fp8_attention, weight_format=inputs.weight_format,
         max_model_len=inputs.max_model_len,
     )
@@ -332,8 +333,9 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         # Averaged over a prompt, a prefill token attends to (prompt + 1) / 2 tokens; a chunk that is
         # not a prompt's first reads the KV of the chunks before it (on average half the rest).
         pairs = chunk * (prompt_tokens + 1) / 2
-        kv = decoding * context + max(0.0, prompt_tokens - chunk) / 2
-        chunk_s = _mixed_step_s(cost, spec, decoding, context, chunk, kv, pairs, decoding + 1)
+        prefix = max(0.0, prompt_tokens - chunk) / 2
+        kv = decoding * context + prefix
+        chunk_s = _mixed_step_s(cost, spec, decoding, context, chunk, kv, pairs, decoding + 1, prefix)
         mean_s = frac * chunk_s + (1 - frac) * decode_s
     tail_s = 0.0
     if ratio and itl_tail_fraction > 0 and output_tokens:
@@ -360,13 +362,16 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
 
 
 def _mixed_step_s(cost: LayoutCost, spec: SpeculativeCost | None, decoding: int, context: int,
-                  prompt_tokens: float, kv_tokens: float, prefill_pairs: float, sequences: int) -> float:
-    """One step of `decoding` decodes at `context` tokens each plus `prompt_tokens` of prompt chunks."""
+                  prompt_tokens: float, kv_tokens: float, prefill_pairs: float, sequences: int,
+                  prefix_tokens: float = 0.0) -> float:
+    """One step of `decoding` decodes at `context` tokens each plus `prompt_tokens` of prompt chunks
+    (`prefix_tokens`: prompt computed before those chunks, LayoutCost.round_s)."""
     if spec is not None:
         return spec.round_s(decoding + prompt_tokens, kv_tokens, decoding * (context + 1) + prefill_pairs,
-                            sequences, decodes=decoding, prefill_pairs=prefill_pairs)
+                            sequences, decodes=decoding, prefill_pairs=prefill_pairs,
+                            prefix_tokens=prefix_tokens)
     return cost.round_s(decoding + prompt_tokens, kv_tokens, decoding * context + prefill_pairs, sequences,
-                        prefill_pairs=prefill_pairs)
+                        prefill_pairs=prefill_pairs, prefix_tokens=prefix_tokens)
 
 
 def _poisson_quantile(mu: float, level: float) -> int:

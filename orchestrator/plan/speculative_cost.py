@@ -49,7 +49,7 @@ class SpeculativeCost:
         return self.settings.tokens_per_step
 
     def round_s(self, tokens: float, kv_tokens: float, attn_pairs: float, sequences: int, *,
-                decodes: int, prefill_pairs: float = 0.0) -> float:
+                decodes: int, prefill_pairs: float = 0.0, prefix_tokens: float = 0.0) -> float:
         """One engine step with speculation, in the terms of `LayoutCost.round_s`.
 
         tokens: decodes (one each, as without speculation) + prompt-chunk tokens; attn_pairs: each decode
@@ -60,13 +60,14 @@ class SpeculativeCost:
         verify_tokens = tokens + decodes * k
         verify_pairs = prefill_pairs + (k + 1) * decode_pairs + decodes * k * (k + 1) / 2
         step = self.target.round_s(verify_tokens, kv_tokens, verify_pairs, sequences,
-                                   prefill_pairs=prefill_pairs)
+                                   prefill_pairs=prefill_pairs, prefix_tokens=prefix_tokens)
         gpu = self.target.gpu
         step += gpu.spec_step_overhead_s + decodes * gpu.spec_sequence_overhead_s
         draft = self.draft
         if draft is None or verify_tokens <= 0:
             return step
-        step += draft.round_s(verify_tokens, kv_tokens, verify_pairs, sequences, prefill_pairs=prefill_pairs)
+        step += draft.round_s(verify_tokens, kv_tokens, verify_pairs, sequences, prefill_pairs=prefill_pairs,
+                              prefix_tokens=prefix_tokens)
         if decodes and k > 1:
             context = max(decode_pairs - decodes, 0.0)
             step += (k - 1) * draft.round_s(decodes, context, decode_pairs, decodes, prefill_pairs=0.0)
