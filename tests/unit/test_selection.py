@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from orchestrator.selection import LayoutOutcome, PointOutcome, select
@@ -54,7 +56,9 @@ def test_layouts_tie_when_their_intervals_overlap_not_at_a_fixed_band() -> None:
     b = LayoutOutcome("tp4", 4, "measured", None, (_iv("r4", 4, True, 0.50, 0.40, 0.62, "holds"),))
     sel = select([a, b])
     assert sel.winner == "tp4" and sel.tie_with == ("tp8",)
-    assert "intervals overlap" in {v.layout: v.reason for v in sel.verdicts}["tp4"]
+    reasons = {v.layout: v.reason for v in sel.verdicts}
+    assert "intervals overlap" in reasons["tp4"] and "decided by fewer GPUs (4 against 8)" in reasons["tp4"]
+    assert reasons["tp8"].endswith("tp4 uses fewer GPUs (4 against 8)")
     # 2% apart but precise: the intervals are apart, so the better one wins outright
     c = LayoutOutcome("tp8", 8, "measured", None, (_iv("r4", 4, True, 0.510, 0.508, 0.512, "holds"),))
     d = LayoutOutcome("tp4", 4, "measured", None, (_iv("r4", 4, True, 0.500, 0.498, 0.502, "holds"),))
@@ -75,8 +79,9 @@ def test_a_searched_capacity_widens_the_score_by_its_own_uncertainty() -> None:
     v = sel.verdicts[0]
     assert v.best_rate == 3.0 and v.capacity_interval == (2.0, 4.0)
     assert v.score_interval is not None
-    assert v.score_interval[0] == pytest.approx(0.29 * 2 / 3)
-    assert v.score_interval[1] == pytest.approx(0.31 * 4 / 3)
+    # relative half-widths in quadrature: the point's (1/30) and the capacity's (1/3 each way)
+    assert v.score_interval[0] == pytest.approx(0.30 * (1 - math.hypot(1 / 30, 1 / 3)))
+    assert v.score_interval[1] == pytest.approx(0.30 * (1 + math.hypot(1 / 30, 1 / 3)))
 
 
 def test_an_unjudged_point_makes_the_decision_not_sound() -> None:
@@ -86,3 +91,48 @@ def test_an_unjudged_point_makes_the_decision_not_sound() -> None:
     sel = select([a])
     assert sel.winner == "tp8" and not sel.sound and sel.unjudged == ("tp8 r4",)
     assert select([LayoutOutcome("tp8", 8, "measured", None, (_p("r2", 2, True, 0.2),))]).sound
+
+
+def _n(label: str, g: float, lo: float, hi: float, requests: int, ttft: float = 100.0,
+       ttft_iv: tuple[float, float] | None = None) -> PointOutcome:
+    iv: dict[str, object] = {"goodput_per_gpu": [lo, hi], "requests": requests}
+    if ttft_iv is not None:
+        iv["ttft_p99_ms"] = list(ttft_iv)
+    return PointOutcome(label, 4.0, True, "", g, g * 200, ttft, 40.0, iv, "holds")
+
+
+def test_too_few_requests_are_not_enough_to_separate() -> None:
+    """Issue 29: 17 requests each, all passing, were declared "intervals apart"."""
+    a = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.20, 0.199, 0.201, 17),))
+    b = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.13, 0.129, 0.131, 17),))
+    sel = select([a, b])
+    reasons = {v.layout: v.reason for v in sel.verdicts}
+    assert sel.tie_with == ("tp4x2",) and "intervals apart" not in " ".join(reasons.values())
+    too_few = "not enough requests to separate: 17 and 17 in the measurement window, 25 needed"
+    assert too_few in reasons["tp4x2"]
+    # the same intervals from enough requests are apart
+    c = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.20, 0.199, 0.201, 80),))
+    d = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.13, 0.129, 0.131, 80),))
+    sel2 = select([c, d])
+    assert sel2.tie_with == () and "intervals apart" in {v.layout: v.reason for v in sel2.verdicts}["tp4x2"]
+    assert "apart from every other layout" in {v.layout: v.reason for v in sel2.verdicts}["tp8"]
+
+
+def test_a_tie_break_that_decides_nothing_is_not_given_as_the_reason() -> None:
+    """Two 8-GPU layouts tied: never "broken by fewer GPUs"; the TTFT decides only beyond noise."""
+    a = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.50, 0.40, 0.60, 80, 150, (140, 160)),))
+    b = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.48, 0.38, 0.58, 80, 120, (110, 130)),))
+    sel = select([a, b])
+    reasons = {v.layout: v.reason for v in sel.verdicts}
+    assert sel.winner == "tp4x2" and "fewer GPUs" not in " ".join(reasons.values())
+    assert "decided by lower TTFT p99 (120.0 against 150.0 ms, beyond noise)" in reasons["tp4x2"]
+    assert "tp4x2 has the lower TTFT p99" in reasons["tp8"]
+    # TTFT intervals overlapping: nothing separates them; the point estimate picks, said so
+    c = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.50, 0.40, 0.60, 80, 150, (110, 160)),))
+    d = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.48, 0.38, 0.58, 80, 120, (100, 155)),))
+    sel2 = select([c, d])
+    why = {v.layout: v.reason for v in sel2.verdicts}
+    assert sel2.winner == "tp8"
+    assert "decided by the higher point estimate, within noise (nothing else separates them: 8 GPUs " \
+        "each; TTFT p99 within noise)" in why["tp8"]
+    assert "fewer GPUs" not in " ".join(why.values())
