@@ -30,7 +30,7 @@ from orchestrator.compile.artifacts import (
 from orchestrator.compile.helm_values import CHART_NAME
 from orchestrator.compile.k8s import GPU_PRODUCT_LABEL
 from orchestrator.engines.from_spec import model_ref
-from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
+from orchestrator.errors import NoLayoutMeetsSLO, SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.provenance import orch_version
 from orchestrator.promote_md import provenance_markdown
@@ -40,7 +40,6 @@ from orchestrator.store.db import Store
 from orchestrator.store.run_ids import checked_run_id
 
 DEPLOYABLE = ("vllm", "sglang")
-LATEST = "latest"
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,7 @@ class PromoteOptions:
     name: str | None = None
     image: str | None = None
     namespace: str | None = None
+    overwrite: bool = False  # replace what an existing --out folder holds (else refused)
 
     def __post_init__(self) -> None:
         bad = [f for f in self.formats if f not in FORMATS]
@@ -72,15 +72,35 @@ class Promoted:
 
 
 def resolve_run(store: Store, ref: str) -> str:
-    """A run id, a unique prefix of one (6+ characters), or `latest` (the newest run in the store)."""
-    if ref == LATEST:
-        runs = store.runs()
-        if not runs:
-            raise OrchError(
-                f"RUN latest: {store.path} holds no runs; run `orch sweep SPEC --store {store.path}`"
-            )
-        return checked_run_id(runs[0].run_id)
-    return checked_run_id(store.run(ref).run_id)
+    """A run id, a unique prefix of one (6+ characters), its short hash, or `latest` (the newest run in
+    the store); an ambiguous prefix is refused with the candidates (store/run_ids.py)."""
+    return checked_run_id(store.resolve(ref))
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """An existing folder with anything in it is not silently overwritten: a promoted folder is what a
+    platform team deploys from, and its PROVENANCE must describe every file in it."""
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--out {out}: not a directory; give a folder to write the artifacts into")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise SpecError(
+            f"--out {out}: the folder exists and is not empty (an earlier promotion?); give a new folder, "
+            "or --overwrite to replace its artifacts"
+        )
+
+
+def clear_promotion(out: Path) -> list[str]:
+    """Before --overwrite writes: remove an earlier promotion's files (the artifacts orch names and its
+    PROVENANCE), so none of them outlives the provenance that described it; say what else is left."""
+    if not out.is_dir():
+        return []
+    ours = {*FILES.values(), "PROVENANCE.json", "PROVENANCE.md"}
+    for name in ours:
+        (out / name).unlink(missing_ok=True)
+    left = sorted(p.name for p in out.iterdir())
+    if not left:
+        return []
+    return [f"--out {out} also holds {', '.join(left[:5])}, not written by orch promote; left as is"]
 
 
 def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +208,8 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     )  # fmt: skip
     notes += option_notes
     out = Path(out_dir)
+    check_out_dir(out, opts.overwrite)
+    notes += clear_promotion(out)
     out.mkdir(parents=True, exist_ok=True)
     texts: dict[str, str] = {}
     for fmt in opts.formats:

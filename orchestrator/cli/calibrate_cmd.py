@@ -10,9 +10,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.calibrate.fit import (
+    METRICS,
+    Calibration,
+    fit,
+    points_from_store,
+    profile_extra,
+    simulated_runs,
+)
 from orchestrator.catalog.profiles import write_profile
-from orchestrator.cli import app, make_console, print_table
+from orchestrator.cli import app, err_line, make_console, print_table
 from orchestrator.errors import SpecError
 from orchestrator.promote import resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
@@ -20,6 +27,11 @@ from orchestrator.store.db import DEFAULT_STORE, Store
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
+
+
+def _median(x: float | None) -> str:
+    """Three significant digits: a median of 0.004% is not "0.0%"."""
+    return "-" if x is None else f"{x * 100:.3g}%"
 
 
 def _print(cal: Calibration, out: str | None, console: Console) -> None:
@@ -41,10 +53,12 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
     for name in cal.fitted:
         kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
+    worse = "; ".join(f"{m} worse on {w} of {n} points" for m, (w, n) in cal.worse_after().items() if w)
     console.print(f"median |error| over {', '.join(cal.metrics)}: "
-                  f"{_pct(cal.median_abs_error('before'))[1:]} before, "
-                  f"{_pct(cal.median_abs_error('after'))[1:]} after ({cal.iterations} iterations, "
-                  f"{cal.evaluations} simulations of every point)", highlight=False)
+                  f"{_median(cal.median_abs_error('before'))} before, "
+                  f"{_median(cal.median_abs_error('after'))} after ({cal.iterations} iterations, "
+                  f"{cal.evaluations} simulations of every point)"
+                  + (f"; after the fit: {worse}" if worse else ""), highlight=False)
     if out:
         console.print(f"wrote {out}; use it with hardware.calibration: {out}", highlight=False)
 
@@ -79,6 +93,11 @@ def calibrate_command(
         points = points_from_store(store, runs)
     finally:
         store.close()
+    if sim := simulated_runs(points):
+        err_line("warning:", "bold yellow",
+                 f"run(s) {', '.join(sim)} measured the simulated engine: calibrating on them fits the "
+                 "simulator to its own output (errors near 0 by construction, the fit only chases noise); "
+                 "calibrate against runs of a real engine")
     console = make_console(stderr=as_json)
     with console.status("fitting (each step simulates every measured point)"):
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,

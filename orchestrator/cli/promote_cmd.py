@@ -52,12 +52,15 @@ def promote_command(
         bool, typer.Option("--pin", help="Print only the layout block an eval config carries; write nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the provenance as JSON.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the artifacts in an existing, non-empty --out.")
+    ] = False,
 ) -> None:
     """Write the winner of a stored run as Helm values, manifests, launch commands and PROVENANCE files."""
     store = Store(store_path, readonly=True)
     opts = PromoteOptions(
         formats=_formats(fmt), engine=engine.value if engine else None, layout=layout, name=name,
-        image=image, namespace=namespace,
+        image=image, namespace=namespace, overwrite=overwrite,
     )  # fmt: skip
     if pin:
         with tempfile.TemporaryDirectory(prefix="orch-pin-") as tmp:

@@ -11,15 +11,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from orchestrator.cli import app, err_console, make_console
 from orchestrator.cli.plan_cmd import _ints
 from orchestrator.cli.sim_cmd import _rates
-from orchestrator.cli.sweep_tables import json_out, mode_note, ms, num, print_result, unsound_message
+from orchestrator.cli.sweep_tables import (
+    infrastructure_failure,
+    json_out,
+    mode_note,
+    ms,
+    num,
+    print_result,
+    unsound_message,
+)
 from orchestrator.deploy.targets import check_runs_here
-from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, OrchError, SpecError
+from orchestrator.errors import DecisionNotSound, InfrastructureError, NoLayoutMeetsSLO, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.pipeline.validate import load_checked_spec
-from orchestrator.promote import resolve_run
 from orchestrator.spec.load import revalidated, spec_from_json
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import DEFAULT_STORE, Store
@@ -154,12 +161,9 @@ def sweep_command(
     """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
     store = Store(store_path)
     if resume is not None:
-        try:
-            ref = resolve_run(store, resume)
-        except OrchError:
-            ref = resume  # the store may have lost the run (deleted, emptied): its journal has it
-        store.recover(ref)  # a journal left by a store that failed under the sweep goes in first
-        run = store.run(ref)
+        # The store may have lost the run (deleted, emptied): its journal beside the store has it, so
+        # the reference is resolved over both, and the journal replayed first.
+        run = store.run(store.recover(resume))
         spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
         run_id: str | None = run.run_id
         shown_path = run.spec_path
@@ -223,6 +227,8 @@ def sweep_command(
         typer.echo(json_out(result, store))
     else:
         print_result(result, store, make_console(), scale_note=note)
+    if result.selection.winner is None and (why := infrastructure_failure(result)) is not None:
+        raise InfrastructureError(why)
     if not result.selection.sound:
         raise DecisionNotSound(unsound_message(result))
     if result.selection.winner is None:

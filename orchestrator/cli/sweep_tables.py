@@ -150,6 +150,22 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         )
 
 
+def infrastructure_failure(result: SweepResult) -> str | None:
+    """Why no layout could be judged on its performance, when deployments failed (the engine is not
+    installed, the target cannot be reached, the engines died): exit 4, not 3. None when at least the
+    layouts that were deployed all failed the SLO on their own, or none failed to deploy."""
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    if not failed:
+        return None
+    first = (failed[0].reason or "no reason recorded").splitlines()[0]
+    judged = [o.layout for o in result.outcomes if o.status == "measured"]
+    rest = f"; {', '.join(judged)} measured but not meeting the SLO" if judged else ""
+    return (
+        f"{len(failed)} layout(s) could not be deployed or measured ({failed[0].layout}: {first}){rest}: "
+        f"an infrastructure failure, not an SLO verdict (run {result.run_id})"
+    )
+
+
 def unsound_message(result: SweepResult) -> str:
     bad = result.selection.unjudged
     return (

@@ -57,6 +57,19 @@ def _argv(spec: ProcessSpec) -> list[str]:
     return argv
 
 
+def exit_status(code: int | None) -> str:
+    """How an engine ended, from its supervisor's status (which mirrors the engine's: supervise.py):
+    `exited with code 1`, or `was killed by signal 9 (SIGKILL, the out-of-memory killer's signal)`."""
+    if code is None or code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "unknown signal"
+    why = ", the out-of-memory killer's signal" if -code == signal.SIGKILL else ""
+    return f"was killed by signal {-code} ({name}{why})"
+
+
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -116,7 +129,7 @@ class LocalProcessTarget:
                 code = p.popen.poll()
                 if code is not None:
                     raise EngineDied(
-                        f"{p.name} exited with code {code} before it was ready; "
+                        f"{p.name} {exit_status(code)} before it was ready; "
                         f"last log lines ({p.log_path}):\n{tail(p.log_path)}"
                     )
             for url in list(pending):
@@ -137,7 +150,7 @@ class LocalProcessTarget:
         for h in deployment.handles:
             if isinstance(h, _Proc) and h.popen.poll() is not None:
                 raise EngineDied(
-                    f"{h.name} exited with code {h.popen.returncode} during the measurement; "
+                    f"{h.name} {exit_status(h.popen.returncode)} during the measurement; "
                     f"last log lines ({h.log_path}):\n{tail(h.log_path)}"
                 )
 
@@ -190,7 +203,7 @@ def _check_ours(health_url: str, procs: list[_Proc]) -> None:
     for p in procs:
         if p.popen.poll() is not None:  # ours already died: whoever answered is not ours
             raise EngineDied(
-                f"{p.name} exited with code {p.popen.returncode}, yet {health_url} answers: another "
+                f"{p.name} {exit_status(p.popen.returncode)}, yet {health_url} answers: another "
                 f"process serves port {url.port}; last log lines ({p.log_path}):\n{tail(p.log_path)}"
             )
     if foreign_listener(url.port, [p.popen.pid for p in procs]):

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.deploy.base import Deployment, Endpoint
-from orchestrator.deploy.local import TERM_GRACE_S, _healthy
+from orchestrator.deploy.local import TERM_GRACE_S, _healthy, exit_status
 from orchestrator.deploy.ray_actor import EngineProcess, _ray
 from orchestrator.deploy.ray_placement import ReplicaBundles, replica_bundles, substitute_hosts
 from orchestrator.engines.base import LaunchPlan, ReplicaPlan, secret_values
@@ -245,7 +245,7 @@ class RayTarget:
                 raise EngineDied(f"{a.name}: its Ray actor is gone {when}: {_cause(exc)}") from None
             if code is not None:
                 raise EngineDied(
-                    f"{a.name} exited with code {code} {when}; last log lines ({a.info['log']} on "
+                    f"{a.name} {exit_status(code)} {when}; last log lines ({a.info['log']} on "
                     f"{a.info['host']}):\n{self._tail(a)}"
                 )
 

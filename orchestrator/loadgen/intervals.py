@@ -9,7 +9,7 @@ of the time for a 95% interval. So, batch means (sectioning, for the statistics 
 
 - The measurement window (loadgen.metrics.measurement_window) is cut into `k` equal time batches
   (BATCHES, fewer when a batch would hold fewer than MIN_PER_BATCH requests; no interval below 2).
-  A request belongs to the batch it was sent in, a streamed token to the batch it arrived in.
+  A request belongs to the batch it was sent in, a streamed token to the batch it streamed in.
 - Rates (goodput, output throughput): batch means. Each batch's rate; the interval is the window's
   estimate -+ t(k-1) s / sqrt(k), s the batches' standard deviation (Student's t, 95%).
 - SLO percentiles (and means, maxima): the delete-one-batch jackknife. The statistic over the window
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.loadgen.metrics import Window, measurement_window, meets_slo, parse_slo
+from orchestrator.loadgen.metrics import Window, measurement_window, meets_slo, parse_slo, streamed_until
 from orchestrator.loadgen.records import RequestRecord
 
 BATCHES = 5
@@ -148,17 +148,12 @@ def _batch_of(times: np.ndarray, w: Window, k: int) -> np.ndarray:
 
 
 def _streamed(records: Sequence[RequestRecord], w: Window, k: int) -> np.ndarray:
-    """Output tokens streamed in each batch (usage counts spread over chunks, as loadgen.metrics)."""
-    out = np.zeros(k)
+    """Output tokens streamed in each batch (loadgen.metrics.streamed_until at the batch edges)."""
+    edges = w.start_s + np.arange(k + 1) * (w.length_s / k)
+    total = np.zeros(k + 1)
     for r in records:
-        if not r.ok or not r.chunk_times_s:
-            continue
-        weights = np.asarray(r.chunk_tokens, dtype=np.float64)
-        total = weights.sum() or len(weights)
-        batches = _batch_of(np.asarray(r.chunk_times_s), w, k)
-        keep = batches >= 0
-        np.add.at(out, batches[keep], weights[keep] * r.n_output_tokens / total)
-    return out
+        total += streamed_until(r, edges)
+    return np.diff(total)
 
 
 def _hull(iv: tuple[float, float], *points: float, floor: float | None = None) -> list[float]:

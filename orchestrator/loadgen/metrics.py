@@ -22,10 +22,11 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
 - Goodput: the window's requests that completed meeting every SLO bound, per second of the same
   window, so goodput <= request throughput (the window's completed requests per second) <= achieved
   rate, with equality when every request passes.
-- Output (and total) token throughput: tokens the server streamed *during* the window (each content
-  chunk at its arrival time; a request's usage count spread over its chunks; prompt tokens at the first
-  chunk), per second. Production, not arrivals: past capacity it is what the server served, not what
-  was offered; a warm-up keeps the start-up ramp out.
+- Output (and total) token throughput: tokens the server streamed *during* the window (the first
+  content chunk's at its arrival, each later chunk's spread over the gap since the one before, a
+  request's usage count spread over its chunks; prompt tokens at the first chunk), per second.
+  Production, not arrivals: past capacity it is what the server served, not what was offered; a
+  warm-up keeps the start-up ramp out.
 - Scheduling lag = sent - scheduled - queue wait (the client's own lateness); queue wait = time waiting
   for a max-concurrency slot, reported apart. Error rate = failed / all requests.
 """
@@ -223,15 +224,29 @@ def in_window(
     return w.length_s, [r for r in records if w.holds(r)]
 
 
+def streamed_until(r: RequestRecord, times: np.ndarray) -> np.ndarray:
+    """Output tokens request `r` had streamed by each of `times`: the first chunk's at its arrival, each
+    later chunk's spread over the gap since the chunk before (the tokens were being made then), so a
+    window's count moves smoothly as the chunks move; the server's usage count spread over the chunks
+    in proportion to their own counts. Zero for a failed request."""
+    if not r.ok or not r.chunk_times_s:
+        return np.zeros(len(times))
+    counts = np.asarray(r.chunk_tokens, dtype=np.float64)
+    scale = r.n_output_tokens / (counts.sum() or len(counts))
+    at = np.asarray(r.chunk_times_s, dtype=np.float64)
+    later = np.concatenate([[0.0], np.cumsum(counts[1:])]) * scale
+    first = np.where(times >= at[0], counts[0] * scale, 0.0)
+    return np.asarray(first + np.interp(times, at, later, left=0.0, right=float(later[-1])))
+
+
 def streamed_in(r: RequestRecord, w: Window) -> tuple[float, float]:
-    """(output tokens, prompt tokens) that request `r` streamed inside window `w`: its usage count spread
-    over its chunks in proportion to their own counts, the prompt at the first chunk."""
+    """(output tokens, prompt tokens) request `r` streamed inside window `w` (streamed_until); the
+    prompt counts at the first chunk."""
     if not r.ok or not r.chunk_times_s:
         return 0.0, 0.0
-    weights = sum(r.chunk_tokens) or len(r.chunk_tokens)
-    inside = sum(k for t, k in zip(r.chunk_times_s, r.chunk_tokens, strict=True) if w.covers(t))
+    lo, hi = streamed_until(r, np.array([w.start_s, w.end_s]))
     prompt = float(r.prompt_tokens or 0) if w.covers(r.chunk_times_s[0]) else 0.0
-    return r.n_output_tokens * inside / weights, prompt
+    return float(hi - lo), prompt
 
 
 def _past_last(times: Sequence[float]) -> float:

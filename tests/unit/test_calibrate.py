@@ -14,6 +14,7 @@ import yaml
 
 from orchestrator.calibrate.fit import MeasuredPoint, predict_point
 from orchestrator.layout import parse_layout
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
@@ -37,13 +38,14 @@ def _spec_text(extra_hardware: str = "") -> str:
     return text.replace("  nodes: 1\n", "  nodes: 1\n" + extra_hardware)
 
 
-def _measure(spec_path: Path, layout: str, rate: float) -> dict[str, object]:
-    """What a sweep would have stored for this point on hardware with the TRUTH constants."""
+def _measure(spec_path: Path, layout: str, rate: float) -> tuple[dict[str, object], list[RequestRecord]]:
+    """What a sweep would have stored for this point on hardware with the TRUTH constants: its metrics
+    and its requests (output tokens/s is fitted over the records' makespan)."""
     spec = load_spec(spec_path)
     inputs = plan_inputs(spec)
     inputs = replace(inputs, gpu=replace(inputs.gpu, **TRUTH))
     point = simulate_point(spec, inputs, parse_layout(layout), rate)
-    return point.result.metrics.to_dict()
+    return point.result.metrics.to_dict(), list(point.result.records)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +62,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
                      model_config_hash=None, orch_version="test", hardware={}, metadata={})
     for layout in ("tp8", "tp4x2"):
         for rate in (2.0, 12.0):
-            store.add_point(run_id, layout, f"rate={rate:g}/s", rate, None, None,
-                            _measure(spec_path, layout, rate), [])
+            metrics, records = _measure(spec_path, layout, rate)
+            store.add_point(run_id, layout, f"rate={rate:g}/s", rate, None, None, metrics, records)
     store.finish_run(run_id, "done", None)
     store.close()
     return tmp, store_path, run_id
@@ -118,8 +120,8 @@ def test_calibrate_bad_input_is_one_line_exit_2(measured: tuple[Path, Path, str]
     few.create_run(run_id="few-run-000001", spec_path=None, spec_json=spec.model_dump(mode="json"),
                    spec_hash="x", engine="vllm", engine_version=None, model="m", model_config_hash=None,
                    orch_version="t", hardware={}, metadata={})
-    one = _measure(tmp / "spec.yaml", "tp8", 2.0)
-    few.add_point("few-run-000001", "tp8", "rate=2/s", 2.0, None, None, one, [])
+    one, recs = _measure(tmp / "spec.yaml", "tp8", 2.0)
+    few.add_point("few-run-000001", "tp8", "rate=2/s", 2.0, None, None, one, recs)
     few.close()
     cases.append((_orch("calibrate", "few-run-000001", "--store", str(tmp_path / "few.db"),
                         "--out", str(tmp_path / "p.yaml")), "need at least 2"))
