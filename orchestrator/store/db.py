@@ -14,6 +14,7 @@ DataFrames: orchestrator.store.frames.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -122,6 +123,26 @@ class ConsistencyRow:
     result: dict[str, Any]
 
 
+def _roll_back_hot_journal(path: Path, busy_timeout_s: float) -> None:
+    """A sweep killed in the middle of a commit (kill -9, the machine lost) leaves SQLite's rollback
+    journal beside the store; a read-only connection cannot roll it back and fails with "attempt to
+    write a readonly database", so `orch runs` could not show the run that died. A read through a
+    read-write connection rolls it back first (SQLite's own recovery: it only touches a journal no
+    live connection holds); where the store is not writable, the read-only open says so as before."""
+    hot = path.with_name(path.name + "-journal")
+    try:
+        if not (path.is_file() and hot.is_file() and hot.stat().st_size > 0):
+            return
+    except OSError:
+        return
+    with contextlib.suppress(sqlite3.DatabaseError, OSError):
+        conn = sqlite3.connect(path, timeout=busy_timeout_s)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+
+
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -163,6 +184,8 @@ class Store(Writes):
             raise StoreError(
                 f"--store {self.path}: no results store there (orch sweep writes one); give --store PATH"
             )
+        if readonly:
+            _roll_back_hot_journal(self.path, busy_timeout_s)
         try:
             if readonly:
                 uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"

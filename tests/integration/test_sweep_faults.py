@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_procs import alive, first_layout_pids, gone, sim_pids, start_sweep
+from sweep_procs import alive, first_layout_pids, gone, processes, sim_pids, start_sweep
 from test_sweep_sim import SPEC, _orch, _write  # pytest puts this directory on sys.path
 
 
@@ -25,7 +25,7 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> No
     db = str(tmp_path / "r.db")
     workdir = tmp_path / "w"
     out = _orch("sweep", spec, "--served", "--store", db, "--json", "--workdir", str(workdir))
-    assert out.returncode == 3, out.stderr[-2000:]  # the only layout failed: nobody meets the SLO
+    assert out.returncode == 4, out.stderr[-2000:]  # the only layout failed: infrastructure, not the SLO
     data = json.loads(out.stdout)
     layout = data["layouts"][0]
     assert layout["status"] == "failed" and "exited with code 1 during the measurement" in layout["reason"]
@@ -34,6 +34,24 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(tmp_path: Path) -> No
         launch = json.loads(conn.execute("SELECT launch_json FROM layouts").fetchone()[0])
     port = launch["replicas"][0]["processes"][0]["ports"][0]
     assert sim_pids(f"--port {port}") == []
+
+
+def test_engine_killed_by_sigkill_is_reported_as_such(tmp_path: Path) -> None:
+    """The out-of-memory killer's signal: the supervisor must mirror it, not crash re-raising it (its
+    traceback was the stored reason and the engine read as "exited with code 1")."""
+    spec = _write(tmp_path, layouts=["tp2"], workload={**SPEC["workload"], "num_requests": 400})  # type: ignore[dict-item]
+    db = tmp_path / "r.db"
+    proc = start_sweep(spec, db, "--json")
+    launched = first_layout_pids(proc, db, settle_s=2)
+    engines = [pid for pid, cmd, _ in processes() if pid in launched and "supervise.py" not in cmd]
+    assert len(engines) == 1, launched
+    os.kill(engines[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 4, err[-3000:]  # no layout could be measured: infrastructure
+    reason = json.loads(out)["layouts"][0]["reason"]
+    assert "was killed by signal 9 (SIGKILL, the out-of-memory killer's signal)" in reason, reason
+    assert "Traceback" not in reason and "exited with code" not in reason
+    assert gone(launched, within_s=60)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

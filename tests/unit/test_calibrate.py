@@ -188,3 +188,23 @@ def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, P
         fit([a, replace(a, spec=h200)])
     with pytest.raises(SpecError, match="--allow-mixed"):
         fit([a, replace(a, spec=llama)])
+
+
+def test_calibrating_on_a_simulated_run_warns_and_shows_what_the_fit_did(tmp_path: Path) -> None:
+    """Issue 29: "0.0% before, 0.0% after" while the fit made TTFT worse on most points."""
+    spec = {"model": {"name": "qwen2.5-7b", "max_model_len": 4096},
+            "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2}, "engine": {"name": "sim"},
+            "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [2, 4], "num_requests": 30},
+            "slo": {"ttft_p99_ms": 2000}, "layouts": ["tp2", "tp1x2"]}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    db = str(tmp_path / "r.db")
+    sweep = _orch("sweep", str(tmp_path / "spec.yaml"), "--store", db, "--json")
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    run_id = json.loads(sweep.stdout)["run_id"]
+    out = _orch("calibrate", run_id[-6:], "--store", db, "--max-requests", "20")
+    assert out.returncode == 0, out.stderr
+    warned = f"warning: run(s) {run_id} measured the simulated engine: calibrating on them fits the simulator"
+    assert warned in out.stderr
+    text = " ".join(out.stdout.split())  # the summary may wrap
+    summary = text[text.index("median |error|"):]
+    assert "0.0% before, 0.0% after" not in summary and " before, " in summary
