@@ -1,6 +1,7 @@
 """Do a load point's intervals cover what a rerun gives? (virtual time, the simulated engine)
 
     PYTHONPATH=. .venv/bin/python bench/interval_coverage.py [--seeds 60] [SPEC LAYOUT RATE ...]
+    PYTHONPATH=. .venv/bin/python bench/interval_coverage.py --batches 5,10,20 [--seeds 40] [...]
 
 Per (spec, layout, rate): runs the point with workload seeds 0..N-1 (other arrivals, prompts and
 lengths each: independent reruns), takes the mean of the N estimates as the value a rerun is
@@ -76,6 +77,25 @@ def _now(records: Sequence[RequestRecord], warmup_s: float, slo: dict[str, float
     return point, {k: iv[k] for k in KEYS if k in iv}
 
 
+def batch_widths(spec_path: str, layout_name: str, rate: float, seeds: int, batches: Sequence[int]) -> None:
+    """Per batch count: the mean width of the ITL p99 and TTFT p99 intervals over the width the reruns'
+    spread asks for (2 x 1.96 sd); 1 is right, below 1 too narrow."""
+    spec = load_spec(ROOT / spec_path)
+    inputs, layout = plan_inputs(spec), parse_layout(layout_name)
+    slo, warmup = slo_bounds(spec.slo), spec.workload.warmup_s
+    runs = [simulate_point(reseeded(spec, k), inputs, layout, rate).result.records for k in range(seeds)]
+    sd = {key: statistics.stdev([_now(r, warmup, slo, 0)[0][key] for r in runs]) for key in KEYS[2:]}
+    print(f"\n{spec_path} {layout_name} rate={rate:g}/s: interval width / (3.92 x rerun sd), {seeds} seeds")
+    for k in batches:
+        widths = {key: [] for key in KEYS[2:]}  # type: dict[str, list[float]]
+        for r in runs:
+            iv = point_intervals(r, warmup_s=warmup, slo=slo, batches=k)
+            for key in widths:
+                widths[key].append(iv[key][1] - iv[key][0])
+        print(f"  {k:>2} batches: " + ", ".join(
+            f"{key} {statistics.mean(w) / (3.92 * sd[key]):.2f}" for key, w in widths.items()))
+
+
 def study(spec_path: str, layout_name: str, rate: float, seeds: int) -> None:
     spec = load_spec(ROOT / spec_path)
     inputs, layout = plan_inputs(spec), parse_layout(layout_name)
@@ -113,6 +133,8 @@ def study(spec_path: str, layout_name: str, rate: float, seeds: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=60)
+    ap.add_argument("--batches", default=None,
+                    help="instead: compare batch counts, e.g. 5,10,20 (percentile interval widths)")
     ap.add_argument("cases", nargs="*", help="SPEC LAYOUT RATE triples")
     args = ap.parse_args()
     cases = DEFAULT
@@ -120,7 +142,10 @@ def main() -> None:
         it = iter(args.cases)
         cases = [(s, lay, float(r)) for s, lay, r in zip(it, it, it, strict=True)]
     for spec_path, layout, rate in cases:
-        study(spec_path, layout, rate, args.seeds)
+        if args.batches:
+            batch_widths(spec_path, layout, rate, args.seeds, [int(k) for k in args.batches.split(",")])
+        else:
+            study(spec_path, layout, rate, args.seeds)
 
 
 if __name__ == "__main__":

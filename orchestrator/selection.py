@@ -36,7 +36,7 @@ class PointOutcome:
     output_tokens_per_s_per_gpu: float
     ttft_p99_ms: float | None
     itl_p99_ms: float | None
-    intervals: dict[str, Any] | None = None  # loadgen.intervals.bootstrap_intervals
+    intervals: dict[str, Any] | None = None  # loadgen.intervals.point_intervals
     slo_margin: str | None = None  # holds | close | breaks
     concurrency: int | None = None  # a closed loop's requests in flight (rate is then None)
 

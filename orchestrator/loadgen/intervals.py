@@ -50,8 +50,10 @@ MIN_BATCHES_TO_SEPARATE = 5
 MIN_REQUESTS_TO_SEPARATE = MIN_BATCHES_TO_SEPARATE * MIN_PER_BATCH
 CONFIDENCE = 0.95
 Z_95 = 1.959964
-# Student's t, two-sided 95%, by degrees of freedom (k - 1 for k batches, k <= BATCHES).
-T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+# Student's t, two-sided 95%, by degrees of freedom (k - 1 for k batches).
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101,
+        19: 2.093}
 METHOD = (
     f"95%, over up to {BATCHES} equal time batches of the measurement window (Student's t): batch means "
     "for rates (goodput widened to the Wilson interval of its pass fraction), the delete-one-batch "
@@ -59,9 +61,9 @@ METHOD = (
 )
 
 
-def batch_count(requests: int) -> int:
+def batch_count(requests: int, batches: int = BATCHES) -> int:
     """How many batches a window with `requests` requests is cut into (0: too few for an interval)."""
-    k = min(BATCHES, requests // MIN_PER_BATCH)
+    k = min(batches, requests // MIN_PER_BATCH)
     return k if k >= 2 else 0
 
 
@@ -169,13 +171,17 @@ def point_intervals(
     gpus: int | None = None,
     slo: Mapping[str, float] | None = None,
     seed: int = 0,
+    batches: int = BATCHES,
 ) -> dict[str, Any]:
     """Intervals by name: each SLO key (e.g. 'itl_p99_ms'), 'goodput' and 'output_throughput' (per
     second; '_per_gpu' versions with `gpus`), plus the method's parameters (module docstring).
-    `seed` is the workload seed, kept with the method (the method itself draws nothing at random)."""
+    `seed` is the workload seed, kept with the method (the method itself draws nothing at random);
+    `batches` other than BATCHES is for bench/interval_coverage.py's comparison."""
+    if batches > max(T_95) + 1:
+        raise ValueError(f"at most {max(T_95) + 1} batches")
     w = measurement_window(records, warmup_s, cooldown_s)
     inside = [r for r in records if w.holds(r)]
-    k = batch_count(len(inside))
+    k = batch_count(len(inside), batches)
     out: dict[str, Any] = {
         "method": METHOD,
         "batches": k,

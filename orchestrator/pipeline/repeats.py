@@ -3,7 +3,7 @@ repeated when its verdict is close to the SLO, deciding on the pooled records.
 
 - Unjudged ("unreliable": the served simulation lost its clock): measured once more; if that one
   is unjudged too, the point stays unjudged (the capacity search treats it as unknown).
-- Close (slo_margin 'close': a bootstrap interval of an SLO percentile straddles its bound, so the
+- Close (slo_margin 'close': the interval of an SLO percentile straddles its bound, so the
   verdict could go either way under noise): measured again up to REPEATS_WHEN_CLOSE more times, each
   time with the next workload seed (seed + k: other prompts, lengths and arrival times, so that in
   virtual time, where one seed always gives the same answer, the repeat is informative; served, it
