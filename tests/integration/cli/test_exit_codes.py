@@ -7,36 +7,13 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 import orchestrator.errors as errors
-
-ROOT = Path(__file__).resolve().parents[3]
-SPEC = {
-    "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
-    "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2},
-    "engine": {"name": "sim"},
-    "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [4], "num_requests": 40, "seed": 1},
-    "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
-    "layouts": ["tp2", "tp1x2"],
-}
-
-
-def orch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600,
-                          check=False, env=env)
-
-
-def write_spec(tmp: Path, **changes: object) -> str:
-    spec = {**SPEC, **changes}
-    path = tmp / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return str(path)
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
+from tests.support.sim_spec import SimSpec
 
 
 def readme_exit_codes() -> dict[int, str]:
@@ -65,10 +42,10 @@ def test_the_readme_exit_code_table_is_what_the_errors_carry() -> None:
     assert "not deliver" in table[8]
 
 
-def test_an_engine_that_is_not_installed_exits_4_not_3(tmp_path: Path) -> None:
+def test_an_engine_that_is_not_installed_exits_4_not_3(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("ORCH_VLLM_BIN", "ORCH_SGLANG_BIN")}
     env["PATH"] = str(Path(sys.executable).parent)  # no vllm on it
-    spec = write_spec(tmp_path, layouts=["tp1"], engine={"name": "vllm"})
+    spec = sim_spec(layouts=["tp1"], engine={"name": "vllm"})
     out = orch("sweep", spec, "--store", str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w"), env=env)
     assert out.returncode == 4, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
@@ -76,15 +53,17 @@ def test_an_engine_that_is_not_installed_exits_4_not_3(tmp_path: Path) -> None:
     assert "infrastructure failure, not an SLO verdict" in last and "Traceback" not in out.stderr
 
 
-def test_an_impossible_slo_is_still_3(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, slo={"ttft_p99_ms": 0.001}, layouts=["tp2"])
+def test_an_impossible_slo_is_still_3(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
+    spec = sim_spec(slo={"ttft_p99_ms": 0.001}, layouts=["tp2"])
     out = orch("sweep", spec, "--store", str(tmp_path / "r.db"))
     assert out.returncode == 3, out.stderr[-2000:]
 
 
-def test_compare_a_missing_run_is_bad_input_and_a_threshold_needs_its_unit(tmp_path: Path) -> None:
+def test_compare_a_missing_run_is_bad_input_and_a_threshold_needs_its_unit(
+    tmp_path: Path, orch: Orch, sim_spec: SimSpec
+) -> None:
     db = str(tmp_path / "r.db")
-    spec = write_spec(tmp_path)
+    spec = sim_spec(layouts=["tp2", "tp1x2"])
     runs = [json.loads(orch("sweep", spec, "--store", db, "--json").stdout)["run_id"] for _ in range(2)]
     missing = orch("compare", "20990101-000000-abcdef", runs[0], "--store", db)
     assert missing.returncode == 2 and "is not in" in missing.stderr, missing.stderr

@@ -5,38 +5,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-ORCH = (sys.executable, "-c", "from orchestrator.cli import main; main()")
-SPEC = {
-    "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
-    "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2},
-    "engine": {"name": "sim"},
-    "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [4], "num_requests": 40, "seed": 1},
-    "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
-    "layouts": ["tp2"],
-}
-
-
-def orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=600, check=False)
+from tests.support.cli import Orch
+from tests.support.sim_spec import SimSpec
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> tuple[Path, str]:
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+def run(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> tuple[Path, str]:
     db = tmp_path / "r.db"
-    out = orch("sweep", str(tmp_path / "spec.yaml"), "--store", str(db), "--json")
+    out = orch("sweep", sim_spec(layouts=["tp2"]), "--store", str(db), "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     return db, json.loads(out.stdout)["run_id"]
 
 
-def test_a_stored_layout_name_cannot_lead_export_out_of_its_folder(run: tuple[Path, str]) -> None:
+def test_a_stored_layout_name_cannot_lead_export_out_of_its_folder(run: tuple[Path, str], orch: Orch) -> None:
     db, run_id = run
     hostile = "../../escaped"
     with sqlite3.connect(db) as conn:  # a store handed over by someone else
@@ -52,7 +37,7 @@ def test_a_stored_layout_name_cannot_lead_export_out_of_its_folder(run: tuple[Pa
     assert saved["layout"] == hostile  # the content keeps the name as stored
 
 
-def test_promote_does_not_overwrite_an_existing_folder(run: tuple[Path, str]) -> None:
+def test_promote_does_not_overwrite_an_existing_folder(run: tuple[Path, str], orch: Orch) -> None:
     db, run_id = run
     target = db.parent / "promoted"
     target.mkdir()

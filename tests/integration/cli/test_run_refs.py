@@ -8,45 +8,34 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from orchestrator.store.journal import journal_path
-
-ROOT = Path(__file__).resolve().parents[3]
-ORCH = (sys.executable, "-c", "from orchestrator.cli import main; main()")
-SPEC = {
-    "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
-    "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2},
-    "engine": {"name": "sim"},
-    "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [4], "num_requests": 40, "seed": 1},
-    "slo": {"ttft_p99_ms": 2000, "itl_p99_ms": 200},
-    "layouts": ["tp2", "tp1x2"],
-}
-
-
-def orch(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ORCH, *args], capture_output=True, text=True, timeout=600, check=False, cwd=cwd)
+from tests.support.cli import ORCH, Orch
+from tests.support.cli import orch as run_orch
+from tests.support.paths import LAYOUTS
+from tests.support.sim_spec import write_spec
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     tmp = tmp_path_factory.mktemp("refs")
-    (tmp / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    spec = write_spec(tmp, layouts=["tp2", "tp1x2"])
     db = tmp / "r.db"
     runs = []
     for _ in range(2):
-        out = orch("sweep", str(tmp / "spec.yaml"), "--store", str(db), "--json")
+        out = run_orch("sweep", spec, "--store", str(db), "--json")
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(json.loads(out.stdout)["run_id"])
     return db, runs
 
 
-def test_an_ambiguous_prefix_is_refused_with_the_candidates(two_runs: tuple[Path, list[str]]) -> None:
+def test_an_ambiguous_prefix_is_refused_with_the_candidates(
+    two_runs: tuple[Path, list[str]], orch: Orch
+) -> None:
     db, runs = two_runs
     day = runs[0][:8]  # every run of the day shares it
     for args in (["report", day], ["promote", day, "--out", str(db.parent / "p")], ["export", day],
@@ -59,7 +48,9 @@ def test_an_ambiguous_prefix_is_refused_with_the_candidates(two_runs: tuple[Path
     assert not (db.parent / "p").exists()
 
 
-def test_the_short_hash_is_a_run_id_everywhere(two_runs: tuple[Path, list[str]], tmp_path: Path) -> None:
+def test_the_short_hash_is_a_run_id_everywhere(
+    two_runs: tuple[Path, list[str]], tmp_path: Path, orch: Orch
+) -> None:
     db, runs = two_runs
     short = [r.rsplit("-", 1)[1] for r in runs]
     report = orch("report", short[0], "--store", str(db), "--json")
@@ -77,7 +68,7 @@ def test_the_short_hash_is_a_run_id_everywhere(two_runs: tuple[Path, list[str]],
 
 def _start_long_sweep(tmp: Path, db: Path) -> subprocess.Popen[str]:
     """The main job's spec in virtual time: some seconds of points, enough to be killed half way."""
-    return subprocess.Popen([*ORCH, "sweep", str(ROOT / "layouts" / "qwen72b.yaml"), "--layouts", "tp8,tp4x2",
+    return subprocess.Popen([*ORCH, "sweep", str(LAYOUTS / "qwen72b.yaml"), "--layouts", "tp8,tp4x2",
                              "--store", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp)
 
@@ -95,7 +86,9 @@ def _kill_after_a_point(proc: subprocess.Popen[str], db: Path) -> str:
     raise AssertionError(f"the sweep never stored a point (rc {proc.poll()})")
 
 
-def test_a_killed_run_shows_as_died_and_resume_latest_finds_it_without_its_store(tmp_path: Path) -> None:
+def test_a_killed_run_shows_as_died_and_resume_latest_finds_it_without_its_store(
+    tmp_path: Path, orch: Orch
+) -> None:
     db = tmp_path / "r.db"
     run_id = _kill_after_a_point(_start_long_sweep(tmp_path, db), db)
     runs = orch("runs", "--store", str(db), "--json")
