@@ -22,9 +22,9 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
 - Goodput: the window's requests that completed meeting every SLO bound, per second of the same
   window, so goodput <= request throughput (the window's completed requests per second) <= achieved
   rate, with equality when every request passes.
-- Output (and total) token throughput: tokens the server streamed *during* the window (the first
-  content chunk's at its arrival, each later chunk's spread over the gap since the one before, a
-  request's usage count spread over its chunks; prompt tokens at the first chunk), per second.
+- Output (and total) token throughput: tokens the server streamed *during* the window (a request's
+  first token at its first content chunk, its other N - 1 evenly from there to its end, as TPOT
+  assumes; prompt tokens at the first chunk), per second.
   Production, not arrivals: past capacity it is what the server served, not what was offered; a
   warm-up keeps the start-up ramp out.
 - Scheduling lag = sent - scheduled - queue wait (the client's own lateness); queue wait = time waiting
@@ -225,18 +225,17 @@ def in_window(
 
 
 def streamed_until(r: RequestRecord, times: np.ndarray) -> np.ndarray:
-    """Output tokens request `r` had streamed by each of `times`: the first chunk's at its arrival, each
-    later chunk's spread over the gap since the chunk before (the tokens were being made then), so a
-    window's count moves smoothly as the chunks move; the server's usage count spread over the chunks
-    in proportion to their own counts. Zero for a failed request."""
-    if not r.ok or not r.chunk_times_s:
+    """Output tokens request `r` had streamed by each of `times`: its first token at its first content
+    chunk, the other N - 1 evenly from there to its end (its TPOT, as loadgen defines it), so a
+    window's count moves smoothly as the request moves and needs only the request's first chunk, end
+    and N. Zero for a failed request."""
+    first = r.chunk_times_s[0] if r.chunk_times_s else None
+    n = r.n_output_tokens
+    if not r.ok or first is None or r.done_s is None or n <= 0:
         return np.zeros(len(times))
-    counts = np.asarray(r.chunk_tokens, dtype=np.float64)
-    scale = r.n_output_tokens / (counts.sum() or len(counts))
-    at = np.asarray(r.chunk_times_s, dtype=np.float64)
-    later = np.concatenate([[0.0], np.cumsum(counts[1:])]) * scale
-    first = np.where(times >= at[0], counts[0] * scale, 0.0)
-    return np.asarray(first + np.interp(times, at, later, left=0.0, right=float(later[-1])))
+    span = r.done_s - first
+    share = np.clip((times - first) / span, 0.0, 1.0) if span > 0 else (times >= first).astype(np.float64)
+    return np.where(times >= first, 1.0 + (n - 1) * share, 0.0)
 
 
 def streamed_in(r: RequestRecord, w: Window) -> tuple[float, float]:
