@@ -9,9 +9,9 @@ that fails with its whole interval outside), the two relative half-widths added 
 are independent: one is the point's noise, the other the search's). Which layouts that separates,
 and what decides among the rest, is separation.py: layouts whose intervals overlap the best one's,
 or whose points hold too few requests to tell, are tied; a tie goes to the first rule that
-separates them (fewer GPUs, then a TTFT p99 lower beyond noise, else the point estimate, said to be
-within noise), and only that rule is given. A point that could not be judged ("unreliable") makes
-the decision not sound: `Selection.unjudged` names each.
+separates them (fewer GPUs where the counts differ, then the lower TTFT p99, said to be beyond or
+within noise, else the point estimate), and only that rule is given. A point that could not be
+judged ("unreliable") makes the decision not sound: `Selection.unjudged` names each.
 """
 
 from __future__ import annotations

@@ -127,12 +127,20 @@ def test_a_tie_break_that_decides_nothing_is_not_given_as_the_reason() -> None:
     assert sel.winner == "tp4x2" and "fewer GPUs" not in " ".join(reasons.values())
     assert "decided by lower TTFT p99 (120.0 against 150.0 ms, beyond noise)" in reasons["tp4x2"]
     assert "tp4x2 has the lower TTFT p99" in reasons["tp8"]
-    # TTFT intervals overlapping: nothing separates them; the point estimate picks, said so
+    # TTFT intervals overlapping: the lower TTFT still decides (the documented order), said to be
+    # within noise; never "fewer GPUs"
     c = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.50, 0.40, 0.60, 80, 150, (110, 160)),))
     d = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.48, 0.38, 0.58, 80, 120, (100, 155)),))
     sel2 = select([c, d])
     why = {v.layout: v.reason for v in sel2.verdicts}
-    assert sel2.winner == "tp8"
-    assert "decided by the higher point estimate, within noise (nothing else separates them: 8 GPUs " \
-        "each; TTFT p99 within noise)" in why["tp8"]
+    assert sel2.winner == "tp4x2"
+    assert "decided by lower TTFT p99 (120.0 against 150.0 ms, within noise: nothing separates them beyond " \
+        "it)" in why["tp4x2"]
     assert "fewer GPUs" not in " ".join(why.values())
+    # equal TTFT: the higher point estimate, within noise
+    e = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.50, 0.40, 0.60, 80, 150, (110, 160)),))
+    f = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.48, 0.38, 0.58, 80, 150, (110, 160)),))
+    sel3 = select([e, f])
+    assert sel3.winner == "tp8"
+    assert "decided by the higher point estimate, within noise (nothing else separates them: 8 GPUs each; " \
+        "TTFT p99 equal or unknown)" in {v.layout: v.reason for v in sel3.verdicts}["tp8"]
