@@ -23,6 +23,9 @@ from typing import Any, Literal
 
 from orchestrator.separation import Contender, decide, separation
 
+# A load point's verdict (passed / failed / unjudged); this module's own Verdict is a layout's.
+from orchestrator.verdict import Verdict as PointVerdict
+
 Status = Literal["rejected", "failed", "measured", "pending", "pruned"]
 
 
@@ -42,7 +45,7 @@ class PointOutcome:
 
     @property
     def judged(self) -> bool:
-        return not self.verdict.startswith("unreliable")
+        return PointVerdict.of(self.passed, self.verdict).judged
 
     @property
     def load(self) -> float | None:

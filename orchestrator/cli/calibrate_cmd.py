@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.calibrate.fit import (
+from orchestrator.calibrate.fitting import (
     METRICS,
     Calibration,
     fit,

@@ -20,7 +20,8 @@ from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
 GB = 1e9
 
 
-def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+def int_list(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """The comma-separated positive integers of `flag` (None when not given); one-line errors."""
     if text is None:
         return None
     try:
@@ -129,7 +130,7 @@ def plan_command(
     elif layouts is not None:
         chosen = list(spec.layouts)
     result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
-                       batches=_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
+                       batches=int_list(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
                        prompt_tokens=prompt)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))

@@ -54,7 +54,7 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def delivery(metrics: Metrics, target_per_s: float | None) -> Delivery:
+def check_delivery(metrics: Metrics, target_per_s: float | None) -> Delivery:
     """How much of the schedule the client delivered (module docstring); `target_per_s` is the load
     point's rate (None for a closed loop or a trace: then only the send lag is checked)."""
     scheduled, achieved = _finite(metrics.scheduled_rate), _finite(metrics.achieved_rate)
