@@ -279,8 +279,10 @@ def _timing_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
     if not t:
         return []
     ratio = f" ({t['exhaustive_s'] / t['wall_s']:.1f}x this sweep's time)" if t["wall_s"] > 0 else ""
+    sessions = int(((extras.get("sweep") or {}).get("progress") or {}).get("sessions") or 1)
+    over = f" over {sessions} sessions (--resume)" if sessions > 1 else ""
     return [
-        f"time to decision: {t['wall_s']:.1f} s for {t['points_measured']} load points on "
+        f"time to decision: {t['wall_s']:.1f} s{over} for {t['points_measured']} load points on "
         f"{t['layouts_measured']} layouts; an exhaustive grid: {t['exhaustive_points']} points on "
         f"{t['exhaustive_layouts']} layouts, about {t['exhaustive_s']:.0f} s{ratio}"
     ]

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.engine_metrics import summarize_series as summarize_series
     from orchestrator.loadgen.engine_metrics import with_engine_metrics as with_engine_metrics
     from orchestrator.loadgen.intervals import MIN_REQUESTS_TO_SEPARATE as MIN_REQUESTS_TO_SEPARATE
-    from orchestrator.loadgen.intervals import bootstrap_intervals as bootstrap_intervals
     from orchestrator.loadgen.intervals import point_intervals as point_intervals
     from orchestrator.loadgen.intervals import slo_margin as slo_margin
     from orchestrator.loadgen.intervals import straddled_bounds as straddled_bounds
@@ -83,7 +82,7 @@ __getattr__, __all__ = lazy_face(__name__, {
     ),
     "delivery": ("Delivery", "check_delivery", "delivered_label",),
     "intervals": (
-        "MIN_REQUESTS_TO_SEPARATE", "bootstrap_intervals", "point_intervals", "slo_margin",
+        "MIN_REQUESTS_TO_SEPARATE", "point_intervals", "slo_margin",
         "straddled_bounds",
     ),
     "metrics": (

@@ -21,7 +21,7 @@ bites. `short_because` is None when the load was delivered, else one line saying
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from orchestrator.loadgen.metrics import Metrics
@@ -48,6 +48,10 @@ class Delivery:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "tolerance": DELIVERY_TOLERANCE}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Delivery:
+        return cls(*(d.get(f.name) for f in fields(cls)))
 
 
 def _finite(x: float | None) -> float | None:
@@ -79,9 +83,17 @@ def check_delivery(metrics: Metrics, target_per_s: float | None) -> Delivery:
     return Delivery(target, scheduled, achieved, share, lag, bound, short)
 
 
+NOT_DELIVERED = "asked, not delivered)"
+
+
 def delivered_label(base_label: str, d: Delivery) -> str:
     """The label a point is stored under: its load when delivered; else what it received, never the
     load it asked for alone (`rate~4.2/s (8/s asked, not delivered)`)."""
     if d.delivered or d.achieved_per_s is None or d.target_per_s is None:
         return base_label
-    return f"rate~{d.achieved_per_s:.4g}/s ({d.target_per_s:g}/s asked, not delivered)"
+    return f"rate~{d.achieved_per_s:.4g}/s ({d.target_per_s:g}/s {NOT_DELIVERED}"
+
+
+def undelivered(label: str) -> bool:
+    """Is `label` that of a point stored as not delivered (delivered_label)?"""
+    return label.endswith(NOT_DELIVERED)

@@ -236,11 +236,6 @@ def point_intervals(
     return out
 
 
-def bootstrap_intervals(records: Sequence[RequestRecord], **kw: Any) -> dict[str, Any]:
-    """The former name of point_intervals (pipeline/sweep.py still calls it so)."""
-    return point_intervals(records, **kw)
-
-
 def slo_margin(intervals: Mapping[str, Any], slo: Mapping[str, float]) -> str:
     """'holds' when every bound holds over its whole interval, 'breaks' when some interval lies
     wholly above its bound, else 'close' (the verdict could go either way under noise)."""

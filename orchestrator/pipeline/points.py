@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from orchestrator.candidate import Candidate
 from orchestrator.loadgen.bench import LoadPoint, PointResult
+from orchestrator.loadgen.delivery import Delivery, check_delivery, delivered_label, undelivered
 from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
-from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
+from orchestrator.loadgen.intervals import point_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.spec_workload import slo_bounds
 from orchestrator.pipeline.capacity import (
@@ -110,10 +111,15 @@ def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, ben
         point, n = load_point(ctx.spec.workload, load), ctx.opts.num_requests
         result, series = bench.point(point, n, k)
         served.check_alive()
+        # A point is a measurement at its load only if the client sent it (loadgen/delivery.py).
+        delivered = check_delivery(result.metrics, point.rate)
+        if not delivered.delivered and result.judgement.judged:
+            result = replace(result, verdict=delivered.short_because)
         extra = {
             "predicted": predicted_metrics(reseeded(ctx.spec, k), inputs, candidate.layout, point.rate, n,
                                            point.concurrency),
             "engine": summarize_series(series),
+            "delivery": delivered.to_dict(),
             **(beside or {}),
         }
         return Measured(result, extra, series)
@@ -122,10 +128,10 @@ def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, ben
 
 
 def judge(ctx: SweepContext, result: PointResult, gpus: int) -> dict[str, Any]:
-    """The point's bootstrap intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
+    """The point's intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
     slo = slo_bounds(ctx.spec.slo)
-    iv = bootstrap_intervals(result.records, warmup_s=ctx.spec.workload.warmup_s, gpus=gpus, slo=slo,
-                             seed=ctx.spec.workload.seed)
+    iv = point_intervals(result.records, warmup_s=ctx.spec.workload.warmup_s, gpus=gpus, slo=slo,
+                         seed=ctx.spec.workload.seed)
     return {"intervals": finite(iv), "slo_margin": slo_margin(iv, slo) if slo else None}
 
 
@@ -139,12 +145,15 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
     stored points reused); returns the seconds spent in load points."""
     name, spec, gpus = candidate.name, ctx.spec, candidate.layout.gpus
     stored = {p.label: p for p in ctx.store.points(ctx.run_id, name)}
+    # A point the client did not deliver is stored under what it received (loadgen/delivery.py); a
+    # resumed search finds it by its asked rate, and steps around it as it did the first time.
+    short = {p.rate: p for p in stored.values() if p.rate is not None and undelivered(p.label)}
     by = load_axis(spec.workload)
     spent = [0.0]
 
     def probe(load: float) -> Probe:
         label = load_label(by, load)
-        prior = stored.get(label)
+        prior = stored.get(label) or (short.get(load) if by == "rate" else None)
         if prior is not None:
             v = Verdict.of(prior.passed, prior.verdict)
             return Probe(load, v.passed, v.text, judged=v.judged,
@@ -168,11 +177,14 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
         spent[0] += elapsed
         metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
         rate = load if by == "rate" else None
+        if (shortfall := extra.get("delivery")) is not None:
+            label = delivered_label(label, Delivery.from_dict(shortfall))  # never the target's label
         # The point first: if the store fails, the journal has the measurement itself.
         ctx.store.add_point(ctx.run_id, name, label, rate, result.passed, result.verdict, metrics,
                             result.records)
         if series[0]:
             ctx.store.add_engine_metrics(ctx.run_id, name, label, series[0])
+        ctx.save_progress()
         ctx.obs.point_done(name, result)
         p = probe_of(result, load)
         return Probe(p.load, p.passed, p.verdict, p.judged, sure=judged.get("slo_margin") != "close")

@@ -217,6 +217,7 @@ def _candidate_thread(ctx: SweepContext, r: _Run) -> None:
         if r.worker is not None:
             r.worker.stop()
     ctx.tally.layout_s.append(time.monotonic() - t0 - spent)
+    ctx.save_progress()
     if r.error is not None:
         return
     status = "failed" if r.failed is not None else "measured"

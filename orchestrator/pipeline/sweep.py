@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from orchestrator.candidate import Candidate
@@ -95,7 +95,9 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
         _create_run(ctx, spec_path)
     candidates = [ctx.candidate(x) for x in (ctx.opts.layouts or spec.layouts)]
     done = {row.layout: row for row in store.layouts(ctx.run_id)}
-    started = time.monotonic()
+    # The time the run's earlier sessions spent counts toward its time to decision.
+    earlier = (ctx.records.sweep() or SweepMode("virtual", "auto")).progress if ctx.resuming else None
+    ctx.tally.restore(earlier, ctx.resuming)
     try:
         todo = [c for c in candidates
                 if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
@@ -113,7 +115,7 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
         store.finish_run(ctx.run_id, "interrupted", None)
         raise
     result = sweep_result(ctx, [c.name for c in candidates])
-    _record_timing(ctx, time.monotonic() - started, candidates)
+    _record_timing(ctx, ctx.tally.wall_s(), candidates)
     derive(store, ctx.run_id, spec, result.selection)
     store.finish_run(ctx.run_id, "done", result.selection.to_dict())
     return result
@@ -186,6 +188,7 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
             spent = measure_candidate(ctx, candidate, row, virtual_point_fn(ctx, candidate))
         if spent:  # the layout's own overhead: deploy, warm-up, teardown (not its points)
             ctx.tally.layout_s.append(time.monotonic() - t0 - spent)
+            ctx.save_progress()
     except StoreError:
         raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
     except (DeployError, OrchError, OSError) as exc:
@@ -221,8 +224,13 @@ def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[Candid
     whole = load_axis(w) == "concurrency"
     grid = exhaustive_grid_points(rates, w.search.tolerance_frac, searched, whole)
     t = timing(wall_s, ctx.tally.layout_s, ctx.tally.point_s, measured, grid, searched, whole)
+    t = replace(t, points_measured=len(loads))  # stored, every session's (a kill may beat its tally)
+    if ctx.tally.sessions > 1:
+        together = f"; this run took {ctx.tally.sessions} sessions (--resume): the wall time, points and " \
+            "layouts of all of them"
+        t = replace(t, definition=t.definition + together)
     mode = ctx.records.sweep() or SweepMode("served" if ctx.served else "virtual", "auto")
-    ctx.records.set_sweep(SweepMode(mode.mode, mode.side_by_side, asdict(t)))
+    ctx.records.set_sweep(SweepMode(mode.mode, mode.side_by_side, asdict(t), ctx.tally.progress()))
 
 
 __all__ = [

@@ -99,6 +99,12 @@ def test_a_killed_run_shows_as_died_and_resume_latest_finds_it_without_its_store
     assert journal_path(db, run_id).exists()
     out = orch("sweep", "--resume", "latest", "--store", str(db), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout)["run_id"] == run_id
+    data = json.loads(out.stdout)
+    assert data["run_id"] == run_id
+    # Time to decision covers both sessions: every stored point, the first session's wall time too.
+    timing, progress = data["sweep"]["timing"], data["sweep"]["progress"]
+    assert progress["sessions"] == 2 and "2 sessions (--resume)" in timing["definition"]
+    assert timing["points_measured"] == sum(len(x["points"]) for x in data["layouts"])
+    assert timing["wall_s"] >= sum(progress["point_s"])
     done = orch("runs", "--store", str(db), "--json")
     assert [(r["run_id"], r["status"]) for r in json.loads(done.stdout)] == [(run_id, "done")]
