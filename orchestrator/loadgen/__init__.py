@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.delivery import Delivery as Delivery
     from orchestrator.loadgen.delivery import check_delivery as check_delivery
     from orchestrator.loadgen.delivery import delivered_label as delivered_label
+    from orchestrator.loadgen.delivery import undelivered as undelivered
     from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
     from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
     from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
@@ -80,7 +81,7 @@ __getattr__, __all__ = lazy_face(__name__, {
     "engine_metrics": (
         "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
     ),
-    "delivery": ("Delivery", "check_delivery", "delivered_label",),
+    "delivery": ("Delivery", "check_delivery", "delivered_label", "undelivered",),
     "intervals": (
         "MIN_REQUESTS_TO_SEPARATE", "point_intervals", "slo_margin",
         "straddled_bounds",
