@@ -87,6 +87,9 @@ class Selection:
     tie_with: tuple[str, ...]
     verdicts: tuple[Verdict, ...]
     unjudged: tuple[str, ...] = ()  # "layout label" of each point that could not be judged
+    # What picked the winner: "intervals apart" (from every other layout), or the tie-break that
+    # decided a tie ("fewer GPUs (4 against 8)", "lower TTFT p99 (... within noise ...)"); "" without one
+    decided_by: str = ""
 
     @property
     def sound(self) -> bool:
@@ -96,6 +99,7 @@ class Selection:
         return {
             "objective": self.objective,
             "winner": self.winner,
+            "decided_by": self.decided_by,
             "tie_with": list(self.tie_with),
             "verdicts": [asdict(v) for v in self.verdicts],
             "unjudged": list(self.unjudged),
@@ -226,8 +230,13 @@ def select(outcomes: Sequence[LayoutOutcome], objective: str = "goodput_per_gpu"
                 o.layout, o.gpus, True, p.label, p.rate, s, p.ttft_p99_ms, p.itl_p99_ms, reason, iv, cap_iv
             )
         )
+    decided = d.decided_by or "the only layout measured"
+    if not d.decided_by and len(scored) > 1:
+        runner_up = max((c for c in contenders.values() if c is not d.winner), key=lambda c: c.score)
+        rule = separation(d.winner, runner_up)[1]
+        decided = f"the best {objective}, {rule} from the next ({runner_up.name})"
     return Selection(
-        objective, d.winner.name, tuple(c.name for c in d.tied), tuple(verdicts + losers), unjudged
+        objective, d.winner.name, tuple(c.name for c in d.tied), tuple(verdicts + losers), unjudged, decided
     )
 
 

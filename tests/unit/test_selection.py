@@ -115,6 +115,9 @@ def test_too_few_requests_are_not_enough_to_separate() -> None:
     d = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.13, 0.129, 0.131, 80),))
     sel2 = select([c, d])
     assert sel2.tie_with == () and "intervals apart" in {v.layout: v.reason for v in sel2.verdicts}["tp4x2"]
+    assert sel2.decided_by == "the best goodput_per_gpu, intervals apart from the next (tp4x2)"
+    assert sel.decided_by.startswith("the higher point estimate, within noise")
+    assert sel.to_dict()["decided_by"] == sel.decided_by
     assert "apart from every other layout" in {v.layout: v.reason for v in sel2.verdicts}["tp8"]
 
 
