@@ -130,17 +130,56 @@ def _best_point(points: Sequence[PointOutcome]) -> PointOutcome | None:
 
 
 def capacity_interval(points: Sequence[PointOutcome], best: PointOutcome) -> tuple[float, float | None]:
-    """(highest rate that passes with every SLO interval inside its bound, lowest rate above the
-    capacity that fails with an interval wholly outside; else the highest failing rate, None if none)."""
+    """Where the capacity may lie, from the points' SLO intervals. Its low end: the highest load that
+    passes with every SLO interval inside its bound (a sure pass), moved up toward the first pass
+    above it that is only close, to where the interval's upper end, drawn straight between the two,
+    reaches the bound. Its high end: the lowest load above the capacity that fails with an interval
+    wholly outside (a sure fail), moved down toward the fail or pass below it to where the interval's
+    lower end reaches the bound. Straight lines between measured loads assume what the search does
+    (each percentile grows with the load); without stored bounds (runs from before) the sure loads
+    themselves. No sure fail: the highest failing load, None without one."""
     cap = best.load or 0.0
-    sure = [p.load for p in points if p.passed and p.slo_margin == "holds" and (p.load or 0.0) <= cap]
-    low = max((r for r in sure if r is not None), default=0.0)
-    above = [p for p in points if not p.passed and p.judged and (p.load or 0.0) > cap]
-    broken = [p.load for p in above if p.slo_margin == "breaks" and p.load is not None]
+    ordered = sorted((p for p in points if p.load is not None and p.judged), key=lambda p: p.load or 0.0)
+    sure = [p for p in ordered if p.passed and p.slo_margin == "holds" and (p.load or 0.0) <= cap]
+    low = 0.0
+    if sure:
+        base = sure[-1]
+        nxt = next((p for p in ordered if p.passed and (base.load or 0.0) < (p.load or 0.0) <= cap), None)
+        low = base.load or 0.0 if nxt is None else _reach(base, nxt, upper_end=True)
+    above = [p for p in ordered if not p.passed and (p.load or 0.0) > cap]
+    broken = [p for p in above if p.slo_margin == "breaks"]
     if broken:
-        return low, min(broken)
-    rates = [p.load for p in above if p.load is not None]
-    return low, (max(rates) if rates else None)
+        edge = broken[0]
+        prev = [p for p in ordered if cap <= (p.load or 0.0) < (edge.load or 0.0)]
+        high: float | None = edge.load if not prev else _reach(prev[-1], edge, upper_end=False)
+    else:
+        high = max((p.load for p in above if p.load is not None), default=None)
+    if best.rate is None:  # a closed loop's whole requests in flight
+        return float(math.floor(low)), None if high is None else float(math.ceil(high))
+    return _sig(low), None if high is None else _sig(high)
+
+
+def _sig(x: float) -> float:
+    """Four significant digits, as the search prints its loads (an interpolated end carries no more)."""
+    return float(f"{x:.4g}")
+
+
+def _reach(a: PointOutcome, b: PointOutcome, *, upper_end: bool) -> float:
+    """The load between a and b (a's lower) where an SLO interval's upper end (or lower end), straight
+    between the two, first reaches its bound; b's load where no key says (no stored bounds)."""
+    la, lb = a.load or 0.0, b.load or 0.0
+    bounds = (a.intervals or {}).get("slo") or {}
+    found = []
+    for key, bound in bounds.items():
+        ia, ib = (a.intervals or {}).get(key), (b.intervals or {}).get(key)
+        if not ia or not ib:
+            continue
+        va, vb = (float(ia[1]), float(ib[1])) if upper_end else (float(ia[0]), float(ib[0]))
+        if va <= float(bound) < vb:  # this end crosses the bound between the two loads
+            found.append(la + (float(bound) - va) * (lb - la) / (vb - va))
+    if not found:
+        return la if upper_end else lb
+    return min(max(min(found), la), lb)
 
 
 def score_interval(

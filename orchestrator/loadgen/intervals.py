@@ -190,6 +190,9 @@ def point_intervals(
         "requests": len(inside),
         "enough": len(inside) >= MIN_REQUESTS_TO_SEPARATE,
     }
+    slo_d = dict(slo or {})
+    if slo_d:
+        out["slo"] = slo_d  # the bounds the intervals are held against (selection interpolates to them)
     done = [r for r in inside if r.ok]
     if not k or not done or w.length_s <= 0:
         return out
@@ -198,7 +201,6 @@ def point_intervals(
     # one instant, when it ended.
     when = np.array([r.sent_s if w.by_sends else (r.done_s or r.sent_s) for r in inside])
     batch = _batch_of(when, w, k)
-    slo_d = dict(slo or {})
 
     rates: dict[str, list[float]] = {}
     streamed = _streamed(records, w, k)

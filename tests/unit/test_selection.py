@@ -147,3 +147,33 @@ def test_a_tie_break_that_decides_nothing_is_not_given_as_the_reason() -> None:
     assert sel3.winner == "tp8"
     assert "decided by the higher point estimate, within noise (nothing else separates them: 8 GPUs each; " \
         "TTFT p99 equal or unknown)" in {v.layout: v.reason for v in sel3.verdicts}["tp8"]
+
+
+def _slo_iv(
+    label: str, rate: float, passed: bool, g: float, itl: tuple[float, float], margin: str
+) -> PointOutcome:
+    iv = {"goodput_per_gpu": [g * 0.9, g * 1.1], "itl_p99_ms": list(itl), "slo": {"itl_p99_ms": 100.0},
+          "requests": 200}
+    return PointOutcome(label, rate, passed, "" if passed else "SLO not met: itl_p99_ms", g, g * 200, 100.0,
+                        itl[0], iv, margin)
+
+
+def test_the_capacity_interval_is_drawn_to_where_the_slo_intervals_reach_the_bound() -> None:
+    """Between a sure pass at 2/s (ITL p99 upper end 80) and a close pass at 4/s (upper end 120) the upper
+    end reaches 100 at 3/s; between the close pass and a sure fail at 8/s (lower end 140, from 90 at
+    4/s) the lower end reaches 100 at 4.8/s. Not the sure loads 2 and 8: the search's coarse steps are
+    not the measurement's uncertainty."""
+    pts = (
+        _slo_iv("r2", 2.0, True, 0.2, (60.0, 80.0), "holds"),
+        _slo_iv("r4", 4.0, True, 0.4, (90.0, 120.0), "close"),
+        _slo_iv("r8", 8.0, False, 0.1, (140.0, 170.0), "breaks"),
+    )
+    sel = select([LayoutOutcome("tp8", 8, "measured", None, pts, searched=True)])
+    assert sel.verdicts[0].capacity_interval == (pytest.approx(3.0), pytest.approx(4.8))
+    # runs stored before the bounds were kept with the intervals: the sure loads themselves
+    old = tuple(PointOutcome(p.label, p.rate, p.passed, p.verdict, p.goodput_per_gpu,
+                             p.output_tokens_per_s_per_gpu, p.ttft_p99_ms, p.itl_p99_ms,
+                             {k: v for k, v in (p.intervals or {}).items() if k != "slo"}, p.slo_margin)
+                for p in pts)
+    assert select([LayoutOutcome("tp8", 8, "measured", None, old, searched=True)]).verdicts[0] \
+        .capacity_interval == (2.0, 8.0)
