@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.intervals import straddled_bounds as straddled_bounds
     from orchestrator.loadgen.metrics import Distribution as Distribution
     from orchestrator.loadgen.metrics import Metrics as Metrics
+    from orchestrator.loadgen.metrics import closed_loop_warmup_s as closed_loop_warmup_s
     from orchestrator.loadgen.metrics import compute_metrics as compute_metrics
     from orchestrator.loadgen.metrics import finite as finite
     from orchestrator.loadgen.metrics import measurement_window as measurement_window
@@ -87,8 +88,8 @@ __getattr__, __all__ = lazy_face(__name__, {
         "straddled_bounds",
     ),
     "metrics": (
-        "Distribution", "Metrics", "compute_metrics", "finite", "measurement_window", "meets_slo",
-        "parse_slo", "slo_met",
+        "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "measurement_window",
+        "meets_slo", "parse_slo", "slo_met",
     ),
     "records": ("RequestRecord",),
     "search": (
