@@ -37,8 +37,9 @@ from orchestrator.plan.from_spec import plan_inputs  # noqa: E402
 from orchestrator.sim.run import simulate_point  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
 
-DEFAULT = [("layouts/qwen72b.yaml", "tp8", 6.17), ("layouts/qwen72b.yaml", "tp8", 8.87),
-           ("layouts/qwen72b.yaml", "tp4x2", 4.131), ("layouts/qwen72b.yaml", "tp8", 12.34)]
+# The main job's layouts below, at and past their SLO capacity (orch sweep layouts/qwen72b.yaml).
+DEFAULT = [("layouts/qwen72b.yaml", "tp8", 14.29), ("layouts/qwen72b.yaml", "tp8", 16.96),
+           ("layouts/qwen72b.yaml", "tp4x2", 17.23), ("layouts/qwen72b.yaml", "tp8", 21.43)]
 KEYS = ("goodput", "output_throughput", "itl_p99_ms", "ttft_p99_ms")
 
 
