@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.metrics import measurement_window as measurement_window
     from orchestrator.loadgen.metrics import meets_slo as meets_slo
     from orchestrator.loadgen.metrics import parse_slo as parse_slo
+    from orchestrator.loadgen.metrics import point_warmup_s as point_warmup_s
     from orchestrator.loadgen.metrics import slo_met as slo_met
     from orchestrator.loadgen.records import RequestRecord as RequestRecord
     from orchestrator.loadgen.search import SearchResult as SearchResult
@@ -111,7 +112,7 @@ __getattr__, __all__ = lazy_face(__name__, {
     ),
     "metrics": (
         "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "measurement_window",
-        "meets_slo", "parse_slo", "slo_met",
+        "meets_slo", "parse_slo", "point_warmup_s", "slo_met",
     ),
     "records": ("RequestRecord",),
     "search": (

@@ -26,7 +26,7 @@ from typing import Any
 
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.intervals import straddled_bounds
-from orchestrator.loadgen.metrics import compute_metrics, measurement_window
+from orchestrator.loadgen.metrics import compute_metrics, measurement_window, point_warmup_s
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds
@@ -66,18 +66,21 @@ def _shifted(r: RequestRecord, dt: float, k: int) -> RequestRecord:
     )
 
 
-def pooled_records(runs: Sequence[Sequence[RequestRecord]], warmup_s: float) -> list[RequestRecord]:
+def pooled_records(
+    runs: Sequence[Sequence[RequestRecord]], warmup_s: float, concurrency: int | None = None
+) -> list[RequestRecord]:
     """The runs' records end to end (module docstring): each run's measurement window starts where the
     previous one's ended (its last send), so the pooled window is the sum of the windows and holds
     each run's own requests; a later run's warm-up, and the last send that closes an earlier run's
-    window, are left out."""
+    window, are left out. Each run's warm-up is loadgen.metrics.point_warmup_s (a closed loop's
+    default: past its own first wave)."""
     kept = [list(recs) for recs in runs if recs]
     if not kept:
         return []
     out: list[RequestRecord] = []
     end = 0.0
     for k, recs in enumerate(kept):
-        w = measurement_window(recs, warmup_s)
+        w = measurement_window(recs, point_warmup_s(recs, warmup_s, concurrency))
         dt = 0.0 if k == 0 else end - w.start_s
         last = k == len(kept) - 1
         chosen = [r for r in recs if (k == 0 or r.sent_s >= w.start_s) and (last or r.sent_s < w.end_s)]
@@ -88,9 +91,11 @@ def pooled_records(runs: Sequence[Sequence[RequestRecord]], warmup_s: float) -> 
 
 def pooled_result(results: Sequence[PointResult], spec: SweepSpec, gpus: int) -> PointResult:
     """One PointResult over the pooled records, measured and judged as every point is."""
-    records = pooled_records([r.records for r in results], spec.workload.warmup_s)
+    concurrency = results[0].point.concurrency
+    records = pooled_records([r.records for r in results], spec.workload.warmup_s, concurrency)
     slo = slo_bounds(spec.slo)
-    m = compute_metrics(records, warmup_s=spec.workload.warmup_s, gpus=gpus, slo=slo)
+    first = point_warmup_s(results[0].records, spec.workload.warmup_s, concurrency)
+    m = compute_metrics(records, warmup_s=first, gpus=gpus, slo=slo)
     why = verdict(m, slo, spec.slo.max_error_rate) if slo else None
     return PointResult(results[0].point, m, tuple(records), why)
 
