@@ -24,7 +24,6 @@ from orchestrator.pipeline.capacity import (
     Probe,
     load_axis,
     load_grid,
-    load_label,
     load_point,
     search_capacity,
 )
@@ -153,7 +152,7 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
     spent = [0.0]
 
     def probe(load: float) -> Probe:
-        label = load_label(by, load)
+        label = load_point(spec.workload, load).label
         prior = stored.get(label) or (short.get(load) if by == "rate" else None)
         if prior is not None:
             v = Verdict.of(prior.passed, prior.verdict)
@@ -179,7 +178,7 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
         metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
         if result.note:  # what the workload left out (sessions cut at max_model_len ...)
             metrics["note"] = result.note
-        rate = load if by == "rate" else None
+        rate = load_point(spec.workload, load).rate
         if (shortfall := extra.get("delivery")) is not None:
             label = delivered_label(label, Delivery.from_dict(shortfall))  # never the target's label
         # The point first: if the store fails, the journal has the measurement itself.
