@@ -80,7 +80,9 @@ def test_tp8_and_tp4x2_share_two_nodes_and_decide_as_one_at_a_time(tmp_path: Pat
     for layout in data["layouts"]:
         for p in layout["points"]:
             assert p["metrics"]["side_by_side_with"] == [o for o in ("tp8", "tp4x2") if o != layout["layout"]]
-            assert p["metrics"]["n_failed"] == 0 and p["metrics"]["n_completed"] == 12
+            # 12 requests per measurement (a point close to the SLO on a busy machine is repeated, pooled)
+            runs = (p["metrics"].get("repeated") or {}).get("measurements", 1)
+            assert p["metrics"]["n_failed"] == 0 and p["metrics"]["n_completed"] == 12 * runs
     assert data["sweep"]["side_by_side"] == "on"
     report = orch("report", run_id, "--store", str(db))
     assert "side by side" in report.stdout and "tp8 on node0 GPUs 0-7" in report.stdout
