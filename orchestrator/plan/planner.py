@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,16 +124,22 @@ class PlanRow:
         }
 
 
+@functools.lru_cache(maxsize=512)
+def expert_imbalance(inputs: PlanInputs, ep_size: int) -> float:
+    """Busiest EP rank's load / mean over `ep_size` ranks. Cached: placing redundant experts takes a
+    few hundred ms, and a search over layouts asks for the same EP size many times."""
+    redundant = inputs.num_redundant_experts
+    if redundant and redundant % ep_size == 0:
+        placed = place_redundant(inputs.popularity(), ep_ranks=ep_size, redundant_slots=redundant)
+        return placed.imbalance_after
+    return imbalance(inputs.popularity(), ep_ranks=ep_size)
+
+
 def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     """The cost model of one layout; the simulator uses this too."""
     imb = 1.0
     if layout.ep and inputs.cfg.is_moe and inputs.cfg.num_routed_experts % layout.ep_size == 0:
-        redundant = inputs.num_redundant_experts
-        if redundant and redundant % layout.ep_size == 0:
-            imb = place_redundant(inputs.popularity(), ep_ranks=layout.ep_size,
-                                  redundant_slots=redundant).imbalance_after
-        else:
-            imb = imbalance(inputs.popularity(), ep_ranks=layout.ep_size)
+        imb = expert_imbalance(inputs, layout.ep_size)
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
@@ -203,7 +210,8 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
     )
 
 
-def _search_batches(max_batch: int) -> list[int]:
+def search_batches(max_batch: int) -> list[int]:
+    """Batches the planner tries for the best one within the ITL bound: powers of two, then the cap."""
     out, b = [], 1
     while b < max_batch:
         out.append(b)
@@ -253,7 +261,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     prefill = cost.prefill(prompt_tokens)
     best = None
     if max_batch >= 1 and not reject:
-        for b in _search_batches(max_batch):
+        for b in search_batches(max_batch):
             est = estimate(b)
             if itl_bound_ms is not None and est.itl_ms > itl_bound_ms:
                 break
