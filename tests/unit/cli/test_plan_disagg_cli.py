@@ -1,0 +1,54 @@
+"""`orch plan` with prefill/decode pairs and `--disagg N`: tables, JSON, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
+
+
+def _orch(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "from orchestrator.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_pairs_beside_aggregated_layouts() -> None:
+    out = _orch("plan", SPEC, "--layouts", "tp4x2,p:tp4+d:tp4,p:tp8+d:tp8", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [r["layout"] for r in data["rows"]] == ["tp4x2"]
+    pairs = {r["layout"]: r for r in data["disaggregated"]["rows"]}
+    ok = pairs["p:tp4+d:tp4"]
+    assert ok["fits"] and ok["binds"] in ("prefill", "decode", "transfer")
+    assert ok["capacity_rps"] == min(ok["prefill"]["rps"], ok["decode"]["rps"], ok["transfer"]["rps"])
+    assert ok["transfer"]["link"] == "nvlink4"  # both pools on the one node
+    assert not pairs["p:tp8+d:tp8"]["fits"]
+    assert "overlap" in pairs["p:tp8+d:tp8"]["rejected_because"][0]
+    table = _orch("plan", SPEC, "--layouts", "p:tp4+d:tp4")
+    assert table.returncode == 0, table.stderr
+    assert "binds" in table.stdout and "P:D replicas" in table.stdout
+
+
+def test_disagg_n_ranks_both_kinds() -> None:
+    out = _orch("plan", SPEC, "--disagg", "16", "--prompt", "8192", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["gpus"] == 16 and data["nodes"] == 2
+    kinds = {r["kind"] for r in data["rows"]}
+    assert kinds == {"aggregated", "disaggregated"}
+    assert all(r["gpus"] == 16 for r in data["rows"])
+    table = _orch("plan", SPEC, "--disagg", "0")
+    assert table.returncode == 0, table.stderr
+    assert "plan --disagg 8" in table.stdout
+
+
+def test_bad_pairs_are_one_line_exit_2() -> None:
+    for args in (("--layouts", "p:tp4+q:tp4"), ("--layouts", "p:tp4"), ("--disagg", "1"), ("--disagg", "-3")):
+        out = _orch("plan", SPEC, *args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
