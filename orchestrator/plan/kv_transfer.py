@@ -18,6 +18,7 @@ intra-node link when both pools share a node and the inter-node link otherwise.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from orchestrator.catalog.types import LinkSpec, ModelConfig
 from orchestrator.layout import Layout
@@ -44,8 +45,18 @@ def kv_transfer_bytes_per_token(cfg: ModelConfig, kv_bytes_per_value: float, pre
 def kv_transfer_time_s(cfg: ModelConfig, kv_bytes_per_value: float, prefill: Layout, decode: Layout,
                        prompt_tokens: int, link: LinkSpec) -> float:
     """Seconds to move one prompt's KV from its prefill engine to its decode engine over `link`."""
+    return transfer_time_fn(cfg, kv_bytes_per_value, prefill, decode, link)(prompt_tokens)
+
+
+def transfer_time_fn(cfg: ModelConfig, kv_bytes_per_value: float, prefill: Layout, decode: Layout,
+                     link: LinkSpec) -> Callable[[int], float]:
+    """kv_transfer_time_s with the pair fixed: prompt tokens -> seconds (the simulator asks per request)."""
     per_token = kv_transfer_bytes_per_token(cfg, kv_bytes_per_value, prefill, decode)
-    return p2p_time_s(per_token * max(prompt_tokens, 0), link)
+
+    def seconds(prompt_tokens: int) -> float:
+        return p2p_time_s(per_token * max(prompt_tokens, 0), link)
+
+    return seconds
 
 
 def transfer_link(gpu_intra: LinkSpec, gpu_inter: LinkSpec, *, same_node: bool) -> LinkSpec:

@@ -81,3 +81,8 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
     metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=layout.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary)
+
+
+def sim_requests_from_specs(specs: list[RequestSpec], offsets: list[float] | None = None) -> list[SimRequest]:
+    """Request specs as the engine sees them, sent at `offsets` (all at 0 for a closed loop)."""
+    return _as_sim(specs, offsets if offsets is not None else [0.0] * len(specs))
