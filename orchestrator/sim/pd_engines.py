@@ -69,6 +69,11 @@ class DecodeCore(EngineCore):
         self.incoming_kv += prompt_tokens + self.config.block_tokens // 2
         self.incoming += 1
 
+    def cancel_reservation(self, prompt_tokens: int) -> None:
+        """A reserved request went away before its KV arrived (client gone, transfer failed)."""
+        self.incoming_kv -= prompt_tokens + self.config.block_tokens // 2
+        self.incoming -= 1
+
     def arrive(self, seq: Seq) -> None:
         """The prompt's KV is here: the request runs its last prompt token next step."""
         self.incoming_kv -= seq.prompt_tokens + self.config.block_tokens // 2
