@@ -99,6 +99,13 @@ def parse_any_layouts(text: str) -> list[AnyLayout]:
 def _node_bins(sizes: dict[int, int], nodes: int, gpus_per_node: int) -> bool:
     """Whether replicas ({GPUs per replica: count}) pack onto `nodes` nodes without a replica straddling
     a node boundary: replicas of whole nodes take whole nodes, the rest go first-fit decreasing."""
+    small = sorted((size for size in sizes if size < gpus_per_node), reverse=True)
+    if all(gpus_per_node % a == 0 and a % b == 0 for a, b in zip(small, [*small[1:], 1], strict=False)):
+        # Sizes that divide the node and each other (1, 2, 4, 8 on 8-GPU nodes) leave no gaps that a
+        # smaller replica cannot fill: packing fails only when the GPUs run out.
+        whole = sum(size // gpus_per_node * n for size, n in sizes.items() if size >= gpus_per_node)
+        rest = sum(size * n for size, n in sizes.items() if size < gpus_per_node)
+        return whole * gpus_per_node + rest <= nodes * gpus_per_node
     free = [gpus_per_node] * nodes
     for size in sorted(sizes, reverse=True):
         count = sizes[size]

@@ -112,7 +112,8 @@ def plan_splits(inputs: PlanInputs, gpus: int, *, engine: str, prompt_tokens: in
                 if facts is None:
                     facts = pair_facts(inputs, pf, dec, gpus=gpus, engine=engine, prompt_tokens=prompt_tokens,
                                        connector=connector)
-                pd = DisaggLayout(replace(p_shape, replicas=n_p), replace(d_shape, replicas=rest // g_d))
+                pd = DisaggLayout(Layout(p_shape.tp, p_shape.pp, p_shape.dp, p_shape.ep, n_p),
+                                  Layout(d_shape.tp, d_shape.pp, d_shape.dp, d_shape.ep, rest // g_d))
                 structural = pool_problems(pd, nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node)
                 rows.append(combine(inputs, pd, pf, dec, facts, prompt_tokens=prompt_tokens,
                                     output_tokens=output_tokens, structural=structural))
