@@ -12,11 +12,12 @@ from rich.markup import escape
 from orchestrator.cli import app, make_console, print_table
 from orchestrator.cli.bench_cmd import _table
 from orchestrator.cli.plan_cmd import _ints
+from orchestrator.disagg import AnyLayout, DisaggLayout, parse_any_layouts
 from orchestrator.errors import NoRequestCompleted, SpecError
-from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.from_spec import constants_line, constants_used, plan_inputs
+from orchestrator.sim.pd_run import DisaggSimPoint, simulate_disagg_point
 from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.checks import MAX_COUNT
 from orchestrator.spec.load import with_workload
@@ -40,7 +41,9 @@ def _rates(text: str | None) -> list[float] | None:
 @app.command("simulate")
 def simulate_command(
     spec_path: Annotated[str, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")],
-    layouts: Annotated[str | None, typer.Option("--layouts", help="Default: the spec's layouts.")] = None,
+    layouts: Annotated[str | None, typer.Option(
+        "--layouts", help="e.g. tp8,p:tp4+d:tp4 (prefill/decode pairs too). Default: the spec's "
+        "layouts.")] = None,
     rates: Annotated[str | None, typer.Option("--rates", help="Requests/s; default: the spec's.")] = None,
     concurrency: Annotated[str | None, typer.Option(
         "--concurrency", help="Closed loop: N[,M...] requests in flight, the next sent as one ends "
@@ -51,7 +54,7 @@ def simulate_command(
 ) -> None:
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_checked_spec(spec_path)
-    chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
+    chosen: list[AnyLayout] = parse_any_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
     levels = _ints(concurrency, "--concurrency")
@@ -75,17 +78,22 @@ def simulate_command(
         raise SpecError(f"--num-requests {num_requests}: at most {MAX_COUNT:,}")
     inputs = plan_inputs(spec)
     console = make_console(stderr=as_json)
-    results: list[SimPoint] = []
-    rejected: list[tuple[Layout, str]] = []
+    results: list[SimPoint | DisaggSimPoint] = []
+    rejected: list[tuple[AnyLayout, str]] = []
     for layout in chosen:
-        points = []
+        points: list[SimPoint | DisaggSimPoint] = []
         try:
             for rate, conc in loads:
                 what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
                 with console.status(f"simulating {layout} at {what}"):
-                    sp = simulate_point(
-                        spec, inputs, layout, rate, num_requests=num_requests, concurrency=conc
-                    )
+                    sp: SimPoint | DisaggSimPoint
+                    if isinstance(layout, DisaggLayout):
+                        sp = simulate_disagg_point(spec, inputs, layout, rate, num_requests=num_requests,
+                                                   concurrency=conc)
+                    else:
+                        sp = simulate_point(
+                            spec, inputs, layout, rate, num_requests=num_requests, concurrency=conc
+                        )
                 points.append(sp)
         except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
             rejected.append((layout, str(exc)))
@@ -113,7 +121,7 @@ def simulate_command(
             "check workload.warmup_s against the run's length, or the rejections above")
 
 
-def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> None:
+def _print_layout(console: Console, layout: AnyLayout, points: list[SimPoint | DisaggSimPoint]) -> None:
     table = _table([p.result for p in points])
     table.title = f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured"
     print_table(console, table)
@@ -122,6 +130,11 @@ def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> N
         console.print(f"  {p.result.point.label}: {s.steps} engine steps, "
                       f"{s.preemptions} preemptions, {s.rejected} rejected, "
                       f"{s.virtual_s:.1f} virtual s", highlight=False)
+        if isinstance(p, DisaggSimPoint):
+            t = p.summary
+            on_link, waiting = (1e3 * x / max(t.transfers, 1) for x in (t.transfer_s_sum, t.kv_wait_s_sum))
+            console.print(f"    {t.transfers} KV transfers, {on_link:.2f} ms each on the link, "
+                          f"{waiting:.2f} ms each waiting for decode KV or the link", highlight=False)
 
 
 # Every argument, --help included, goes to the server's own parser: `orch sim serve --help` lists its flags.

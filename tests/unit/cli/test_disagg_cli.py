@@ -52,3 +52,19 @@ def test_bad_pairs_are_one_line_exit_2() -> None:
         out = _orch("plan", SPEC, *args)
         assert out.returncode == 2, (args, out.stdout, out.stderr)
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_simulate_takes_pairs_beside_layouts() -> None:
+    out = _orch("simulate", SPEC, "--layouts", "tp4x2,p:tp4+d:tp4,p:tp1+d:tp4", "--rates", "3",
+                "--num-requests", "40", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    points = {p["layout"]: p for p in data["points"]}
+    assert set(points) == {"tp4x2", "p:tp4+d:tp4"}
+    pd = points["p:tp4+d:tp4"]
+    assert pd["gpus"] == 8 and pd["metrics"]["n_completed"] > 0 and pd["metrics"]["n_failed"] == 0
+    (rejected,) = data["rejected_layouts"]
+    assert rejected["layout"] == "p:tp1+d:tp4" and "prefill pool tp1" in rejected["reason"]
+    table = _orch("simulate", SPEC, "--layouts", "p:tp4+d:tp4", "--rates", "3", "--num-requests", "20")
+    assert table.returncode == 0, table.stderr
+    assert "KV transfers" in table.stdout
