@@ -61,7 +61,7 @@ def print_pairs(result: DisaggPlanResult, console: Console) -> None:
                   "until each transfer limits the pool.[/]", highlight=False)
 
 
-def _split_cells(rank: int, row: PlanRow | DisaggRow) -> list[str]:
+def _split_cells(rank: int, row: PlanRow | DisaggRow, output_tokens: int) -> list[str]:
     value = output_tokens_per_s_per_gpu(row)
     kind = "disagg" if isinstance(row, DisaggRow) else "agg"
     if isinstance(row, DisaggRow):
@@ -69,8 +69,9 @@ def _split_cells(rank: int, row: PlanRow | DisaggRow) -> list[str]:
                  f"{row.transfer_ms:.2f}"]
     else:
         best = row.best
+        rps = value * row.gpus / max(output_tokens, 1)  # the pool's requests/s at its best batch
         extra = [f"{best.itl_ms:.1f}" if best else "-", f"{row.prefill_ms:.0f}" if row.prefill_ms else "-",
-                 "-", "-", "-"]
+                 _rps(rps), "-", "-"]
     return [str(rank), str(row.layout), kind, str(row.gpus), f"{value:,.0f}", *extra]
 
 
@@ -87,7 +88,7 @@ def print_splits(plan: SplitPlan, console: Console) -> None:
         table.add_column(col, justify="left" if col in ("layout", "kind") else "right",
                          no_wrap=col == "layout", overflow="fold")
     for i, row in enumerate(fitting[:SHOWN], 1):
-        table.add_row(*_split_cells(i, row))
+        table.add_row(*_split_cells(i, row, plan.output_tokens))
     print_table(console, table)
     best_agg = next((r for r in fitting if isinstance(r, PlanRow)), None)
     best_pd = next((r for r in fitting if isinstance(r, DisaggRow)), None)

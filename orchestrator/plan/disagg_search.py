@@ -83,12 +83,13 @@ def plan_splits(inputs: PlanInputs, gpus: int, *, engine: str, prompt_tokens: in
                 batches: tuple[int, ...] = (1, 16, 64, 256)) -> SplitPlan:
     cluster = split_cluster(inputs, gpus)
     inputs = replace(inputs, cluster=cluster)
-    shapes = sorted({shape_of(lay) for lay in enumerate_layouts(inputs.cfg, cluster)
-                     if lay.gpus_per_replica < gpus},
-                    key=lambda s: (s.gpus_per_replica, s.tp, s.pp, s.dp, s.ep))
+    every = sorted({shape_of(lay) for lay in enumerate_layouts(inputs.cfg, cluster)
+                    if lay.gpus_per_replica <= gpus},
+                   key=lambda s: (s.gpus_per_replica, s.tp, s.pp, s.dp, s.ep))
+    shapes = [s for s in every if s.gpus_per_replica < gpus]  # a pool leaves GPUs for the other
     context = prompt_tokens + output_tokens // 2
     rows: list[AnyRow] = []
-    for shape in shapes:
+    for shape in every:
         if gpus % shape.gpus_per_replica == 0:
             lay = replace(shape, replicas=gpus // shape.gpus_per_replica)
             try:

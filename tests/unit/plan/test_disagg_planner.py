@@ -136,6 +136,8 @@ def test_splits_of_n_gpus_rank_both_kinds() -> None:
                        itl_bound_ms=40)
     assert plan.cluster == Cluster(2, 8)
     kinds = {type(r).__name__ for r in plan.rows}
+    # Aggregated layouts of all 16 GPUs are there, one replica of 16 included.
+    assert any(not isinstance(r.layout, DisaggLayout) and r.layout.gpus_per_replica == 16 for r in plan.rows)
     assert kinds == {"PlanRow", "DisaggRow"}
     assert all(r.gpus == 16 for r in plan.rows)
     names = [str(r.layout) for r in plan.rows]
