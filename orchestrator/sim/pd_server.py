@@ -13,7 +13,10 @@ It speaks vLLM's disaggregated protocol (the NIXL connector's, as vLLM's toy pro
   simulated stand-in for NIXL's RDMA read and its completion notification), which takes the transfer
   time of plan/kv_transfer.py on this server's link (`--kv-link`), one transfer at a time per engine
   on each side; then the engine's next step emits the first token.
-A request without `kv_transfer_params` is served whole, as a vLLM kv_producer or kv_consumer serves it.
+SGLang's protocol works too: both servers get the request with `bootstrap_host`/`bootstrap_port`/
+`bootstrap_room` (the port being the prefill server's HTTP port here); the prefill role computes the
+prompt and one token, the decode role reserves KV, waits until the prefill holds the room's KV, pulls it.
+A request with neither is served whole, as a vLLM kv_producer or kv_consumer serves it.
 All other flags are those of `orchestrator.sim.server`. /metrics adds `orch_sim_kv_*` counters.
 """
 
@@ -25,6 +28,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -53,6 +57,31 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
     return params if isinstance(params, dict) else {}
 
 
+@dataclass(frozen=True)
+class _Source:
+    """Where a decode request's KV waits: the prefill server and the key it knows the request by."""
+
+    host: str
+    port: int
+    key: dict[str, Any]
+    tp: int | None = None  # the prefill engine's layout, when the request says (vLLM's tp_size, pp_size)
+    pp: int | None = None
+
+
+def _source(body: dict[str, Any]) -> _Source | None:
+    """vLLM: `kv_transfer_params` with `do_remote_prefill`; SGLang: `bootstrap_host/port/room` (here the
+    prefill server's HTTP port serves the bootstrap, as SGLang's Rust server does); else None."""
+    params = _params(body)
+    if params.get("do_remote_prefill"):
+        return _Source(str(params.get("remote_host")), int(params.get("remote_port") or 0),
+                       {"remote_request_id": params.get("remote_request_id")},
+                       int(params.get("tp_size") or 1), int(params.get("pp_size") or 1))
+    if body.get("bootstrap_room") is not None and body.get("bootstrap_host"):
+        return _Source(str(body["bootstrap_host"]), int(body.get("bootstrap_port") or 0),
+                       {"bootstrap_room": body["bootstrap_room"]})
+    return None
+
+
 class PrefillRole(SimServer):
     """Prefill role: holds each handed-over prompt's KV until it is pulled or its lease ends."""
 
@@ -65,10 +94,18 @@ class PrefillRole(SimServer):
         self.held: dict[str, tuple[int, int, asyncio.TimerHandle | None]] = {}
         self.send_free = [0.0] * len(engines)  # loop time each engine's send link is free again
         self.pulled_total = self.expired_total = 0
+        self.rooms: dict[str, str] = {}  # SGLang bootstrap room -> request id
+        self.room_ready: dict[str, asyncio.Event] = {}  # set once the room's KV is held
 
     async def enqueue(self, e: int, seq: Seq, body: dict[str, Any], arrived: float) -> None:
-        if _params(body).get("do_remote_decode"):
+        room = body.get("bootstrap_room")
+        if _params(body).get("do_remote_decode") or room is not None:
             self.remote[seq.request_id] = e
+        if room is not None:
+            # SGLang's prefill server computes the prompt and its first token only; the router drops
+            # its answer and the decode server, sent the same request, streams the rest.
+            seq.max_tokens = 1
+            self.rooms[str(room)] = seq.request_id
         await super().enqueue(e, seq, body, arrived)
 
     def after_step(self, e: int, finished: list[Seq]) -> None:
@@ -79,6 +116,9 @@ class PrefillRole(SimServer):
                 eng.hold(seq.prompt_tokens)
                 self.held[seq.request_id] = (e, seq.prompt_tokens, self._lease(seq.request_id))
                 self.wake[e].set()
+                for room, rid in self.rooms.items():
+                    if rid == seq.request_id:
+                        self.room_ready.setdefault(room, asyncio.Event()).set()
 
     def _lease(self, rid: str) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(self.lease_s * self.time_scale, self._expire, rid)
@@ -97,6 +137,9 @@ class PrefillRole(SimServer):
         assert isinstance(eng, PrefillCore)
         eng.release(tokens)
         self.wake[e].set()  # a prompt waiting for KV may fit now
+        for room in [room for room, r in self.rooms.items() if r == rid]:
+            del self.rooms[room]
+            self.room_ready.pop(room, None)
 
     def response_fields(self, seq: Seq) -> dict[str, Any]:
         e = self.remote.get(seq.request_id)
@@ -111,9 +154,26 @@ class PrefillRole(SimServer):
             "tp_size": shape.tp, "pp_size": shape.pp, "remote_num_tokens": seq.prompt_tokens}}
 
     async def kv(self, request: web.Request) -> web.Response:
-        """POST /orch/kv {"remote_request_id", "action": "heartbeat" | "pull", "seconds"}."""
+        """POST /orch/kv {"remote_request_id" | "bootstrap_room", "action", "seconds"}; action "wait"
+        (SGLang: the decode side asks before the prefill is done) answers once the KV is held, with
+        this engine's TP and PP; "heartbeat" renews the lease; "pull" takes the transfer time."""
         body = await request.json()
         rid = body.get("remote_request_id")
+        if "bootstrap_room" in body:
+            room = str(body["bootstrap_room"])
+            if body.get("action") == "wait":
+                ready = self.room_ready.setdefault(room, asyncio.Event())
+                try:
+                    await asyncio.wait_for(ready.wait(), self.lease_s * self.time_scale)
+                except TimeoutError:
+                    return web.json_response({"error": f"bootstrap room {room} never arrived"}, status=404)
+            rid = self.rooms.get(room)
+            if rid is None and body.get("action") == "heartbeat":
+                return web.json_response({"ok": True})  # the prefill is still to come
+        if body.get("action") == "wait" and rid in self.held:
+            shape = self.engines[self.held[rid][0]].cost.layout
+            return web.json_response({"tp_size": shape.tp, "pp_size": shape.pp,
+                                      "remote_num_tokens": self.held[rid][1]})
         if rid not in self.held:
             return web.json_response({"error": f"no KV held for {rid!r} (pulled, or its lease expired)"},
                                      status=404)
@@ -159,8 +219,8 @@ class DecodeRole(SimServer):
         return min(range(len(self.engines)), key=lambda i: self.engines[i].outstanding + len(self.room[i]))
 
     async def enqueue(self, e: int, seq: Seq, body: dict[str, Any], arrived: float) -> None:
-        params = _params(body)
-        if not params.get("do_remote_prefill"):
+        source = _source(body)
+        if source is None:
             await super().enqueue(e, seq, body, arrived)
             return
         eng = self.engines[e]
@@ -170,7 +230,7 @@ class DecodeRole(SimServer):
         if self.room[e] or not eng.has_room(seq.prompt_tokens):
             fut: asyncio.Future[None] = loop.create_future()
             self.room[e].append((seq.prompt_tokens, fut))
-            beat = asyncio.create_task(self._heartbeats(params))
+            beat = asyncio.create_task(self._heartbeats(source))
             try:
                 await fut  # _admit reserves the KV before it wakes this request
             except asyncio.CancelledError:
@@ -184,11 +244,14 @@ class DecodeRole(SimServer):
         else:
             eng.reserve(seq.prompt_tokens)
         try:
-            seconds = self.transfer_s(seq.prompt_tokens, int(params.get("tp_size") or 1),
-                                      int(params.get("pp_size") or 1))
+            tp, pp = source.tp, source.pp
+            if tp is None or pp is None:  # SGLang: learn the prefill's layout once its KV is there
+                info = await self._call(source, {"action": "wait"})
+                tp, pp = int(info.get("tp_size") or 1), int(info.get("pp_size") or 1)
+            seconds = self.transfer_s(seq.prompt_tokens, tp, pp)
             async with self.recv[e]:
                 self.wait_s_sum += (loop.time() - waited_from) / self.time_scale
-                await self._call(params, {"action": "pull", "seconds": seconds})
+                await self._call(source, {"action": "pull", "seconds": seconds})
             self.transfer_s_sum += seconds
             self.transfers_total += 1
         except BaseException:
@@ -200,23 +263,24 @@ class DecodeRole(SimServer):
         eng.arrive(seq)
         self.wake[e].set()
 
-    async def _heartbeats(self, params: dict[str, Any]) -> None:
+    async def _heartbeats(self, source: _Source) -> None:
         """Keep the prefill side's lease while this request waits for room (vLLM's decode heartbeats)."""
         while True:
             await asyncio.sleep(self.lease_s * self.time_scale / 6)
             try:
-                await self._call(params, {"action": "heartbeat"})
+                await self._call(source, {"action": "heartbeat"})
             except (aiohttp.ClientError, web.HTTPException):
                 return  # the pull reports the failure
 
-    async def _call(self, params: dict[str, Any], body: dict[str, Any]) -> None:
+    async def _call(self, source: _Source, body: dict[str, Any]) -> dict[str, Any]:
         if self.session is None:
             self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
-        url = f"http://{params.get('remote_host')}:{params.get('remote_port')}{KV_PATH}"
-        async with self.session.post(url, json={"remote_request_id": params.get("remote_request_id"),
-                                                **body}) as resp:
+        url = f"http://{source.host}:{source.port}{KV_PATH}"
+        async with self.session.post(url, json={**source.key, **body}) as resp:
             if resp.status != 200:
                 raise web.HTTPInternalServerError(text=f"KV transfer from {url} failed: {await resp.text()}")
+            answer = await resp.json()
+        return answer if isinstance(answer, dict) else {}
 
     def after_step(self, e: int, finished: list[Seq]) -> None:
         if finished:

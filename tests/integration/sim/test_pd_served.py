@@ -73,13 +73,15 @@ def _processes(*argvs: list[str]) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 @contextlib.contextmanager
-def three_roles(*decode_extra: str) -> Iterator[tuple[str, str, str]]:
+def three_roles(*decode_extra: str, protocol: str = "vllm") -> Iterator[tuple[str, str, str]]:
     """(router, prefill, decode) base URLs of running servers; all three end on exit."""
     pp, dp, rp = _free_port(), _free_port(), _free_port()
     prefill = [*PD_SERVER, "--role", "prefill", *ENGINE, "--port", str(pp)]
     decode = [*PD_SERVER, "--role", "decode", *ENGINE, *decode_extra, "--port", str(dp)]
     router = [sys.executable, "-m", "orchestrator.router", "--prefill", f"http://127.0.0.1:{pp}",
-              "--decode", f"http://127.0.0.1:{dp}", "--port", str(rp)]
+              "--decode", f"http://127.0.0.1:{dp}", "--port", str(rp), "--protocol", protocol]
+    if protocol == "sglang":  # the simulated prefill server answers the bootstrap on its HTTP port
+        router += ["--bootstrap-port", str(pp)]
     with _processes(prefill, decode, router):
         yield f"http://127.0.0.1:{rp}", f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{dp}"
 
@@ -96,9 +98,10 @@ def test_router_health_needs_all_three() -> None:
         assert code == 503 and "decode" in text and "prefill" not in text.split("not ready:")[1]
 
 
-def test_three_roles_serve_what_the_load_generator_asks() -> None:
+@pytest.mark.parametrize("protocol", ["vllm", "sglang"])
+def test_three_roles_serve_what_the_load_generator_asks(protocol: str) -> None:
     n, prompt_words, out = 12, 2000, 16
-    with three_roles("--kv-link", "inter_node") as (router, prefill, decode):
+    with three_roles("--kv-link", "inter_node", protocol=protocol) as (router, prefill, decode):
         assert _wait(router + "/health"), "the three roles did not become healthy in 60 s"
         specs = [RequestSpec(str(i), "word " * prompt_words, max_tokens=out) for i in range(n)]
         offsets = [0.15 * i for i in range(n)]
