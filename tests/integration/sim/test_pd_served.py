@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +16,13 @@ import pytest
 
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.pipeline.timescale import unscale
+from tests.support.ports import free_port as _free_port
 
 MODEL = "qwen2.5-72b"
 SCALE = 1.0
 PD_SERVER = (sys.executable, "-m", "orchestrator.sim.pd_server")
 ENGINE = ("--model", MODEL, "--layout", "tp4", "--gpu", "h100-sxm", "--max-model-len", "8192",
           "--time-scale", str(SCALE))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, str]:

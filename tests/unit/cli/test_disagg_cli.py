@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
+from tests.support.cli import Orch
+from tests.support.paths import LAYOUTS
 
-
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                          check=False)
+SPEC = str(LAYOUTS / "qwen72b.yaml")
 
 
-def test_pairs_beside_aggregated_layouts() -> None:
-    out = _orch("plan", SPEC, "--layouts", "tp4x2,p:tp4+d:tp4,p:tp8+d:tp8", "--json")
+def test_pairs_beside_aggregated_layouts(orch: Orch) -> None:
+    out = orch("plan", SPEC, "--layouts", "tp4x2,p:tp4+d:tp4,p:tp8+d:tp8", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [r["layout"] for r in data["rows"]] == ["tp4x2"]
@@ -29,33 +22,33 @@ def test_pairs_beside_aggregated_layouts() -> None:
     assert ok["transfer"]["link"] == "nvlink4"  # both pools on the one node
     assert not pairs["p:tp8+d:tp8"]["fits"]
     assert "overlap" in pairs["p:tp8+d:tp8"]["rejected_because"][0]
-    table = _orch("plan", SPEC, "--layouts", "p:tp4+d:tp4")
+    table = orch("plan", SPEC, "--layouts", "p:tp4+d:tp4")
     assert table.returncode == 0, table.stderr
     assert "binds" in table.stdout and "P:D replicas" in table.stdout
 
 
-def test_disagg_n_ranks_both_kinds() -> None:
-    out = _orch("plan", SPEC, "--disagg", "16", "--prompt", "8192", "--json")
+def test_disagg_n_ranks_both_kinds(orch: Orch) -> None:
+    out = orch("plan", SPEC, "--disagg", "16", "--prompt", "8192", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["gpus"] == 16 and data["nodes"] == 2
     kinds = {r["kind"] for r in data["rows"]}
     assert kinds == {"aggregated", "disaggregated"}
     assert all(r["gpus"] == 16 for r in data["rows"])
-    table = _orch("plan", SPEC, "--disagg", "0")
+    table = orch("plan", SPEC, "--disagg", "0")
     assert table.returncode == 0, table.stderr
     assert "plan --disagg 8" in table.stdout
 
 
-def test_bad_pairs_are_one_line_exit_2() -> None:
+def test_bad_pairs_are_one_line_exit_2(orch: Orch) -> None:
     for args in (("--layouts", "p:tp4+q:tp4"), ("--layouts", "p:tp4"), ("--disagg", "1"), ("--disagg", "-3")):
-        out = _orch("plan", SPEC, *args)
+        out = orch("plan", SPEC, *args)
         assert out.returncode == 2, (args, out.stdout, out.stderr)
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
-def test_simulate_takes_pairs_beside_layouts() -> None:
-    out = _orch("simulate", SPEC, "--layouts", "tp4x2,p:tp4+d:tp4,p:tp1+d:tp4", "--rates", "3",
+def test_simulate_takes_pairs_beside_layouts(orch: Orch) -> None:
+    out = orch("simulate", SPEC, "--layouts", "tp4x2,p:tp4+d:tp4,p:tp1+d:tp4", "--rates", "3",
                 "--num-requests", "40", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -65,6 +58,6 @@ def test_simulate_takes_pairs_beside_layouts() -> None:
     assert pd["gpus"] == 8 and pd["metrics"]["n_completed"] > 0 and pd["metrics"]["n_failed"] == 0
     (rejected,) = data["rejected_layouts"]
     assert rejected["layout"] == "p:tp1+d:tp4" and "prefill pool tp1" in rejected["reason"]
-    table = _orch("simulate", SPEC, "--layouts", "p:tp4+d:tp4", "--rates", "3", "--num-requests", "20")
+    table = orch("simulate", SPEC, "--layouts", "p:tp4+d:tp4", "--rates", "3", "--num-requests", "20")
     assert table.returncode == 0, table.stderr
     assert "KV transfers" in table.stdout
