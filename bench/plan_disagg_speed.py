@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import SettingsRequest, resolve_settings
 from orchestrator.errors import SpecError
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.disagg_search import SplitPlan, plan_splits
@@ -30,9 +31,11 @@ CASES = [  # (model, GPU, weight dtype, bytes per value, redundant experts)
 
 
 def _inputs(model: str, gpu: str, dtype: str, per_value: float, redundant: int) -> PlanInputs:
-    return PlanInputs(cfg=load_model(model), gpu=load_gpu(gpu), cluster=Cluster(GPUS // 8, 8),
-                      weight_dtype=dtype, weight_bytes_per_value=per_value, max_model_len=8192,
-                      num_redundant_experts=redundant)
+    cfg, hw = load_model(model), load_gpu(gpu)
+    # The simulated engine's own settings for this GPU (vLLM's defaults), at 8192-token requests.
+    settings = resolve_settings("sim", hw, cfg, SettingsRequest(max_model_len=8192))
+    return PlanInputs(cfg=cfg, gpu=hw, cluster=Cluster(GPUS // 8, 8), settings=settings,
+                      weight_dtype=dtype, weight_bytes_per_value=per_value, num_redundant_experts=redundant)
 
 
 T = TypeVar("T")

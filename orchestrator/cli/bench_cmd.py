@@ -156,7 +156,8 @@ def _wide_table(points: list[PointResult]) -> Table:
     return t
 
 
-def _table(points: list[PointResult]) -> Table:
+def points_table(points: list[PointResult]) -> Table:
+    """The load points as a table (wide ones turned on their side)."""
     if len(points) > 4:
         return _wide_table(points)
     t = Table(title="orch bench (latencies in ms as p50 / p99; throughput over the measurement window)")
@@ -321,7 +322,7 @@ def bench(
     elif as_json:
         typer.echo(json.dumps(finite(run.to_dict()), indent=2))
     else:
-        print_table(console, _table(run.points))
+        print_table(console, points_table(run.points))
         for p in run.points:
             if len(run.points) > 4 and p.verdict:
                 console.print(f"{p.point.label}: {p.verdict}", markup=False)

@@ -22,7 +22,8 @@ from orchestrator.spec.models import SweepSpec
 GB = 1e9
 
 
-def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+def int_list(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """The comma-separated positive integers of `flag` (None when not given); one-line errors."""
     if text is None:
         return None
     try:
@@ -143,7 +144,7 @@ def plan_command(
         _plan_pairs(spec, chosen, pairs, batch, context, prompt, as_json)
         return
     result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
-                       batches=_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
+                       batches=int_list(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
                        prompt_tokens=prompt)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
@@ -160,7 +161,7 @@ def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[Disagg
     result = make_disagg_plan(spec, pairs, prompt_tokens=prompt)
     agg = None
     if chosen:
-        agg = make_plan(spec, layouts=chosen, batches=_ints(batch, "--batch") or DEFAULT_BATCHES,
+        agg = make_plan(spec, layouts=chosen, batches=int_list(batch, "--batch") or DEFAULT_BATCHES,
                         context_tokens=context, prompt_tokens=prompt)
     if as_json:
         data = {**(agg.to_dict() if agg else {}), "disaggregated": result.to_dict()}

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli import app, make_console, print_table
-from orchestrator.cli.bench_cmd import _table
-from orchestrator.cli.plan_cmd import _ints
+from orchestrator.cli.bench_cmd import points_table
+from orchestrator.cli.plan_cmd import int_list
 from orchestrator.disagg import AnyLayout, DisaggLayout, parse_any_layouts
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.loadgen.metrics import finite
@@ -26,7 +26,8 @@ sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 
 
-def _rates(text: str | None) -> list[float] | None:
+def rate_list_of(text: str | None) -> list[float] | None:
+    """The comma-separated rates of --rates (None when not given); one-line errors."""
     if text is None:
         return None
     try:
@@ -57,10 +58,10 @@ def simulate_command(
     chosen: list[AnyLayout] = parse_any_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
-    levels = _ints(concurrency, "--concurrency")
+    levels = int_list(concurrency, "--concurrency")
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
-    rate_list = _rates(rates) or list(spec.workload.rates_per_s or ())
+    rate_list = rate_list_of(rates) or list(spec.workload.rates_per_s or ())
     if levels is None and not rate_list:
         raise SpecError(
             f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); "
@@ -69,7 +70,7 @@ def simulate_command(
     loads: list[tuple[float | None, int | None]] = (
         [(None, c) for c in levels] if levels is not None else [(r, None) for r in rate_list])
     if num_requests is not None:
-        _ints(str(num_requests), "--num-requests")
+        int_list(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
     if levels is None:  # open loop: the spec's bounds hold for the flags too (finite rates, warm-up ...)
@@ -122,7 +123,7 @@ def simulate_command(
 
 
 def _print_layout(console: Console, layout: AnyLayout, points: list[SimPoint | DisaggSimPoint]) -> None:
-    table = _table([p.result for p in points])
+    table = points_table([p.result for p in points])
     table.title = f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured"
     print_table(console, table)
     for p in points:

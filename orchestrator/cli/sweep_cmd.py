@@ -9,8 +9,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.cli import app, err_console, make_console
-from orchestrator.cli.plan_cmd import _ints
-from orchestrator.cli.sim_cmd import _rates
+from orchestrator.cli.plan_cmd import int_list
+from orchestrator.cli.sim_cmd import rate_list_of
 from orchestrator.cli.sweep_tables import json_out, mode_note, ms, num, print_result, unsound_message
 from orchestrator.deploy.targets import check_runs_here
 from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, OrchError, SpecError
@@ -173,8 +173,8 @@ def sweep_command(
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
     chosen = tuple(parse_layouts(layouts)) if layouts else None
-    rate_list = tuple(r) if (r := _rates(rates)) else None
-    levels = _ints(concurrency, "--concurrency")
+    rate_list = tuple(r) if (r := rate_list_of(rates)) else None
+    levels = int_list(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
     if levels is not None and min(levels) < 1:

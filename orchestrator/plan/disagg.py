@@ -124,7 +124,8 @@ def decode_engine(inputs: PlanInputs, shape: Layout, prompt_tokens: int, output_
     max_batch = min(inputs.max_num_seqs, kv_tokens // max(context, 1))
     best = None
     for b in search_batches(max(max_batch, 1)):
-        est = decode_estimate(cost, shape, b, context, kv_tokens)
+        est = decode_estimate(cost, shape, b, context, kv_tokens,
+                              step_budget_tokens=inputs.max_num_batched_tokens)
         if itl_bound_ms is not None and est.itl_ms > itl_bound_ms:
             break
         if best is None or est.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:

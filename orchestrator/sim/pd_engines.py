@@ -98,6 +98,7 @@ def pool_engines(inputs: PlanInputs, shape: Layout, role: str, replicas: int, *,
         kv_capacity_tokens=kv_tokens,
         max_num_seqs=max_num_seqs or inputs.max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens or inputs.max_num_batched_tokens,
+        block_tokens=inputs.settings.block_size,
     )
     kind = PrefillCore if role == "prefill" else DecodeCore
     return [kind(cost, config) for _ in range(replicas * shape.dp)]

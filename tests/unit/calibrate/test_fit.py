@@ -165,9 +165,9 @@ def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
     # The profile applies on top of the preset, the spec's overrides on top of the profile.
     assert gpu.hbm_efficiency == hbm and gpu.step_overhead_s == 1e-3 and gpu.profile == "vllm-h100-sxm"
     # A simulated server deployed from the spec models the same hardware.
-    from orchestrator.engines.sim import sim_args_from_spec
+    from orchestrator.compile import sim_options
 
-    args = sim_args_from_spec(spec)
+    args = sim_options(spec).argv()
     assert f"hbm_efficiency={hbm!r}" in args and "step_overhead_s=0.001" in args
 
 

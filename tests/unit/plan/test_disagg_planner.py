@@ -20,6 +20,7 @@ from orchestrator.plan.disagg_search import output_tokens_per_s_per_gpu, plan_sp
 from orchestrator.plan.kv_transfer import kv_transfer_bytes_per_token, kv_transfer_time_s
 from orchestrator.plan.memory import kv_bytes_per_token
 from orchestrator.plan.planner import PlanInputs, decode_estimate, kv_capacity_tokens, layout_cost
+from tests.support.engines import fixed_settings
 
 QWEN = load_model("qwen2.5-72b")  # 80 layers, 8 KV heads of 128
 DSV3 = load_model("deepseek-v3")  # MLA: 61 layers of (512 + 64) latent values
@@ -27,7 +28,7 @@ H100 = load_gpu("h100-sxm")
 
 
 def _inputs(nodes: int = 1, **kw: object) -> PlanInputs:
-    return PlanInputs(cfg=QWEN, gpu=H100, cluster=Cluster(nodes, 8), max_model_len=8192, **kw)  # type: ignore[arg-type]
+    return PlanInputs(cfg=QWEN, gpu=H100, cluster=Cluster(nodes, 8), settings=fixed_settings(8192), **kw)  # type: ignore[arg-type]
 
 
 def _plan(text: str, nodes: int = 1, prompt: int = 4096, output: int = 256, itl: float | None = 50.0,
@@ -103,8 +104,9 @@ def test_decode_steps_carry_no_prefill_chunks() -> None:
     inputs = _inputs()
     cost = layout_cost(inputs, Layout(tp=4))
     kv, _, _ = kv_capacity_tokens(inputs, cost)
-    plain = decode_estimate(cost, Layout(tp=4), 32, 4224, kv)
-    charged = decode_estimate(cost, Layout(tp=4), 32, 4224, kv, prompt_tokens=4096, output_tokens=256)
+    plain = decode_estimate(cost, Layout(tp=4), 32, 4224, kv, step_budget_tokens=8192)
+    charged = decode_estimate(cost, Layout(tp=4), 32, 4224, kv, prompt_tokens=4096, output_tokens=256,
+                              step_budget_tokens=8192)
     dec = decode_engine(inputs, Layout(tp=4), 4096, 256, None)
     assert dec.best is not None and dec.best.chunk_step_fraction == 0.0
     assert plain.itl_ms < charged.itl_ms  # the aggregated engine pays for the prompts it prefills
@@ -167,7 +169,8 @@ def test_pair_planner_uses_the_aggregated_cost_model() -> None:
     inputs = _inputs()
     cost = layout_cost(inputs, parse_layout("tp4"))
     kv, _, _ = kv_capacity_tokens(inputs, cost)
-    again = decode_estimate(cost, parse_layout("tp4"), best.batch, best.context_tokens, kv)
+    again = decode_estimate(cost, parse_layout("tp4"), best.batch, best.context_tokens, kv,
+                            step_budget_tokens=8192)
     assert again.itl_ms == best.itl_ms
     assert math.isclose(row.itl_ms, best.itl_ms)
     assert replace(row).layout == row.layout

@@ -12,16 +12,18 @@ from orchestrator.sim.engine import EngineConfig, Seq
 from orchestrator.sim.pd_engines import DecodeCore, PrefillCore, pool_engines
 from orchestrator.sim.pd_virtual import closed_loop_disagg, simulate_disagg
 from orchestrator.sim.virtual import SimRequest
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=8192)
+                    settings=fixed_settings(8192))
 COST = layout_cost(INPUTS, Layout(tp=4))
 
 
 def _pools(n_p: int = 1, n_d: int = 1, p_kv: int = 200_000, d_kv: int = 200_000,
            seqs: int = 256) -> tuple[list[PrefillCore], list[DecodeCore]]:
-    return ([PrefillCore(COST, EngineConfig(kv_capacity_tokens=p_kv, max_num_seqs=seqs)) for _ in range(n_p)],
-            [DecodeCore(COST, EngineConfig(kv_capacity_tokens=d_kv, max_num_seqs=seqs)) for _ in range(n_d)])
+    limits = LIMITS | {"max_num_seqs": seqs}
+    return ([PrefillCore(COST, EngineConfig(kv_capacity_tokens=p_kv, **limits)) for _ in range(n_p)],
+            [DecodeCore(COST, EngineConfig(kv_capacity_tokens=d_kv, **limits)) for _ in range(n_d)])
 
 
 def _reqs(n: int, gap_s: float, prompt: int = 1000, out: int = 20) -> list[SimRequest]:
@@ -70,7 +72,7 @@ def test_prefill_keeps_kv_until_transfer_ends() -> None:
 
 
 def test_decode_core_reservation_accounting() -> None:
-    dec = DecodeCore(COST, EngineConfig(kv_capacity_tokens=2000, max_num_seqs=2))
+    dec = DecodeCore(COST, EngineConfig(kv_capacity_tokens=2000, **(LIMITS | {"max_num_seqs": 2})))
     assert dec.has_room(1000)
     dec.reserve(1000)
     assert dec.outstanding == 1 and not dec.has_room(1000)  # 1008 + 1008 > 2000
