@@ -31,6 +31,39 @@ SGLANG_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
 SGLANG_DEFAULT_BACKEND = "mooncake"  # srt/arg_groups/fields/disagg.py: default "mooncake"
 
 
+def transfer_backends(engine: str) -> tuple[str, ...]:
+    """The KV transfer backends orch can run `engine`'s prefill/decode pairs over (empty: none). The
+    simulator models NIXL's reads over the GPUs' own links (plan/kv_transfer.py), not a shared disk."""
+    if engine == "vllm":
+        return VLLM_CONNECTORS
+    if engine == "sim":
+        return ("NixlConnector",)
+    if engine == "sglang":
+        return tuple(b for b in SGLANG_BACKENDS if b != "fake")
+    return ()
+
+
+def default_backend(engine: str) -> str:
+    return SGLANG_DEFAULT_BACKEND if engine == "sglang" else VLLM_DEFAULT_CONNECTOR
+
+
+def backend_problem(engine: str, backend: str | None) -> str | None:
+    """Why `engine` cannot hand KV over through `backend` (None: it can, or the default is meant)."""
+    known = transfer_backends(engine)
+    if not known:
+        return f"engine {engine} has no prefill/decode disaggregation in orch; use vllm, sglang or sim"
+    if backend is None or backend in known:
+        return None
+    if engine == "sglang" and backend == "fake":
+        return (f"SGLang {SGLANG_VERSION}: a prefill server refuses transfer backend 'fake' "
+                f"(srt/arg_groups/pd_disaggregation_hook.py); use one of {', '.join(known)}")
+    if engine == "sim" and backend in VLLM_CONNECTORS:
+        return (f"the simulator models NIXL reads over the GPUs' links, not {backend}; use NixlConnector, "
+                "or engine vllm to run it")
+    what = "KV connector" if engine in ("vllm", "sim") else "transfer backend"
+    return f"{engine} has no {what} {backend!r}; use one of {', '.join(known)}"
+
+
 @dataclass(frozen=True)
 class KVShape:
     """What the handover rules need to know about the model's KV cache."""

@@ -132,14 +132,11 @@ def plan_command(
     if disagg is not None:
         _plan_splits(spec, disagg, prompt, as_json)
         return
-    chosen: list[Layout] | None = None
-    pairs: list[DisaggLayout] = []
-    if layouts is not None and layouts.strip() != "spec":
-        given = parse_any_layouts(layouts)
-        chosen = [lay for lay in given if isinstance(lay, Layout)]
-        pairs = [lay for lay in given if isinstance(lay, DisaggLayout)]
-    elif layouts is not None:
-        chosen = list(spec.layouts)
+    given = (parse_any_layouts(layouts) if layouts is not None and layouts.strip() != "spec"
+             else list(spec.layouts))
+    pairs = [lay for lay in given if isinstance(lay, DisaggLayout)]
+    # None: every sensible aggregated layout (and the spec's own)
+    chosen = [lay for lay in given if isinstance(lay, Layout)] if layouts is not None else None
     if pairs:
         _plan_pairs(spec, chosen, pairs, batch, context, prompt, as_json)
         return
@@ -160,8 +157,9 @@ def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[Disagg
 
     result = make_disagg_plan(spec, pairs, prompt_tokens=prompt)
     agg = None
-    if chosen:
-        agg = make_plan(spec, layouts=chosen, batches=int_list(batch, "--batch") or DEFAULT_BATCHES,
+    if chosen is None or chosen:  # None: every sensible layout, as without pairs
+        agg = make_plan(spec, layouts=chosen, all_layouts=chosen is None,
+                        batches=int_list(batch, "--batch") or DEFAULT_BATCHES,
                         context_tokens=context, prompt_tokens=prompt)
     if as_json:
         data = {**(agg.to_dict() if agg else {}), "disaggregated": result.to_dict()}

@@ -16,8 +16,9 @@ from orchestrator.disagg import AnyLayout, DisaggLayout, parse_any_layouts
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.plan.candidates import check_pairs, disagg_candidate
 from orchestrator.plan.from_spec import constants_line, constants_used, plan_inputs
-from orchestrator.sim.pd_run import DisaggSimPoint, simulate_disagg_point
+from orchestrator.sim.pd_run import DisaggSimPoint, simulate_pair_point
 from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.checks import MAX_COUNT
 from orchestrator.spec.load import with_workload
@@ -77,6 +78,7 @@ def simulate_command(
         with_workload(spec, rates=[r for r, _ in loads if r is not None], num_requests=num_requests)
     elif num_requests is not None and num_requests > MAX_COUNT:
         raise SpecError(f"--num-requests {num_requests}: at most {MAX_COUNT:,}")
+    check_pairs(spec, chosen)  # a pair no deployment could run: one line, exit 2
     inputs = plan_inputs(spec)
     console = make_console(stderr=as_json)
     results: list[SimPoint | DisaggSimPoint] = []
@@ -89,8 +91,9 @@ def simulate_command(
                 with console.status(f"simulating {layout} at {what}"):
                     sp: SimPoint | DisaggSimPoint
                     if isinstance(layout, DisaggLayout):
-                        sp = simulate_disagg_point(spec, inputs, layout, rate, num_requests=num_requests,
-                                                   concurrency=conc)
+                        pair = disagg_candidate(spec, layout, inputs.settings)
+                        sp = simulate_pair_point(spec, inputs, pair, rate, num_requests=num_requests,
+                                                 concurrency=conc)
                     else:
                         sp = simulate_point(
                             spec, inputs, layout, rate, num_requests=num_requests, concurrency=conc

@@ -13,8 +13,8 @@ from orchestrator.cli.plan_cmd import int_list
 from orchestrator.cli.sim_cmd import rate_list_of
 from orchestrator.cli.sweep_tables import json_out, mode_note, ms, num, print_result, unsound_message
 from orchestrator.deploy.targets import check_runs_here
+from orchestrator.disagg import AnyLayout, parse_any_layouts
 from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, OrchError, SpecError
-from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
@@ -80,7 +80,7 @@ class _Display:
 
 def _as_swept(
     spec: SweepSpec,
-    layouts: tuple[Layout, ...] | None,
+    layouts: tuple[AnyLayout, ...] | None,
     rates: tuple[float, ...] | None,
     num_requests: int | None,
     concurrency: tuple[int, ...] | None = None,
@@ -112,7 +112,8 @@ def _as_swept(
 @app.command("sweep")
 def sweep_command(
     spec_path: Annotated[str | None, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")] = None,
-    layouts: Annotated[str | None, typer.Option("--layouts", help="Subset, e.g. tp8,tp4x2.")] = None,
+    layouts: Annotated[str | None, typer.Option(
+        "--layouts", help="Subset, e.g. tp8,tp4x2,p:tp4+d:tp4 (prefill/decode pairs too).")] = None,
     engine: Annotated[
         str | None, typer.Option("--engine", help="Override engine.name: sim|vllm|sglang.")
     ] = None,
@@ -172,7 +173,7 @@ def sweep_command(
         if engine not in ("sim", "vllm", "sglang"):
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
-    chosen = tuple(parse_layouts(layouts)) if layouts else None
+    chosen = tuple(parse_any_layouts(layouts)) if layouts else None
     rate_list = tuple(r) if (r := rate_list_of(rates)) else None
     levels = int_list(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:

@@ -38,6 +38,7 @@ from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_pro
 from orchestrator.deploy.k8s_forward import PodForward
 from orchestrator.engines import LaunchPlan
 from orchestrator.errors import DeployError, EngineDied
+from orchestrator.layout import Layout
 from orchestrator.spec.targets import KubernetesTarget
 
 _POLL_S = 0.5
@@ -79,6 +80,8 @@ class KubernetesRunTarget:
     # -- deploy -------------------------------------------------------------------------------------
     def deploy(self, plan: LaunchPlan) -> Deployment[KubeHandle]:
         layout = plan.layout
+        if not isinstance(layout, Layout):
+            return self._deploy_pair(plan)
         name = object_name(self.run_id, layout)
         opts = options_from_target(
             self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
@@ -113,6 +116,9 @@ class KubernetesRunTarget:
                 for i, f in enumerate(handle.forwards)
             )
         return Deployment(plan, endpoints, str(self.workdir), (handle,))
+
+    def _deploy_pair(self, plan: LaunchPlan) -> Deployment[KubeHandle]:
+        raise DeployError(f"{plan.name}: WIP")
 
     def _run_object(self) -> Obj:
         """The per-run ConfigMap every object is owned by (get or create); its ownerReference."""

@@ -204,15 +204,31 @@ async def with_engine_metrics(
 
 
 def series_to_dict(
-    samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0
+    samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0,
+    roles: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The stored form: times divided by the simulator's time scale, like every other measured time."""
+    """The stored form: times divided by the simulator's time scale, like every other measured time.
+    `roles`: per endpoint index, the pool it serves in (a prefill/decode deployment), if any."""
     rows = []
     for s in samples:
         d = asdict(s)
         d["t_s"] = s.t_s / time_scale
         rows.append({k: v for k, v in d.items() if v is not None})
-    return {"interval_s": interval_s / time_scale, "samples": rows}
+    out: dict[str, Any] = {"interval_s": interval_s / time_scale, "samples": rows}
+    if roles:
+        out["roles"] = list(roles)
+    return out
+
+
+def summarize_pools(series: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """summarize_series per pool, for a series whose endpoints have roles (prefill, decode); {} else."""
+    roles: list[str] = series.get("roles") or []
+    out: dict[str, dict[str, Any]] = {}
+    for role in dict.fromkeys(roles):
+        mine = {i for i, r in enumerate(roles) if r == role}
+        part = {**series, "samples": [s for s in series.get("samples") or [] if s.get("endpoint") in mine]}
+        out[role] = summarize_series(part)
+    return out
 
 
 def summarize_series(series: dict[str, Any]) -> dict[str, Any]:

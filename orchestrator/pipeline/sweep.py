@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate, DisaggCandidate
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import load_axis, load_grid
@@ -33,6 +33,7 @@ from orchestrator.pipeline.context import (
 from orchestrator.pipeline.derived import derive
 from orchestrator.pipeline.outcomes import FINAL_STATUSES, outcomes_from_store, point_outcome
 from orchestrator.pipeline.points import (
+    AnyRow,
     measure_candidate,
     plan_row,
     predict_outcome,
@@ -44,7 +45,6 @@ from orchestrator.pipeline.prune import dominated, exhaustive_grid_points, timin
 from orchestrator.pipeline.serve import launch_for, serve
 from orchestrator.pipeline.served import LocalBench
 from orchestrator.pipeline.side_by_side import placed_waves, run_wave
-from orchestrator.plan.planner import PlanRow
 from orchestrator.selection import LayoutOutcome, Selection, select
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import SweepSpec
@@ -104,11 +104,15 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
             if (why := pruned.get(c.name)) is not None:
                 store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
                 ctx.obs.layout_done(c.name, "pruned", why)
-        for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
+        single = [c for c in todo if isinstance(c, Candidate) and c.name not in pruned]
+        for number, wave in enumerate(placed_waves(ctx, single), 1):
             if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
                 run_wave(ctx, wave, number)
             else:
                 one_candidate(ctx, wave[0][0])
+        for pair in todo:  # a prefill/decode pair holds its two pools alone on the cluster
+            if isinstance(pair, DisaggCandidate) and pair.name not in pruned:
+                one_candidate(ctx, pair)
     except KeyboardInterrupt:
         store.finish_run(ctx.run_id, "interrupted", None)
         raise
@@ -146,7 +150,7 @@ def sweep_result(ctx: SweepContext, names: Sequence[str] | None = None) -> Sweep
     return SweepResult(ctx.run_id, select(outcomes, ctx.spec.objective), tuple(outcomes))
 
 
-def prune(ctx: SweepContext, candidates: Sequence[Candidate]) -> dict[str, str]:
+def prune(ctx: SweepContext, candidates: Sequence[AnyCandidate]) -> dict[str, str]:
     """Candidates the simulator predicts to lose clearly (pipeline/prune.py); served runs only: in
     virtual time the prediction is the measurement, so everything is measured."""
     if not ctx.served or ctx.opts.measure_all or len(candidates) < 2:
@@ -161,7 +165,7 @@ def prune(ctx: SweepContext, candidates: Sequence[Candidate]) -> dict[str, str]:
     return dominated(predicted, ctx.spec.objective)
 
 
-def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
+def one_candidate(ctx: SweepContext, candidate: AnyCandidate) -> None:
     """Plan, then measure one candidate alone (served or in virtual time); store its status."""
     name, obs, store = candidate.name, ctx.obs, ctx.store
     obs.phase(name, "plan")
@@ -172,6 +176,8 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
         obs.layout_done(name, "rejected", str(exc))
         return
     plan_d = finite(row.to_dict())
+    if isinstance(candidate, DisaggCandidate):
+        plan_d["split"] = candidate.to_dict()  # the stored run records both pools
     if row.rejected_because and not ctx.opts.force:
         reason = "; ".join(row.rejected_because)
         store.set_layout(ctx.run_id, name, candidate.gpus, "rejected", reason=reason, plan=plan_d)
@@ -196,7 +202,8 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
     obs.layout_done(name, "measured", None)
 
 
-def served_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, plan_d: dict[str, Any]) -> float:
+def served_candidate(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow,
+                     plan_d: dict[str, Any]) -> float:
     """The candidate alone on the cluster: the serve step around its load points, its load generator
     in this process. Returns the seconds spent in load points."""
     name = candidate.name
@@ -207,11 +214,11 @@ def served_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, plan
     with serve(launch.target, launch.compiled, ctx.ready_timeout_s,
                phase=lambda what: ctx.obs.phase(name, what)) as served:
         bench = LocalBench(ctx.spec, ctx.obs, served.clients, candidate.layout, ctx.scale,
-                           ctx.opts.engine_metrics_interval_s)
+                           ctx.opts.engine_metrics_interval_s, served.engines)
         return measure_candidate(ctx, candidate, row, served_point_fn(ctx, candidate, served, bench))
 
 
-def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[Candidate]) -> None:
+def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[AnyCandidate]) -> None:
     w = ctx.spec.workload
     rows = {r.layout: r for r in ctx.store.layouts(ctx.run_id)}
     measured = sum(1 for c in candidates if (r := rows.get(c.name)) is not None and r.status != "rejected")

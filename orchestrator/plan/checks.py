@@ -35,8 +35,9 @@ def _row_parallel_inputs(cfg: ModelConfig, layout: Layout) -> list[tuple[str, in
 
 
 def layout_problems(cfg: ModelConfig, layout: Layout, cluster: Cluster, *, weight_dtype: str,
-                    group_size: int) -> tuple[list[str], list[str]]:
-    """(rejections, warnings) that need no memory or timing figures."""
+                    group_size: int, redundant_experts: int = 0) -> tuple[list[str], list[str]]:
+    """(rejections, warnings) that need no memory or timing figures. `redundant_experts`: EPLB slots
+    beside the routed experts (routed + redundant must divide over the EP ranks)."""
     reject: list[str] = []
     warn: list[str] = []
     tp, pp = layout.tp, layout.pp
@@ -59,8 +60,9 @@ def layout_problems(cfg: ModelConfig, layout: Layout, cluster: Cluster, *, weigh
                     "(the largest sets the pace)")
     if layout.ep and not cfg.is_moe:
         reject.append("EP on a dense model: there are no experts to spread")
-    if layout.ep and cfg.is_moe and cfg.num_routed_experts % layout.ep_size:
-        reject.append(f"{cfg.num_routed_experts} experts do not divide over {layout.ep_size} EP ranks")
+    if layout.ep and cfg.is_moe and (cfg.num_routed_experts + redundant_experts) % layout.ep_size:
+        slots = f" + {redundant_experts} redundant" if redundant_experts else ""
+        reject.append(f"{cfg.num_routed_experts}{slots} experts do not divide over {layout.ep_size} EP ranks")
     if weight_dtype == "int4":
         for name, dim in _row_parallel_inputs(cfg, layout):
             shard = dim / tp

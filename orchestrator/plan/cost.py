@@ -223,7 +223,9 @@ class LayoutCost:
 def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layout: Layout, *,
                       gpus_per_node: int, weight_bytes_per_value: float, kv_bytes_per_value: float,
                       fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
-                      fp8_attention: bool = False) -> LayoutCost:
+                      fp8_attention: bool = False, expert_copies: float = 1.0) -> LayoutCost:
+    """`expert_copies`: physical / routed experts under EP with redundant slots (EPLB), the factor on
+    the routed expert weights every rank holds."""
     if layout.pp > counts.num_layers:
         raise SpecError(f"layout {layout}: {layout.pp} pipeline stages for {counts.num_layers} layers")
     tp = layout.tp
@@ -246,7 +248,7 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         lookup = counts.embedding * EMBEDDING_BYTES_PER_VALUE / tp if lookup_only else 0.0
         stages.append(StageCost(
             dense_weight_bytes=dense_b,
-            expert_weight_bytes=expert_b,
+            expert_weight_bytes=expert_b * (expert_copies if layout.ep else 1.0),
             kv_bytes_per_token=kv_bytes_per_token_per_gpu(cfg, kv_bytes_per_value, tp=tp, layers=sp.layers),
             dense_flops_per_token=2.0 * (sp.flop_params - routed_active) / tp,
             expert_flops_per_routed_token=2.0 * counts.routed_expert * sp.moe_layers / expert_ranks,

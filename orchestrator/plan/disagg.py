@@ -20,9 +20,10 @@ an M/D/1 server per prefill engine (a stated approximation: the simulator gives 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator.candidate import DisaggCandidate, Pool
 from orchestrator.catalog.types import LinkSpec
 from orchestrator.disagg import DisaggLayout, pool_problems
 from orchestrator.errors import SpecError
@@ -81,7 +82,8 @@ def _fit(inputs: PlanInputs, role: str, shape: Layout) -> tuple[list[str], list[
     """(rejections, warnings, KV tokens per engine, weight bytes per GPU, cost model) of one pool's
     replica shape. Placement on the nodes is the pair's (disagg.pool_problems), not the shape's."""
     reject, warn = layout_problems(inputs.cfg, shape, inputs.cluster, weight_dtype=inputs.weight_dtype,
-                                   group_size=inputs.quant_group_size)
+                                   group_size=inputs.quant_group_size,
+                                   redundant_experts=inputs.num_redundant_experts if shape.ep else 0)
     reject = [f"{role} pool: {r}" for r in reject if not r.startswith("needs ") and "spans nodes" not in r]
     warn = [f"{role} pool: {w}" for w in warn if "idle" not in w]
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
@@ -294,10 +296,28 @@ def combine(inputs: PlanInputs, pd: DisaggLayout, pf: PrefillEngine, dec: Decode
 
 
 def plan_disagg(inputs: PlanInputs, pd: DisaggLayout, *, engine: str, prompt_tokens: int, output_tokens: int,
-                itl_bound_ms: float | None = None, connector: str | None = None) -> DisaggRow:
-    """Score one prefill/decode pair."""
-    pf = prefill_engine(inputs, shape_of(pd.prefill), prompt_tokens)
-    dec = decode_engine(inputs, shape_of(pd.decode), prompt_tokens, output_tokens, itl_bound_ms)
+                itl_bound_ms: float | None = None, connector: str | None = None,
+                pool_inputs: tuple[PlanInputs, PlanInputs] | None = None) -> DisaggRow:
+    """Score one prefill/decode pair; `pool_inputs`: each pool's own (its settings and redundant
+    experts), else `inputs` for both."""
+    p_in, d_in = pool_inputs or (inputs, inputs)
+    pf = prefill_engine(p_in, shape_of(pd.prefill), prompt_tokens)
+    dec = decode_engine(d_in, shape_of(pd.decode), prompt_tokens, output_tokens, itl_bound_ms)
     facts = pair_facts(inputs, pf, dec, gpus=pd.gpus, engine=engine, prompt_tokens=prompt_tokens,
                        connector=connector)
     return combine(inputs, pd, pf, dec, facts, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+
+
+def inputs_of(inputs: PlanInputs, pool: Pool) -> PlanInputs:
+    """The cost model's inputs for one pool: its settings and its redundant expert slots."""
+    out = inputs.with_settings(pool.settings)
+    return out if out.num_redundant_experts == pool.num_redundant_experts else replace(
+        out, num_redundant_experts=pool.num_redundant_experts)
+
+
+def plan_pair(inputs: PlanInputs, cand: DisaggCandidate, *, prompt_tokens: int, output_tokens: int,
+              itl_bound_ms: float | None = None) -> DisaggRow:
+    """Score a disaggregated candidate: each pool with its own settings, over its transfer backend."""
+    return plan_disagg(inputs, cand.layout, engine=cand.engine, prompt_tokens=prompt_tokens,
+                       output_tokens=output_tokens, itl_bound_ms=itl_bound_ms, connector=cand.transfer,
+                       pool_inputs=(inputs_of(inputs, cand.prefill), inputs_of(inputs, cand.decode)))

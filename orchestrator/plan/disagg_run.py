@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.disagg import DisaggLayout
-from orchestrator.plan.disagg import LOAD_FOR_TTFT, DisaggRow, plan_disagg
+from orchestrator.plan.candidates import disagg_candidate
+from orchestrator.plan.disagg import LOAD_FOR_TTFT, DisaggRow, plan_pair
 from orchestrator.plan.disagg_search import SplitPlan, plan_splits, rank_key
 from orchestrator.plan.from_spec import mean_tokens, plan_inputs
 from orchestrator.plan.run import itl_bound_ms
@@ -43,14 +44,15 @@ def ttft_bound_ms(spec: SweepSpec) -> float | None:
 
 def make_disagg_plan(spec: SweepSpec, pairs: list[DisaggLayout], *,
                      prompt_tokens: int | None = None) -> DisaggPlanResult:
+    """Each pair as the spec runs it (disagg section: pool settings, redundant experts, transfer)."""
     inputs = plan_inputs(spec)
     prompt, output = workload_tokens(spec, prompt_tokens)
     bound = itl_bound_ms(spec)
     ttft = ttft_bound_ms(spec)
     rows = []
     for pd in pairs:
-        row = plan_disagg(inputs, pd, engine=spec.engine.name, prompt_tokens=prompt, output_tokens=output,
-                          itl_bound_ms=bound)
+        cand = disagg_candidate(spec, pd, inputs.settings)
+        row = plan_pair(inputs, cand, prompt_tokens=prompt, output_tokens=output, itl_bound_ms=bound)
         if row.fits and ttft is not None and row.ttft_ms > ttft:
             row = _warn(row, f"predicted TTFT without queueing {row.ttft_ms:.0f} ms exceeds the SLO bound "
                              f"{ttft:g} ms")

@@ -149,7 +149,7 @@ def expert_imbalance(inputs: PlanInputs, ep_size: int) -> float:
     """Busiest EP rank's load / mean over `ep_size` ranks. Cached: placing redundant experts takes a
     few hundred ms, and a search over layouts asks for the same EP size many times."""
     redundant = inputs.num_redundant_experts
-    if redundant and redundant % ep_size == 0:
+    if redundant and (inputs.cfg.num_routed_experts + redundant) % ep_size == 0:
         placed = place_redundant(inputs.popularity(), ep_ranks=ep_size, redundant_slots=redundant)
         return placed.imbalance_after
     return imbalance(inputs.popularity(), ep_ranks=ep_size)
@@ -157,14 +157,17 @@ def expert_imbalance(inputs: PlanInputs, ep_size: int) -> float:
 
 def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     """The cost model of one layout; the simulator uses this too."""
-    imb = 1.0
-    if layout.ep and inputs.cfg.is_moe and inputs.cfg.num_routed_experts % layout.ep_size == 0:
-        imb = expert_imbalance(inputs, layout.ep_size)
+    imb, copies = 1.0, 1.0
+    routed, redundant = inputs.cfg.num_routed_experts, inputs.num_redundant_experts
+    if layout.ep and inputs.cfg.is_moe and (routed + redundant) % layout.ep_size == 0:
+        if redundant or routed % layout.ep_size == 0:
+            imb = expert_imbalance(inputs, layout.ep_size)
+        copies = (routed + redundant) / routed  # every rank holds (routed + redundant) / EP slots
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
         fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
-        fp8_attention=inputs.fp8_attention,
+        fp8_attention=inputs.fp8_attention, expert_copies=copies,
     )
 
 
@@ -246,7 +249,8 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     """Score one layout. With `output_tokens` (per request) decode estimates charge the prefill of
     the prompts that keep the batch full (`decode_estimate`); without it they are decode alone."""
     reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
-                                   group_size=inputs.quant_group_size)
+                                   group_size=inputs.quant_group_size,
+                                   redundant_experts=inputs.num_redundant_experts if layout.ep else 0)
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)

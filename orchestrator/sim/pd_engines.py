@@ -85,10 +85,9 @@ class DecodeCore(EngineCore):
         self.prefill_kv += seq.computed
 
 
-def pool_engines(inputs: PlanInputs, shape: Layout, role: str, replicas: int, *,
-                 max_num_seqs: int | None = None,
-                 max_num_batched_tokens: int | None = None) -> list[EngineCore]:
-    """Every engine of one pool (replicas x DP ranks), from the planner's cost model and KV capacity."""
+def pool_engines(inputs: PlanInputs, shape: Layout, role: str, replicas: int) -> list[EngineCore]:
+    """Every engine of one pool (replicas x DP ranks), from the planner's cost model and KV capacity,
+    with the pool's settings (inputs.settings)."""
     cost = layout_cost(inputs, shape)
     kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
     if kv_tokens <= 0:
@@ -96,8 +95,8 @@ def pool_engines(inputs: PlanInputs, shape: Layout, role: str, replicas: int, *,
                         f"in {usable / 1e9:.1f} GB usable; the planner rejects it (orch plan)")
     config = EngineConfig(
         kv_capacity_tokens=kv_tokens,
-        max_num_seqs=max_num_seqs or inputs.max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens or inputs.max_num_batched_tokens,
+        max_num_seqs=inputs.max_num_seqs,
+        max_num_batched_tokens=inputs.max_num_batched_tokens,
         block_tokens=inputs.settings.block_size,
     )
     kind = PrefillCore if role == "prefill" else DecodeCore

@@ -1,4 +1,4 @@
-"""`orch simulate` for a prefill/decode pair: the spec's workload through both pools in virtual time.
+"""`orch simulate` for a prefill/decode candidate: the spec's workload through both pools in virtual time.
 
 The same load point as an aggregated layout (sim/run.py): an open-loop rate capped by the workload's
 max_concurrency, or a closed loop of N clients; the same requests, the same metric code. Per GPU means
@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.candidate import DisaggCandidate
 from orchestrator.disagg import DisaggLayout, one_node
-from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
-from orchestrator.plan.disagg import shape_of
+from orchestrator.plan.disagg import inputs_of, shape_of
 from orchestrator.plan.kv_transfer import transfer_link, transfer_time_fn
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.pd_engines import DecodeCore, PrefillCore, pool_engines
@@ -31,15 +31,15 @@ class DisaggSimPoint:
     summary: DisaggSummary
 
 
-def pd_engines(spec: SweepSpec, inputs: PlanInputs,
-               pd: DisaggLayout) -> tuple[list[PrefillCore], list[DecodeCore], Callable[[int], float]]:
-    """Both pools' engines (replicas x DP ranks each) and the KV transfer time per prompt length."""
-    seqs, budget = spec.engine.max_num_seqs, spec.engine.max_num_batched_tokens
-    prefill = [e for e in pool_engines(inputs, shape_of(pd.prefill), "prefill", pd.prefill.replicas,
-                                       max_num_seqs=seqs, max_num_batched_tokens=budget)
+def pd_engines(inputs: PlanInputs, cand: DisaggCandidate,
+               ) -> tuple[list[PrefillCore], list[DecodeCore], Callable[[int], float]]:
+    """Both pools' engines (replicas x DP ranks each, with each pool's own settings and redundant
+    experts) and the KV transfer time per prompt length."""
+    pd = cand.layout
+    p_in, d_in = inputs_of(inputs, cand.prefill), inputs_of(inputs, cand.decode)
+    prefill = [e for e in pool_engines(p_in, shape_of(pd.prefill), "prefill", pd.prefill.replicas)
                if isinstance(e, PrefillCore)]
-    decode = [e for e in pool_engines(inputs, shape_of(pd.decode), "decode", pd.decode.replicas,
-                                      max_num_seqs=seqs, max_num_batched_tokens=budget)
+    decode = [e for e in pool_engines(d_in, shape_of(pd.decode), "decode", pd.decode.replicas)
               if isinstance(e, DecodeCore)]
     link = transfer_link(inputs.gpu.intra_node, inputs.gpu.inter_node,
                          same_node=one_node(pd, inputs.cluster.gpus_per_node))
@@ -48,13 +48,14 @@ def pd_engines(spec: SweepSpec, inputs: PlanInputs,
     return prefill, decode, seconds
 
 
-def simulate_disagg_point(spec: SweepSpec, inputs: PlanInputs, pd: DisaggLayout, rate: float | None = None, *,
-                          num_requests: int | None = None, concurrency: int | None = None,
-                          policy: Balance = "least_outstanding",
-                          sample_interval_s: float | None = None) -> DisaggSimPoint:
-    """One load point of `pd`: open loop at `rate` requests/s or a closed loop of `concurrency` clients."""
-    w = spec.workload
-    prefill, decode, seconds = pd_engines(spec, inputs, pd)
+def simulate_pair_point(spec: SweepSpec, inputs: PlanInputs, cand: DisaggCandidate,
+                        rate: float | None = None, *, num_requests: int | None = None,
+                        concurrency: int | None = None,
+                        sample_interval_s: float | None = None) -> DisaggSimPoint:
+    """One load point of a disaggregated candidate: open loop at `rate` requests/s or a closed loop
+    of `concurrency` clients, its router picking engines by the candidate's policy."""
+    w, pd, policy = spec.workload, cand.layout, cand.router_policy
+    prefill, decode, seconds = pd_engines(inputs, cand)
     front = inputs.gpu.request_overhead_s
     if concurrency is not None:
         n = num_requests or w.num_requests
@@ -74,6 +75,6 @@ def simulate_disagg_point(spec: SweepSpec, inputs: PlanInputs, pd: DisaggLayout,
     else:
         raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
-    metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=pd.gpus, slo=slo)
+    metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=cand.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return DisaggSimPoint(pd, PointResult(point, metrics, tuple(records), why), summary)
