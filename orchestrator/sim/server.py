@@ -294,6 +294,8 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None
 def build_app(server: SimServer) -> web.Application:
     app = web.Application()
     app.router.add_get("/health", server.health)
+    # SGLang's health URL (engines/sglang.py probes it), so the simulator can stand in for an SGLang pod
+    app.router.add_get("/health_generate", server.health)
     app.router.add_get("/v1/models", server.models)
     app.router.add_get("/metrics", server.metrics)
     app.router.add_post("/v1/completions", server.completions)
