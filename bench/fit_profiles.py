@@ -8,7 +8,7 @@ bench/fidelity_cases.yaml): a profile is for one GPU and one engine. Per group, 
 when a case is MoE; only hbm_efficiency and step_overhead_s where the group has too few numbers for
 more) are fitted to every published number of the group's cases, each case run in its source's mode
 (bench/fidelity.py run_case), by the Levenberg-Marquardt of `orch calibrate`
-(orchestrator/calibrate/fit.py fit_constants), starting from the GPU preset.
+(orchestrator/calibrate/fitting.py fit_constants), starting from the GPU preset.
 
 - `--write`: fit on all of a group's cases (in-sample) and store the profile as
   orchestrator/catalog/profiles/<trtllm|vllm>-<gpu>.yaml.
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fidelity  # noqa: E402  (bench/fidelity.py, beside this file)
 
-from orchestrator.calibrate.fit import DEFAULT_CONSTANTS, MOE_CONSTANTS, fit_constants  # noqa: E402
+from orchestrator.calibrate.fitting import DEFAULT_CONSTANTS, MOE_CONSTANTS, fit_constants  # noqa: E402
 from orchestrator.catalog.loader import load_gpu, load_model  # noqa: E402
 from orchestrator.catalog.profiles import NO_PROFILE, write_profile  # noqa: E402
 from orchestrator.errors import OrchError  # noqa: E402

@@ -32,7 +32,7 @@ from orchestrator.compile.helm_values import CHART_NAME
 from orchestrator.compile.k8s import GPU_PRODUCT_LABEL
 from orchestrator.compile.k8s_pd import LONGEST_SUFFIX
 from orchestrator.disagg import AnyLayout, DisaggLayout, is_disagg_text, parse_any_layout
-from orchestrator.engines import EngineSettings
+from orchestrator.engines import ENGINES, EngineSettings, get_engine
 from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.kv_handover import backend_problem, default_backend
 from orchestrator.layout import Layout, parse_layout
@@ -221,7 +221,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
     notes: list[str] = []
-    if measured_engine == "sim":
+    if measured_engine in ENGINES and get_engine(measured_engine).simulated:
         notes.append(
             f"run {run_id} measured the simulated engine; these artifacts are for {engine}, compiled from "
             "the same spec and layout: measure them on the real engine before relying on the numbers"

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.calibrate.fitting import METRICS, Calibration, fit, points_from_store, profile_extra
 from orchestrator.catalog.profiles import write_profile
 from orchestrator.cli import app, make_console, print_table
 from orchestrator.errors import SpecError

@@ -19,7 +19,7 @@ from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import Layout
 from orchestrator.pipeline.context import DEFAULT_READY_TIMEOUT_S
 from orchestrator.pipeline.provenance import hardware_seen, new_run_id, orch_version
-from orchestrator.pipeline.serve import serve
+from orchestrator.pipeline.serving import serve
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.targets import LocalTarget

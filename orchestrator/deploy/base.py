@@ -2,7 +2,7 @@
 (local processes, Ray, Kubernetes, and the fake for tests) implements, and the deferral of signals
 that keeps a teardown from being abandoned half way.
 
-The serve step (pipeline/serve.py) is the one caller that deploys, waits, warms up and always tears
+The serve step (pipeline/serving.py) is the one caller that deploys, waits, warms up and always tears
 down; `deployed` is its deploy-and-wait core, for callers that need no warm-up."""
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ settings, compile for the command; neither is imported here, so both may import 
 from __future__ import annotations
 
 from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.engines import sglang, sim, vllm
 from orchestrator.engines.base import (
     PORT_STRIDE,
     Engine,
@@ -21,13 +22,14 @@ from orchestrator.engines.base import (
     secret_values,
 )
 from orchestrator.engines.settings import EngineSettings, SettingsRequest
-from orchestrator.engines.sglang import ENGINE as _SGLANG
-from orchestrator.engines.sim import ENGINE as _SIM
 from orchestrator.engines.sim import SimOptions
-from orchestrator.engines.vllm import ENGINE as _VLLM
 from orchestrator.errors import SpecError
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (_VLLM, _SGLANG, _SIM)}
+ENGINES: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE, sim.ENGINE)}
+#: Every engine's Prometheus metric names -> the fields orch reads (loadgen/engine_metrics.py).
+METRIC_FIELDS: dict[str, str] = {
+    name: field for e in ENGINES.values() for name, field in e.metrics.items()
+}
 
 
 def get_engine(name: str) -> Engine:
@@ -45,7 +47,7 @@ def resolve_settings(engine: str, gpu: GPUSpec, model: ModelConfig,
 
 
 __all__ = [
-    "ENGINES", "PORT_STRIDE", "Engine", "EngineOptions", "EngineSettings", "LaunchPlan", "Placement",
-    "ProcessSpec", "ReplicaPlan", "SecretEnv", "SettingsRequest", "SimOptions", "check_extra_args",
-    "get_engine", "resolve_settings", "secret_values",
+    "ENGINES", "METRIC_FIELDS", "PORT_STRIDE", "Engine", "EngineOptions", "EngineSettings", "LaunchPlan",
+    "Placement", "ProcessSpec", "ReplicaPlan", "SecretEnv", "SettingsRequest", "SimOptions",
+    "check_extra_args", "get_engine", "resolve_settings", "secret_values",
 ]

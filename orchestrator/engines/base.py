@@ -256,6 +256,7 @@ class Engine(Protocol):
     name: str
     version: str  # the release whose flags and defaults this module follows
     simulated: bool  # True for the simulated engine: no weights, no devices, a simulated clock
+    metrics: Mapping[str, str]  # its Prometheus names -> the fields orch reads (loadgen/engine_metrics.py)
 
     def resolve_settings(self, request: SettingsRequest, gpu: GPUSpec, model: ModelConfig) -> EngineSettings:
         """The request where it says something, else this engine's own default for the GPU and version."""

@@ -15,6 +15,7 @@ resolve_max_num_reqs), the page size and the radix cache (sglang/srt/arg_groups/
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from orchestrator.catalog.types import GPUSpec, ModelConfig
@@ -44,6 +45,14 @@ PROGRAM = ("python3", "-m", "sglang.launch_server")
 VERSION = "0.5.23"
 MIB = 2**20
 _MEMORY_HOOK = "sglang/srt/arg_groups/memory_hook.py handle_gpu_memory_settings"
+# Its Prometheus names (/metrics) -> the fields orch reads (loadgen/engine_metrics.py).
+METRICS: Mapping[str, str] = {
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "waiting",
+    "sglang:token_usage": "kv_usage",
+    "sglang:num_retracted_requests_total": "preemptions",  # the counter; num_retracted_reqs is a gauge
+    "sglang:cache_hit_rate": "prefix_hit_rate",
+}
 MAX_PREFILL_TOKENS = 16384  # ServerArgs max_prefill_tokens (sglang/srt/arg_groups/fields/schedule.py)
 
 # The spec names all-to-all backends as vLLM does; SGLang splits DeepEP's two modes into a second flag.
@@ -138,6 +147,7 @@ class SGLangEngine:
 
     name = "sglang"
     version = VERSION
+    metrics = METRICS
     simulated = False
 
     def resolve_settings(

@@ -30,6 +30,7 @@ from orchestrator.engines.base import (
     placement_problems,
 )
 from orchestrator.engines.settings import EngineSettings, SettingsRequest
+from orchestrator.engines.vllm import METRICS as VLLM_METRICS
 from orchestrator.engines.vllm import VERSION as VLLM_VERSION
 from orchestrator.engines.vllm import resolve_vllm
 from orchestrator.errors import SpecError
@@ -100,6 +101,7 @@ def settings_flags(settings: EngineSettings) -> list[str]:
 class SimEngine:
     name = "sim"
     version = VERSION
+    metrics = VLLM_METRICS  # the simulated server speaks vLLM's names (sim/server.py)
     simulated = True  # its hardware exists only in the cost model
 
     def resolve_settings(

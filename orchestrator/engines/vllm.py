@@ -9,6 +9,7 @@ The defaults `resolve_settings` takes where the spec is silent are vLLM 0.33.0's
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from orchestrator.catalog.types import GPUSpec, ModelConfig
@@ -40,6 +41,18 @@ GIB = 2**30
 
 # vllm/config/cache.py, CacheConfig: the field default of gpu_memory_utilization, and DEFAULT_BLOCK_SIZE.
 GPU_MEMORY_UTILIZATION = 0.92
+# Its Prometheus names (/metrics) -> the fields orch reads (loadgen/engine_metrics.py); older names too.
+METRICS: Mapping[str, str] = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:num_preemptions": "preemptions",
+    "vllm:gpu_prefix_cache_hit_rate": "prefix_hit_rate",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
+}
 BLOCK_SIZE = 16
 # vllm/platforms/cpu.py, CpuPlatform.update_block_size_for_backend: 128 on CPU; its MLA backend needs 16.
 CPU_BLOCK_SIZE = 128
@@ -108,6 +121,7 @@ class VLLMEngine:
 
     name = "vllm"
     version = VERSION
+    metrics = METRICS
     simulated = False
 
     def resolve_settings(

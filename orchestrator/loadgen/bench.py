@@ -30,6 +30,7 @@ from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
 from orchestrator.loadgen.workers import run_open_loop_workers
 from orchestrator.loadgen.workloads import Workload
+from orchestrator.verdict import Verdict
 
 #: Builds a workload of (at least) n requests; a trace ignores n and returns its own requests.
 WorkloadFactory = Callable[[int], Workload]
@@ -88,6 +89,11 @@ class PointResult:
     @property
     def passed(self) -> bool | None:
         return None if self.verdict is None else not self.verdict
+
+    @property
+    def judgement(self) -> Verdict:
+        """The verdict as a value: passed, failed, or unjudged (orchestrator/verdict.py)."""
+        return Verdict.of(self.passed, self.verdict)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,6 +1,6 @@
 """What every step of a sweep reads: one frozen SweepContext, built once (`open_context`) from the spec,
 the options and the store, and passed explicitly to plain functions (pipeline/points.py,
-pipeline/serve.py, pipeline/side_by_side.py, pipeline/sweep.py). Nothing in it changes after it is
+pipeline/serving.py, pipeline/side_by_side.py, pipeline/sweep.py). Nothing in it changes after it is
 built except the two small tallies it points to (timings and predicted capacities); a side-by-side
 layout's thread gets the same context with a store and an observer that run on the main thread.
 """

@@ -28,8 +28,8 @@ from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.repeats import reseeded
-from orchestrator.pipeline.serve import Cancelled
 from orchestrator.pipeline.served import bench_point
+from orchestrator.pipeline.serving import Cancelled
 from orchestrator.spec.models import SweepSpec
 
 POLL_S = 0.2

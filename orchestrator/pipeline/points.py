@@ -37,14 +37,15 @@ from orchestrator.pipeline.predict import (
     transfer_stats,
     virtual_point,
 )
-from orchestrator.pipeline.repeats import measure_point, reseeded, unjudged
-from orchestrator.pipeline.serve import Served
+from orchestrator.pipeline.repeats import measure_point, reseeded
+from orchestrator.pipeline.serving import Served
 from orchestrator.plan.disagg import DisaggRow, plan_pair
 from orchestrator.plan.from_spec import mean_tokens
 from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome
 from orchestrator.sim.pd_run import DisaggSimPoint
+from orchestrator.verdict import Verdict
 
 AnyRow = PlanRow | DisaggRow
 
@@ -159,7 +160,8 @@ def judge(ctx: SweepContext, result: PointResult, gpus: int) -> dict[str, Any]:
 
 
 def probe_of(result: PointResult, load: float) -> Probe:
-    return Probe(load, bool(result.passed), result.verdict or "", judged=not unjudged(result))
+    v = result.judgement
+    return Probe(load, v.passed, v.text, judged=v.judged)
 
 
 def measure_candidate(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow, point_fn: PointFn) -> float:
@@ -174,9 +176,9 @@ def measure_candidate(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow, p
         label = load_label(by, load)
         prior = stored.get(label)
         if prior is not None:
-            why, margin = prior.verdict or "", prior.metrics.get("slo_margin")
-            return Probe(load, bool(prior.passed), why, judged=not why.startswith("unreliable"),
-                         sure=margin != "close")
+            v = Verdict.of(prior.passed, prior.verdict)
+            return Probe(load, v.passed, v.text, judged=v.judged,
+                         sure=prior.metrics.get("slo_margin") != "close")
         ctx.obs.phase(name, f"bench {label}")
         t0 = time.monotonic()
         series: list[dict[str, Any]] = [{}]

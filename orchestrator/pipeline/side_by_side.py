@@ -9,7 +9,7 @@ Ray and Kubernetes the cluster's scheduler picks the devices, the share only dec
 together), its own free ports, and a thread that deploys it, waits for it, warms it up and runs its
 own load points (the spec's grid, or its own capacity search: layouts do not wait for each other).
 The store and the display are used from the main thread only. Every deployment of the wave is torn
-down on success, failure and Ctrl-C: each runs through the serve step (pipeline/serve.py), which the
+down on success, failure and Ctrl-C: each runs through the serve step (pipeline/serving.py), which the
 main thread can cancel. Stored per layout (extra `placement/<layout>`): the wave, the
 layouts it shared the cluster with, and the nodes and GPU ids of each replica; each load point says
 which layouts were running beside it (`side_by_side_with`).
@@ -39,7 +39,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.context import Observer, SweepContext
 from orchestrator.pipeline.loadgen_proc import LoadgenProcess, MainThreadCalls, on_main_thread
 from orchestrator.pipeline.points import AnyRow, measure_candidate, plan_row, served_point_fn
-from orchestrator.pipeline.serve import Cancel, Cancelled, Launch, launch_for, port_block, serve
+from orchestrator.pipeline.serving import Cancel, Cancelled, Launch, launch_for, port_block, serve
 from orchestrator.spec.targets import RayTarget as RayTargetSpec
 from orchestrator.store.extras import CLUSTER, PLACEMENT, named
 

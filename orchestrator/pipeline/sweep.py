@@ -6,7 +6,7 @@ pipeline/capacity.py) and one metric code (RequestRecords -> loadgen.metrics):
 - virtual (the default for `engine: sim` on the local target): the simulated engine in virtual time,
   no servers; deterministic for a workload seed, seconds per layout.
 - served (`--served`, and always for vllm/sglang or Ray/Kubernetes targets): the serve step
-  (pipeline/serve.py: deploy -> wait -> warm up -> tear down) around the load points, measured over
+  (pipeline/serving.py: deploy -> wait -> warm up -> tear down) around the load points, measured over
   HTTP with the load generator; several layouts at once on disjoint GPUs when side by side is on
   (pipeline/side_by_side.py).
 Results are committed after every load point, so a sweep interrupted at any moment resumes with
@@ -42,8 +42,8 @@ from orchestrator.pipeline.points import (
 )
 from orchestrator.pipeline.provenance import hardware_seen, model_config_hash, orch_version
 from orchestrator.pipeline.prune import dominated, exhaustive_grid_points, timing
-from orchestrator.pipeline.serve import launch_for, serve
 from orchestrator.pipeline.served import LocalBench
+from orchestrator.pipeline.serving import launch_for, serve
 from orchestrator.pipeline.side_by_side import placed_waves, run_wave
 from orchestrator.selection import LayoutOutcome, Selection, select
 from orchestrator.spec.load import spec_hash

@@ -22,8 +22,7 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.engines import SettingsRequest
-from orchestrator.engines.sim import ENGINE as SIM_ENGINE
+from orchestrator.engines import SettingsRequest, get_engine
 from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
@@ -380,7 +379,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
         enable_prefix_caching=args.enable_prefix_caching, max_model_len=args.max_model_len,
     )
-    settings = SIM_ENGINE.resolve_settings(request, gpu, cfg)
+    settings = get_engine("sim").resolve_settings(request, gpu, cfg)
     max_len = settings.max_model_len
     inputs = PlanInputs(
         cfg=cfg, gpu=gpu, cluster=Cluster(args.nodes, args.gpus_per_node or gpu.gpus_per_node),

@@ -108,9 +108,10 @@ class SideRecords:
     def set_cluster(self, note: dict[str, Any]) -> None:
         self.store.set_extra(self.run_id, CLUSTER, note)
 
-    def derived(self) -> dict[str, dict[str, Any]]:
-        """`objectives` and `pareto`, where derived."""
-        return {k: v for k in (OBJECTIVES, PARETO) if (v := self._one(k)) is not None}
+    def whole_run(self) -> dict[str, dict[str, Any]]:
+        """The records about the run as a whole, by key (`sweep`, `objectives`, `pareto`, `cluster`,
+        where stored): what `orch sweep --json` prints at its top level."""
+        return {k: v for k in (SWEEP, OBJECTIVES, PARETO, CLUSTER) if (v := self._one(k)) is not None}
 
     def set_derived(self, objectives: dict[str, Any], pareto: dict[str, Any]) -> None:
         self.store.set_extra(self.run_id, OBJECTIVES, objectives)

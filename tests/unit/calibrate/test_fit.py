@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.calibrate.fit import MeasuredPoint, predict_point
+from orchestrator.calibrate.fitting import MeasuredPoint, predict_point
 from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
@@ -172,7 +172,7 @@ def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
 
 
 def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, Path, str]) -> None:
-    from orchestrator.calibrate.fit import fit
+    from orchestrator.calibrate.fitting import fit
     from orchestrator.errors import SpecError
 
     tmp = measured[0]

@@ -9,6 +9,7 @@ the Placement; the engine turns them and the candidate (layout + resolved settin
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -185,6 +186,19 @@ def placement(spec: SweepSpec, node_addrs: tuple[str, ...] | None = None) -> Pla
         on_cpu=is_cpu(hw.gpu),
         bind_host=bind,
     )
+
+
+def to_json(
+    plan: LaunchPlan, nodes: Sequence[str] | None = None, warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The plan as a JSON-ready dict (`orch compile --format json`); with the node addresses and any
+    warnings when given."""
+    out = plan.to_dict()
+    if nodes is not None:
+        out["nodes"] = list(nodes)
+    if warnings:
+        out["warnings"] = list(warnings)
+    return out
 
 
 @dataclass(frozen=True)

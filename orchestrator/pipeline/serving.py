@@ -6,7 +6,7 @@ Deploying and tearing down run with SIGINT/SIGTERM deferred (a second Ctrl-C mus
 half stopped). A `Cancel` lets another thread stop the step: the deployment is torn down there, at
 once, and the step raises Cancelled in its own thread; teardown happens exactly once, whoever gets
 there first. `launch_for` compiles a sweep candidate on free ports (avoiding a wave mate's) with its
-target, through compile.prepare, the one launch plan.
+target, through compile.prepare (compile/launch.py), the one launch plan.
 """
 
 from __future__ import annotations
