@@ -30,7 +30,9 @@ from orchestrator.engines import METRIC_FIELDS
 DEFAULT_INTERVAL_S = 0.5
 SCRAPE_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
-FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate")
+# kv_transfers / kv_transfer_s: a prefill/decode pair's KV handovers and their seconds on the link
+# (counters: NIXL's transfer histogram on vLLM, orch_sim_kv_* on the simulated roles)
+FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate", "kv_transfers", "kv_transfer_s")
 
 _NAMES = METRIC_FIELDS  # each engine names its own metrics (orchestrator/engines/)
 _FRACTIONS = ("kv_usage", "prefix_hit_rate")
@@ -50,6 +52,8 @@ class EngineSample:
     kv_usage: float | None = None  # fraction of the KV cache in use, 0-1
     preemptions: float | None = None  # counter since the engine started
     prefix_hit_rate: float | None = None  # fraction, 0-1
+    kv_transfers: float | None = None  # counter: KV handovers completed (a pair's pool servers)
+    kv_transfer_s: float | None = None  # counter: seconds those handovers spent on the link
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -234,11 +238,17 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         vals = [s[name] for s in samples if s.get(name) is not None]
         return max(vals) if vals else None
 
-    preempted: float | None = None
-    for ep in {s["endpoint"] for s in samples}:
-        counts = [s["preemptions"] for s in samples if s["endpoint"] == ep and "preemptions" in s]
-        if counts:
-            preempted = (preempted or 0.0) + max(counts) - min(counts)
+    def growth(name: str) -> float | None:
+        """How much a counter grew during the point, summed over the endpoints that report it."""
+        out: float | None = None
+        for ep in {s["endpoint"] for s in samples}:
+            counts = [s[name] for s in samples if s["endpoint"] == ep and name in s]
+            if counts:
+                out = (out or 0.0) + max(counts) - min(counts)
+        return out
+
+    preempted = growth("preemptions")
+    transfers, transfer_s = growth("kv_transfers"), growth("kv_transfer_s")
     running, waiting = total("running"), total("waiting")
     return {
         "samples": len(samples),
@@ -249,4 +259,6 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         "waiting_peak": max(waiting) if waiting else None,
         "preemptions": preempted,
         "prefix_hit_rate_peak": peak("prefix_hit_rate"),
+        "kv_transfers": transfers,
+        "kv_transfer_ms_mean": 1e3 * transfer_s / transfers if transfers and transfer_s is not None else None,
     }

@@ -117,12 +117,13 @@ def virtual_point_fn(ctx: SweepContext, candidate: AnyCandidate) -> PointFn:
         sim: dict[str, Any] = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
                                "virtual_s": s.virtual_s}
         roles: list[str] = []
+        extra: dict[str, Any] = {"measured_in": "virtual time", "sim": sim}
         if isinstance(sp, DisaggSimPoint) and isinstance(candidate, DisaggCandidate):
-            sim["kv_transfer"] = transfer_stats(sp)
+            extra["kv_transfer"] = {**transfer_stats(sp), "source": "simulated"}
             roles = [pool.role for pool in candidate.pools
                      for _ in range(pool.layout.replicas * pool.layout.dp)]
         series = series_to_dict(list(s.engine_samples), interval_s, roles=roles)
-        extra = {"measured_in": "virtual time", "sim": sim, "engine": engine_summary(series)}
+        extra["engine"] = engine_summary(series)
         return Measured(sp.result, extra, series)
 
     return run
@@ -140,12 +141,18 @@ def served_point_fn(ctx: SweepContext, candidate: AnyCandidate, served: Served, 
         point, n = load_point(ctx.spec.workload, load), ctx.opts.num_requests
         result, series = bench.point(point, n, k)
         served.check_alive()
+        engines = engine_summary(series)
         extra = {
             "predicted": predicted_metrics(reseeded(ctx.spec, k), inputs, what, point.rate, n,
                                            point.concurrency),
-            "engine": engine_summary(series),
+            "engine": engines,
             **(beside or {}),
         }
+        if isinstance(candidate, DisaggCandidate) and engines.get("kv_transfers"):
+            # what the pool servers counted (the decode side times each read of KV it pulls)
+            extra["kv_transfer"] = {"transfers": engines["kv_transfers"],
+                                    "transfer_ms_mean": engines.get("kv_transfer_ms_mean"),
+                                    "source": "engine metrics"}
         return Measured(result, extra, series)
 
     return run
