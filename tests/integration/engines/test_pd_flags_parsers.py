@@ -23,8 +23,9 @@ from orchestrator.engines.pd_flags import (
 )
 from orchestrator.errors import SpecError
 from orchestrator.router.server import parse_args as router_parse_args
-from tests.support.engine_cases import PARSERS
+from tests.support.engine_cases import PARSERS, spec_layouts
 from tests.support.engine_cases import venv_python as _python
+from tests.support.paths import LAYOUTS
 
 PARSE = PARSERS / "pd_parse.py"
 
@@ -110,20 +111,39 @@ def test_router_argv_round_trips_through_its_parser() -> None:
 PAIRS = [("p:tp2x2+d:tp4", 1), ("p:tp4+d:tp2", 1), ("p:tp8+d:tp8", 2), ("p:tp1x4+d:tp4", 1)]
 
 
-def _pair_argvs(engine: str) -> list[tuple[str, list[str], str]]:
-    """(pair, argv after the program, role) of every pool server of every pair in PAIRS."""
-    from orchestrator.compile import prepare
-    from orchestrator.disagg import parse_disagg
-    from orchestrator.plan.candidates import disagg_candidate
-    from orchestrator.plan.from_spec import engine_settings
+def _pair_specs(engine: str) -> list[tuple[str, Any]]:
+    """(pair, spec) of every pair in PAIRS (Qwen2.5-7B) and of every example spec in layouts/."""
+    from orchestrator.spec.load import load_spec
     from orchestrator.spec.models import SweepSpec
 
     out = []
     for text, nodes in PAIRS:
-        spec = SweepSpec.model_validate({
+        out.append((text, SweepSpec.model_validate({
             "model": {"name": "qwen2.5-7b", "max_model_len": 8192, "path": "acme/tiny"},
             "hardware": {"gpu": "h100-sxm", "nodes": nodes}, "engine": {"name": engine},
-            "workload": {"rates_per_s": [1], "num_requests": 4}, "layouts": [text]})
+            "workload": {"rates_per_s": [1], "num_requests": 4}, "layouts": [text]})))
+    for key in spec_layouts(pairs=True):
+        stem, text = key.split("/", 1)
+        spec = load_spec(LAYOUTS / f"{stem}.yaml")
+        # the example's own engine may be the simulator: compile the pair for `engine` with its default
+        # transfer backend, keeping each pool's settings
+        disagg = spec.disagg.model_copy(update={"transfer_backend": None})
+        out.append((key, spec.model_copy(update={
+            "engine": spec.engine.model_copy(update={"name": engine}), "disagg": disagg,
+            "model": spec.model.model_copy(update={"path": "acme/tiny"})})))
+    return out
+
+
+def _pair_argvs(engine: str) -> list[tuple[str, list[str], str]]:
+    """(pair, argv after the program, role) of every pool server of every pair of _pair_specs."""
+    from orchestrator.compile import prepare
+    from orchestrator.disagg import parse_disagg
+    from orchestrator.plan.candidates import disagg_candidate
+    from orchestrator.plan.from_spec import engine_settings
+
+    out = []
+    for key, spec in _pair_specs(engine):
+        text, nodes = key.rsplit("/", 1)[-1], spec.hardware.nodes
         cand = disagg_candidate(spec, parse_disagg(text), engine_settings(spec))
         nodes_at = tuple(f"10.0.0.{i + 1}" for i in range(nodes)) if nodes > 1 else None
         plan = prepare(spec, cand, node_addrs=nodes_at).plan
@@ -134,7 +154,7 @@ def _pair_argvs(engine: str) -> list[tuple[str, list[str], str]]:
                 argv = list(proc.argv)
                 program = "serve" if engine == "vllm" else "sglang.launch_server"
                 start = argv.index(program) + 1
-                out.append((text, argv[start:], rep.role))
+                out.append((key, argv[start:], rep.role))
     return out
 
 
