@@ -1,89 +1,84 @@
-"""Virtual-time capacity search of four prefill/decode candidates, beside the same search for the
+"""A virtual-time `orch sweep` of four prefill/decode candidates, beside the same sweep of four
 aggregated candidates of the same GPUs.
 
-Goal (issue 25): a virtual-time sweep of four disaggregated candidates under a minute here. Each
-candidate's capacity is searched as `orch sweep` searches it (loadgen.search.next_rate: bracket, then
-bisect, from the planner's capacity, within the spec's search bounds), every load point a full
-simulated run of the spec's workload (layouts/qwen72b-long-prompt.yaml: 60 s of ~8k-token prompts),
-here on two nodes (16 H100) so that four pairs fit.
-Printed per candidate: points run, capacity found, what the planner predicted, wall seconds.
+Goal (issue 25): a virtual-time sweep of four disaggregated candidates under a minute here. Each sweep
+is the real pipeline (pipeline/sweep.py: plan, the capacity search from the planner's seed, every load
+point a full simulated run of the spec's workload, intervals, the store, the selection), on
+layouts/qwen72b-long-prompt.yaml (60 s of ~8k-token prompts) moved to two nodes (16 H100) so that four
+pairs fit. Printed per candidate: load points, SLO capacity found, wall seconds; then each sweep's
+total (wall and this process's CPU) and the ratio of the two sweeps.
 Run: .venv/bin/python bench/disagg_search_speed.py
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from orchestrator.disagg import AnyLayout, DisaggLayout, parse_any_layout
-from orchestrator.loadgen.search import next_rate
-from orchestrator.plan.disagg import plan_disagg
-from orchestrator.plan.disagg_run import workload_tokens
-from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import PlanInputs, plan_layout
-from orchestrator.plan.run import itl_bound_ms
-from orchestrator.sim.pd_run import simulate_disagg_point
-from orchestrator.sim.run import simulate_point
+from orchestrator.disagg import parse_any_layouts
+from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.spec.load import load_spec
-from orchestrator.spec.models import SweepSpec
+from orchestrator.store.db import Store
 
 SPEC = Path(__file__).resolve().parents[1] / "layouts" / "qwen72b-long-prompt.yaml"
 NODES = 2
-DISAGG = ["p:tp4x3+d:tp4", "p:tp4x2+d:tp8", "p:tp8+d:tp8", "p:tp4x2+d:tp4x2"]
-AGGREGATED = ["tp8x2", "tp4x4", "tp8pp2", "tp4pp2x2"]
+DISAGG = "p:tp4x3+d:tp4,p:tp4x2+d:tp8,p:tp8+d:tp8,p:tp4x2+d:tp4x2"
+AGGREGATED = "tp8x2,tp4x4,tp8pp2,tp4pp2x2"
 GOAL_S = 60.0
 
 
-def planned_rate(spec: SweepSpec, inputs: PlanInputs, layout: AnyLayout) -> float:
-    prompt, output = workload_tokens(spec)
-    bound = itl_bound_ms(spec)
-    if isinstance(layout, DisaggLayout):
-        row = plan_disagg(inputs, layout, engine=spec.engine.name, prompt_tokens=prompt, output_tokens=output,
-                          itl_bound_ms=bound)
-        return row.capacity_rps
-    agg = plan_layout(inputs, layout, context_tokens=prompt + output // 2, prompt_tokens=prompt,
-                      itl_bound_ms=bound, output_tokens=output)
-    return agg.best.output_tokens_per_s_per_gpu * layout.gpus / output if agg.best else 0.0
+class Timer:
+    """An observer that notes when each candidate starts and ends (the sweep's own calls)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+
+    def phase(self, layout: str, phase: str) -> None:
+        self.started.setdefault(layout, time.perf_counter())
+
+    def layout_done(self, layout: str, status: str, reason: str | None) -> None:
+        self.wall[layout] = time.perf_counter() - self.started.get(layout, time.perf_counter())
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
 
 
-def search(spec: SweepSpec, inputs: PlanInputs, layout: AnyLayout) -> tuple[int, float | None, float, float]:
-    """(points run, capacity, planned rate, wall seconds)."""
-    s = spec.workload.search
-    planned = planned_rate(spec, inputs, layout)
-    start = min(max(planned or s.min_rate_per_s, s.min_rate_per_s), s.max_rate_per_s)
-    tried: list[tuple[float, bool]] = []
-    began = time.perf_counter()
-    while True:
-        rate, _ = next_rate(tried, start_rate=start, min_rate=s.min_rate_per_s, max_rate=s.max_rate_per_s,
-                            rel_tol=s.tolerance_frac, max_runs=s.max_points)
-        if rate is None:
-            break
-        if isinstance(layout, DisaggLayout):
-            result = simulate_disagg_point(spec, inputs, layout, rate).result
-        else:
-            result = simulate_point(spec, inputs, layout, rate).result
-        tried.append((rate, not result.verdict))
-    passing = [r for r, ok in tried if ok]
-    return len(tried), (max(passing) if passing else None), planned, time.perf_counter() - began
+def sweep(layouts: str, db: Path) -> tuple[float, float, dict[str, tuple[int, float | None, float]]]:
+    """(wall s, CPU s, {candidate: (load points, capacity req/s, wall s)}) of one virtual-time sweep."""
+    spec = load_spec(SPEC)
+    spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"nodes": NODES})})
+    store, timer = Store(db), Timer()
+    options = SweepOptions(layouts=tuple(parse_any_layouts(layouts)))
+    run = Sweep(spec, store, timer, options=options)  # type: ignore[arg-type]
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = run.run()
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    caps = store.extras(run.run_id)
+    out = {}
+    for o in result.outcomes:
+        cap = (caps.get(f"capacity/{o.layout}") or {}).get("capacity_per_s")
+        out[o.layout] = (len(store.points(run.run_id, o.layout)), cap, timer.wall.get(o.layout, 0.0))
+    return wall, cpu, out
 
 
 def main() -> None:
-    spec = load_spec(SPEC)
-    spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"nodes": NODES})})
-    inputs = plan_inputs(spec)
-    print(f"{'candidate':<18} {'kind':<7} {'points':>6} {'capacity req/s':>15} {'planned':>8} {'wall s':>7}")
+    print(f"{'candidate':<18} {'kind':<7} {'points':>6} {'capacity req/s':>15} {'wall s':>7}")
     totals = {}
-    for kind, names in (("disagg", DISAGG), ("agg", AGGREGATED)):
-        total = 0.0
-        for name in names:
-            points, capacity, planned, wall = search(spec, inputs, parse_any_layout(name))
-            total += wall
-            shown = f"{capacity:.3g}" if capacity is not None else "none"
-            print(f"{name:<18} {kind:<7} {points:>6} {shown:>15} {planned:>8.3g} {wall:>7.1f}")
-        totals[kind] = total
-    print(f"four disaggregated candidates: {totals['disagg']:.1f} s "
-          f"({'within' if totals['disagg'] < GOAL_S else 'OVER'} the {GOAL_S:g} s goal); four aggregated "
-          f"(peer): {totals['agg']:.1f} s; ratio {totals['disagg'] / totals['agg']:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, layouts in (("disagg", DISAGG), ("agg", AGGREGATED)):
+            wall, cpu, rows = sweep(layouts, Path(tmp) / f"{kind}.db")
+            for name, (points, cap, seconds) in rows.items():
+                shown = f"{cap:.3g}" if cap is not None else "none"
+                print(f"{name:<18} {kind:<7} {points:>6} {shown:>15} {seconds:>7.1f}", flush=True)
+            totals[kind] = (wall, cpu)
+    (dw, dc), (aw, ac) = totals["disagg"], totals["agg"]
+    goal = "within" if dw < GOAL_S else "OVER"
+    print(f"orch sweep of four disaggregated candidates (virtual time): {dw:.1f} s wall, {dc:.1f} s CPU "
+          f"({goal} the {GOAL_S:g} s goal); four aggregated (peer): {aw:.1f} s wall, {ac:.1f} s CPU; "
+          f"ratio {dw / aw:.2f}")
 
 
 if __name__ == "__main__":
