@@ -214,7 +214,10 @@ Column = Callable[[Case, dict[str, Any]], tuple[str, dict[str, float]] | None]
 
 def table_hash(cases: list[Case], sources: dict[str, dict[str, Any]]) -> str:
     """What the held-out cache was fitted from: the cases and their sources."""
-    blob = json.dumps([[c.__dict__, sources[c.source]] for c in sorted(cases, key=lambda c: c.id)],
+    # a case of one whole deployment (no `pool`) hashes as before pools were known
+    fields = [{k: v for k, v in c.__dict__.items() if k != "pool" or v is not None} for c in cases]
+    blob = json.dumps([[f, sources[c.source]] for c, f in sorted(zip(cases, fields, strict=True),
+                                                                 key=lambda cf: cf[0].id)],
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
