@@ -82,7 +82,8 @@ def _fit(inputs: PlanInputs, role: str, shape: Layout) -> tuple[list[str], list[
     """(rejections, warnings, KV tokens per engine, weight bytes per GPU, cost model) of one pool's
     replica shape. Placement on the nodes is the pair's (disagg.pool_problems), not the shape's."""
     reject, warn = layout_problems(inputs.cfg, shape, inputs.cluster, weight_dtype=inputs.weight_dtype,
-                                   group_size=inputs.quant_group_size,
+                                   group_size=inputs.quant_group_size, quant=inputs.checkpoint_quant,
+                                   engine=inputs.engine,
                                    redundant_experts=inputs.num_redundant_experts if shape.ep else 0)
     reject = [f"{role} pool: {r}" for r in reject if not r.startswith("needs ") and "spans nodes" not in r]
     warn = [f"{role} pool: {w}" for w in warn if "idle" not in w]

@@ -74,10 +74,12 @@ def pair_views(store: Store, run_id: str) -> list[PairView]:
         split = (row.plan or {}).get("split")
         if not split:
             continue
+        stored = sorted(store.points(run_id, row.layout),
+                        key=lambda p: (p.rate is None, p.rate or 0.0, p.label))
         points = tuple(
             PairPoint(p.label, p.metrics.get("kv_transfer") or {},
                       ((p.metrics.get("engine") or {}).get("pools") or {}))
-            for p in store.points(run_id, row.layout))
+            for p in stored)
         out.append(PairView(row.layout, split, row.plan or {}, points))
     return out
 

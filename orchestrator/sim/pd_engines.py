@@ -18,7 +18,8 @@ from __future__ import annotations
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.cost import LayoutCost
-from orchestrator.plan.planner import PlanInputs, kv_capacity_tokens, layout_cost
+from orchestrator.plan.planner import PlanInputs
+from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 
 
@@ -86,18 +87,12 @@ class DecodeCore(EngineCore):
 
 
 def pool_engines(inputs: PlanInputs, shape: Layout, role: str, replicas: int) -> list[EngineCore]:
-    """Every engine of one pool (replicas x DP ranks), from the planner's cost model and KV capacity,
-    with the pool's settings (inputs.settings)."""
-    cost = layout_cost(inputs, shape)
-    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
-    if kv_tokens <= 0:
-        raise SpecError(f"{role} pool {shape}: weights {weights / 1e9:.1f} GB per GPU leave no room for KV "
-                        f"in {usable / 1e9:.1f} GB usable; the planner rejects it (orch plan)")
-    config = EngineConfig(
-        kv_capacity_tokens=kv_tokens,
-        max_num_seqs=inputs.max_num_seqs,
-        max_num_batched_tokens=inputs.max_num_batched_tokens,
-        block_tokens=inputs.settings.block_size,
-    )
+    """Every engine of one pool (replicas x DP ranks): the engines of one replica as sim/build.py makes
+    them (the planner's cost model and KV capacity, the pool's settings in inputs.settings), in their
+    role."""
+    try:
+        base = replica_engines(inputs, shape)
+    except SpecError as exc:
+        raise SpecError(str(exc).replace(f"layout {shape}", f"{role} pool {shape}", 1)) from None
     kind = PrefillCore if role == "prefill" else DecodeCore
-    return [kind(cost, config) for _ in range(replicas * shape.dp)]
+    return [kind(e.cost, e.config) for _ in range(replicas) for e in base]

@@ -244,7 +244,10 @@ def test_layout_checks_count_redundant_slots() -> None:
     ds = load_model("deepseek-v3")
     decode = parse_layout("tp4dp80ep")  # EP320
     plain, _ = layout_problems(ds, decode, Cluster(40, 8), weight_dtype="fp8", group_size=128)
-    assert any("256 experts do not divide over 320 EP ranks" in r for r in plain)
+    assert any("256 experts for 320 EP ranks: some ranks would hold none" in r for r in plain)
     eplb, _ = layout_problems(ds, decode, Cluster(40, 8), weight_dtype="fp8", group_size=128,
                               redundant_experts=64)
     assert not any("EP ranks" in r for r in eplb)
+    short, _ = layout_problems(ds, decode, Cluster(40, 8), weight_dtype="fp8", group_size=128,
+                               redundant_experts=32)
+    assert any("256 + 32 redundant experts do not divide over 320 EP ranks" in r for r in short)
