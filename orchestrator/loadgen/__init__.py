@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
+    from orchestrator.loadgen.balance import BALANCE_KINDS as BALANCE_KINDS
     from orchestrator.loadgen.balance import Balance as Balance
     from orchestrator.loadgen.balance import Balancer as Balancer
     from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS as CLOSED_LOOP_SPECS
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
     from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
     from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
+    from orchestrator.loadgen.engine_metrics import summarize_pools as summarize_pools
     from orchestrator.loadgen.engine_metrics import summarize_series as summarize_series
     from orchestrator.loadgen.engine_metrics import with_engine_metrics as with_engine_metrics
     from orchestrator.loadgen.intervals import bootstrap_intervals as bootstrap_intervals
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.workloads import trace_workload as trace_workload
 
 __getattr__, __all__ = lazy_face(__name__, {
-    "balance": ("Balance", "Balancer",),
+    "balance": ("BALANCE_KINDS", "Balance", "Balancer",),
     "bench": (
         "BenchConfig", "BenchRun", "CLOSED_LOOP_SPECS", "LoadPoint", "PointResult", "WorkloadFactory",
         "run_bench", "run_point", "save_records",
@@ -73,7 +75,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "Arrival", "ClientConfig", "Endpoint", "RequestSpec", "arrival_offsets", "run_closed_loop",
         "run_open_loop", "send_request",
     ),
-    "engine_metrics": (
+    "engine_metrics": ("summarize_pools",
         "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
     ),
     "intervals": ("bootstrap_intervals", "slo_margin", "straddled_bounds",),

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
+    from orchestrator.sim.pd_run import DisaggSimPoint as DisaggSimPoint
+    from orchestrator.sim.pd_run import simulate_pair_point as simulate_pair_point
     from orchestrator.sim.run import SimPoint as SimPoint
     from orchestrator.sim.run import simulate_point as simulate_point
     from orchestrator.sim.server import main as main
@@ -14,4 +16,5 @@ if TYPE_CHECKING:
 __getattr__, __all__ = lazy_face(__name__, {
     "run": ("SimPoint", "simulate_point",),
     "server": ("main",),
+    "pd_run": ("DisaggSimPoint", "simulate_pair_point",),
 })  # fmt: skip
