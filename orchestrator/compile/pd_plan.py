@@ -55,15 +55,19 @@ def pool_placements(cand: DisaggCandidate, where: Placement) -> tuple[Placement,
 
 
 def storage_dir(cand: DisaggCandidate) -> str:
-    """ExampleConnector's directory (both pools on one node): one per candidate."""
+    """ExampleConnector's directory (both pools on one node) in compiled output: one per candidate. The
+    connector never deletes what it stores and loads any prompt it finds there, so a served sweep gives
+    each launch its own directory under the run's workdir instead (pipeline/serving.py): KV left by an
+    earlier run (another model under the same layout name) must not be loaded as this one's."""
     return "/tmp/orch-kv/" + re.sub(r"[^A-Za-z0-9_.-]+", "-", cand.name).strip("-")
 
 
 def pair_plan(eng: Engine, cand: DisaggCandidate, pool_options: tuple[EngineOptions, EngineOptions],
               where: Placement, *, to_serve: bool = False, kv: KVShape | None = None,
-              ) -> tuple[LaunchPlan, tuple[str, ...]]:
+              kv_dir: str | None = None) -> tuple[LaunchPlan, tuple[str, ...]]:
     """The pair's launch plan on `where` and what to warn about. `pool_options`: each pool's engine
-    options (its redundant experts). `to_serve`: refuse (DeployError) what cannot be served here."""
+    options (its redundant experts). `to_serve`: refuse (DeployError) what cannot be served here.
+    `kv_dir`: the ExampleConnector's directory (default storage_dir(cand))."""
     if cand.engine != eng.name:
         raise SpecError(f"{cand}: its pools' settings are {cand.engine}'s, not {eng.name}'s; resolve them "
                         "for the engine that runs it")
@@ -77,7 +81,7 @@ def pair_plan(eng: Engine, cand: DisaggCandidate, pool_options: tuple[EngineOpti
             raise DeployError(f"{eng.name} cannot run the {pool.role} pool {pool.layout} of {cand}: "
                               + "; ".join(reasons))
         notes += [f"{pool.role} pool: {w}" for w in (*eng.warnings(pool.layout, pool_where), *reasons)]
-        plans.append(_pool_plan(eng, cand, pool, options, pool_where, link))
+        plans.append(_pool_plan(eng, cand, pool, options, pool_where, link, kv_dir or storage_dir(cand)))
     if kv is not None:
         notes += list(handover(eng.name, cand.prefill.layout, cand.decode.layout, kv,
                                connector=cand.transfer).warnings)
@@ -95,9 +99,9 @@ def pair_plan(eng: Engine, cand: DisaggCandidate, pool_options: tuple[EngineOpti
 
 
 def _pool_plan(eng: Engine, cand: DisaggCandidate, pool: Pool, options: EngineOptions, where: Placement,
-               link: str) -> LaunchPlan:
+               link: str, kv_dir: str) -> LaunchPlan:
     role = PoolRole(eng.name, pool.role, cand.transfer, where.nodes, on_cpu=where.on_cpu, kv_link=link,
-                    storage_dir=storage_dir(cand))
+                    storage_dir=kv_dir)
     plan = eng.launch_plan(pool.candidate, options, where)
     return replace(plan, replicas=tuple(role.replica(r) for r in plan.replicas))
 

@@ -179,9 +179,11 @@ def launch_for(
         if not avoid_ports & set(range(base_port, base_port + PORT_STRIDE * slots)):
             break
         base_port = free_base_port(slots, host, side_ports=side, start=base_port + PORT_STRIDE * slots)
-    compiled = prepare(spec, candidate, replace(where, base_port=base_port), to_serve=True)
+    workdir = ctx.workdir / candidate.name
+    kv_dir = str((workdir / "kv").absolute()) if isinstance(candidate, DisaggCandidate) else None
+    compiled = prepare(spec, candidate, replace(where, base_port=base_port), to_serve=True, kv_dir=kv_dir)
     target = make_target(
-        spec.target, ctx.workdir / candidate.name, compiled.placement, run_id=ctx.run_id,
+        spec.target, workdir, compiled.placement, run_id=ctx.run_id,
         spec_hash=spec_hash(spec),
     )
     return Launch(compiled, target)

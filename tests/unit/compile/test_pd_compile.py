@@ -81,6 +81,20 @@ def test_vllm_pools_carry_nixl_roles_and_side_channels() -> None:
     assert _flag(router, "--protocol") == "vllm" and _flag(router, "--policy") == "least_outstanding"
 
 
+def test_example_connector_pools_share_one_directory_and_a_served_launch_gets_its_own() -> None:
+    spec = _spec(disagg={"transfer_backend": "ExampleConnector"})
+    cand = disagg_candidate(spec, parse_disagg("p:tp1+d:tp1"), engine_settings(spec))
+
+    def dirs(kv_dir: str | None) -> set[str]:
+        plan = prepare(spec, cand, kv_dir=kv_dir).plan
+        return {json.loads(_flag(r.processes[0].argv, "--kv-transfer-config"))["kv_connector_extra_config"]
+                ["shared_storage_path"] for r in plan.replicas[:2]}
+
+    assert dirs(None) == {"/tmp/orch-kv/p-tp1-d-tp1"}  # compiled output: one per candidate
+    # served: the launch's own (stale KV of an earlier run must not be loaded as this one's)
+    assert dirs("/runs/r1/p:tp1+d:tp1/kv") == {"/runs/r1/p:tp1+d:tp1/kv"}
+
+
 def test_sglang_pools_carry_disaggregation_flags_and_its_router_the_bootstrap_ports() -> None:
     _, c = _compiled("p:tp4+d:tp4", "sglang",
                      disagg={"transfer_backend": "nixl", "router_policy": "round_robin"})
