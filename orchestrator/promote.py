@@ -57,6 +57,7 @@ class PromoteOptions:
     name: str | None = None
     image: str | None = None
     namespace: str | None = None
+    router_image: str | None = None  # a vLLM pair's router (orch's): an image with orch in it
 
     def __post_init__(self) -> None:
         bad = [f for f in self.formats if f not in FORMATS]
@@ -241,7 +242,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     seen = (info.get("hardware") or {}).get("gpus") or []
     k8s_opts, option_notes = artifact_options(
         spec, engine, name, image=opts.image, namespace=opts.namespace, spec_hash=str(info["spec_hash"]),
-        product=product_from_seen(seen),
+        product=product_from_seen(seen), router_image=opts.router_image,
     )  # fmt: skip
     notes += option_notes
     out = Path(out_dir)

@@ -146,3 +146,10 @@ def test_a_virtual_sweep_of_a_pair_records_the_split_and_promotes(orch: Orch, tm
                         "--format", "shell,k8s", "--engine", "sglang")
         assert promoted.returncode == 0, promoted.stderr
         assert "--disaggregation-mode" in (tmp_path / "art" / "launch.sh").read_text()
+        # vLLM's pair runs orch's router: its image must be named, and then the manifests carry it
+        vllm = ("promote", "latest", "--store", str(store), "--format", "k8s", "--engine", "vllm")
+        refused = orch(*vllm, "--out", str(tmp_path / "v0"))
+        assert refused.returncode == 2 and "--router-image" in refused.stderr
+        promoted = orch(*vllm, "--out", str(tmp_path / "v1"), "--router-image", "ghcr.io/example/orch:0.1")
+        assert promoted.returncode == 0, promoted.stderr
+        assert "image: ghcr.io/example/orch:0.1" in (tmp_path / "v1" / "manifests.yaml").read_text()
