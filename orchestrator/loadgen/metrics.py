@@ -15,6 +15,14 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
 - Achieved rate: sends per second over the span of actual send times. Scheduling lag = sent - scheduled
   - queue wait (the client's own lateness); queue wait = time waiting for a max-concurrency slot,
   reported apart. Error rate = failed / all requests.
+- Sessions (conversation, agentic: records tagged "session" and "turn"): TTFT and ITL per turn class,
+  first turns (turn 0) apart from later turns (`ttft_first_turn_ms`, `ttft_later_turns_ms`, ...); an
+  SLO bound may name a class (`ttft_later_turns_p99_ms`). Session time: first send to last end of a
+  session whose every call completed, over those that ended inside the window. Sessions completed /
+  failed / unfinished (still going when the load point ended) count every session in the records.
+- Prefix-cache hit rate from the records (the simulator tags each with `cached_tokens`): cached prompt
+  tokens over prompt tokens of the completed requests, in all and per turn class. A served engine's own
+  counters are read from its /metrics instead (loadgen/engine_metrics.py).
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import numpy as np
 from orchestrator.loadgen.records import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
-SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token")
+SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token", "ttft_first_turn", "ttft_later_turns")
+FIRST_TURN = "0"  # RequestRecord.extra["turn"] of a session's first step
 SLO_STATS = ("p50", "p90", "p95", "p99", "mean", "max")
 
 
@@ -88,17 +97,27 @@ def parse_slo(slo: Mapping[str, float]) -> list[tuple[str, str, float]]:
     return out
 
 
+def turn_class(rec: RequestRecord) -> str | None:
+    """"first" or "later" for a session's call, None for a request outside any session."""
+    turn = rec.extra.get("turn")
+    return None if turn is None else ("first" if turn == FIRST_TURN else "later")
+
+
+def request_scalar_s(rec: RequestRecord, metric: str) -> float | None:
+    """A scalar SLO metric of one request in seconds (ttft, tpot, e2e, or TTFT of one turn class: none
+    for a request of the other class or outside sessions)."""
+    if metric in ("ttft_first_turn", "ttft_later_turns"):
+        wanted = "first" if metric == "ttft_first_turn" else "later"
+        return rec.ttft_s if turn_class(rec) == wanted else None
+    return {"ttft": rec.ttft_s, "tpot": rec.tpot_s, "e2e": rec.e2e_s}[metric]
+
+
 def _request_value_ms(rec: RequestRecord, metric: str, stat: str) -> float | None:
     """The request's own value of `metric`: a scalar, or its `stat` over its own ITL gaps."""
-    if metric == "ttft":
-        v = rec.ttft_s
-    elif metric == "tpot":
-        v = rec.tpot_s
-    elif metric == "e2e":
-        v = rec.e2e_s
-    else:
+    if metric in ("itl", "itl_token"):
         gaps = rec.itl_chunk_s if metric == "itl" else rec.itl_token_s
         return summarize(g * 1e3 for g in gaps).stat(stat)
+    v = request_scalar_s(rec, metric)
     return None if v is None else v * 1e3
 
 
@@ -143,6 +162,19 @@ class Metrics:
     scheduled_rate: float | None = None  # sends/s the schedule asked for
     sched_lag_ms: Distribution | None = None
     queue_wait_ms: Distribution | None = None
+    # Sessions only (None otherwise); see the module docstring.
+    ttft_first_turn_ms: Distribution | None = None
+    ttft_later_turns_ms: Distribution | None = None
+    itl_first_turn_ms: Distribution | None = None
+    itl_later_turns_ms: Distribution | None = None
+    session_ms: Distribution | None = None
+    sessions_completed: int | None = None
+    sessions_failed: int | None = None
+    sessions_unfinished: int | None = None  # still going when the load point's duration ended
+    # Simulator records only: cached prompt tokens / prompt tokens, in all and per turn class.
+    prefix_hit_rate: float | None = None
+    prefix_hit_rate_first_turn: float | None = None
+    prefix_hit_rate_later_turns: float | None = None
 
     @property
     def error_rate(self) -> float:
@@ -230,6 +262,8 @@ def compute_metrics(
         return summarize(v * 1e3 for v in values if v is not None)
 
     return Metrics(
+        **_session_metrics(records, done),
+        **_hit_rates(done),
         n_requests=len(records),
         n_in_window=len(inside),
         n_completed=len(done),
@@ -258,14 +292,65 @@ def compute_metrics(
     )
 
 
+def _session_metrics(records: Sequence[RequestRecord], done: Sequence[RequestRecord]) -> dict[str, Any]:
+    if not any("turn" in r.extra for r in records):
+        return {}
+    first = [r for r in done if turn_class(r) == "first"]
+    later = [r for r in done if turn_class(r) == "later"]
+    spans: dict[str, list[float]] = {}
+    failed: set[str] = set()
+    ended: set[str] = set()
+    for r in records:
+        sid = r.extra.get("session")
+        if sid is None:
+            continue
+        if not r.ok:
+            failed.add(sid)
+        elif r.extra.get("session_end"):
+            ended.add(sid)
+        span = spans.setdefault(sid, [r.sent_s, r.done_s or r.sent_s])
+        span[0], span[1] = min(span[0], r.sent_s), max(span[1], r.done_s or r.sent_s)
+    inside = {r.extra.get("session") for r in done}
+    complete = ended - failed
+    return {
+        "ttft_first_turn_ms": summarize(r.ttft_s * 1e3 for r in first if r.ttft_s is not None),
+        "ttft_later_turns_ms": summarize(r.ttft_s * 1e3 for r in later if r.ttft_s is not None),
+        "itl_first_turn_ms": summarize(g * 1e3 for r in first for g in r.itl_chunk_s),
+        "itl_later_turns_ms": summarize(g * 1e3 for r in later for g in r.itl_chunk_s),
+        "session_ms": summarize((spans[s][1] - spans[s][0]) * 1e3 for s in complete if s in inside),
+        "sessions_completed": len(complete),
+        "sessions_failed": len(failed),
+        "sessions_unfinished": len(set(spans) - ended - failed),
+    }
+
+
+def _hit_rates(done: Sequence[RequestRecord]) -> dict[str, Any]:
+    tagged = [r for r in done if "cached_tokens" in r.extra and r.prompt_tokens]
+    if not tagged:
+        return {}
+
+    def rate(rs: Sequence[RequestRecord]) -> float | None:
+        prompt = sum(r.prompt_tokens or 0 for r in rs)
+        return sum(int(r.extra["cached_tokens"]) for r in rs) / prompt if prompt else None
+
+    return {
+        "prefix_hit_rate": rate(tagged),
+        "prefix_hit_rate_first_turn": rate([r for r in tagged if turn_class(r) == "first"]),
+        "prefix_hit_rate_later_turns": rate([r for r in tagged if turn_class(r) == "later"]),
+    }
+
+
 def slo_violations(metrics: Metrics, slo: Mapping[str, float]) -> list[tuple[str, float, float]]:
     """The bounds the run's distributions break, as (key, measured ms, bound ms)."""
+    empty = summarize([])
     dists = {
         "ttft": metrics.ttft_ms,
         "tpot": metrics.tpot_ms,
         "e2e": metrics.e2e_ms,
         "itl": metrics.itl_chunk_ms,
         "itl_token": metrics.itl_token_ms,
+        "ttft_first_turn": metrics.ttft_first_turn_ms or empty,
+        "ttft_later_turns": metrics.ttft_later_turns_ms or empty,
     }
     out = []
     for metric, stat, bound in parse_slo(slo):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from orchestrator.candidate import DisaggCandidate
 from orchestrator.disagg import DisaggLayout, one_node
+from orchestrator.errors import SpecError
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.search import verdict
@@ -55,6 +56,12 @@ def simulate_pair_point(spec: SweepSpec, inputs: PlanInputs, cand: DisaggCandida
     """One load point of a disaggregated candidate: open loop at `rate` requests/s or a closed loop
     of `concurrency` clients, its router picking engines by the candidate's policy."""
     w, pd, policy = spec.workload, cand.layout, cand.router_policy
+    if w.kind in ("conversation", "agentic", "trace"):
+        # the pair's virtual time runs independent requests at a rate or concurrency; sessions (turns that
+        # wait for answers, prefix reuse across turns) and trace timestamps are modelled for aggregated
+        # layouts only (sim/sessions.py): refuse rather than price a different workload
+        raise SpecError(f"layout {pd}: workload.kind {w.kind} is not simulated for prefill/decode pairs; "
+                        "measure the pair served (orch sweep --served) or use kind random, sharegpt or prefix")
     prefill, decode, seconds = pd_engines(inputs, cand)
     front = inputs.gpu.request_overhead_s
     if concurrency is not None:

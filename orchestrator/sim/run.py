@@ -1,13 +1,17 @@
 """`orch simulate` without the printing: a spec's workload through simulated replicas in virtual time.
 
 A load point is what `orch bench` would run: an open-loop rate (capped by `workload.max_concurrency`
-as the load generator's semaphore caps it) or a closed loop of N clients."""
+as the load generator's semaphore caps it) or a closed loop of N clients; for session workloads
+(conversation, agentic) a rate of sessions or N sessions in flight (sim/sessions.py). Requests are
+spread over the replicas by the spec's routing policy (the first, when it lists several)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.layout import Layout
+from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.client import RequestSpec, arrival_offsets
 from orchestrator.loadgen.metrics import closed_loop_warmup_s, compute_metrics
@@ -16,6 +20,7 @@ from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
+from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.sim.virtual import SimRequest, SimSummary, closed_loop, simulate
 from orchestrator.spec.models import SweepSpec
 
@@ -25,21 +30,30 @@ class SimPoint:
     layout: Layout
     result: PointResult
     summary: SimSummary
+    note: str | None = None  # e.g. sessions cut at max_model_len
 
 
 def _as_sim(specs: list[RequestSpec], offsets: list[float]) -> list[SimRequest]:
     """Prompt tokens as the simulated server counts them (one per word of the synthetic text)."""
-    return [SimRequest(s.request_id, t, s.prompt_tokens or max(len(s.prompt.split()), 1), s.max_tokens)
+    return [SimRequest(s.request_id, t, s.prompt_tokens or max(len(s.prompt.split()), 1), s.max_tokens,
+                       s.content)
             for s, t in zip(specs, offsets, strict=False)]
 
 
-def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None) -> list[SimRequest]:
+def routing_of(spec: SweepSpec) -> Balance:
+    """The policy one measurement routes by (a spec comparing several is split per policy first)."""
+    return spec.routing_policies()[0]
+
+
+def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None,
+                 max_model_len: int | None = None) -> list[SimRequest]:
     """The same requests `orch sweep` would send at `rate`, as the engine sees them."""
     w = spec.workload
     n = num_requests or w.num_requests
     duration = None if num_requests else w.duration_s
     offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
-    return _as_sim(list(workload_factory(w)(len(offsets)).specs[: len(offsets)]), offsets)
+    wl = workload_factory(w, max_model_len)(len(offsets))
+    return _as_sim(list(wl.specs[: len(offsets)]), offsets)
 
 
 def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[EngineCore]:
@@ -55,24 +69,56 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
 def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None = None, *,
                    num_requests: int | None = None, concurrency: int | None = None,
                    sample_interval_s: float | None = None) -> SimPoint:
-    """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients.
+    """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients (a
+    trace: at its own arrival times, whatever the rate).
 
     As `orch bench` runs them: `num_requests` replaces the spec's count and duration; a closed loop
-    bounded only by a duration cycles through the same 1,000 requests."""
+    bounded only by a duration cycles through the same 1,000 requests (sessions: plans)."""
     w = spec.workload
     engines = spec_engines(spec, inputs, layout)
-    if concurrency is not None:
-        n = num_requests or w.num_requests
-        duration = None if num_requests else w.duration_s
-        specs = list(workload_factory(w)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
-        records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
-                                       duration_s=duration, sample_interval_s=sample_interval_s)
-        if n is not None:
-            records = records[:n]
+    factory = workload_factory(w, inputs.max_model_len)
+    balance, dp = routing_of(spec), layout.dp
+    n = num_requests or w.num_requests
+    duration = None if num_requests else w.duration_s
+    note = None
+    if w.kind == "trace" and concurrency is None:  # at the trace's own arrival times (time_scale applied)
+        wl = factory(n or 0)
+        assert wl.offsets_s is not None
+        note = wl.note
+        records, summary = simulate(engines, _as_sim(list(wl.specs), list(wl.offsets_s)),
+                                    max_concurrency=w.max_concurrency, balance=balance, dp=dp,
+                                    sample_interval_s=sample_interval_s)
+        point = LoadPoint(trace=True)
+    elif concurrency is not None:
+        size = n or CLOSED_LOOP_SPECS
+        wl = factory(size)
+        if wl.sessions is not None:
+            note = wl.sessions.note()
+            ran = simulate_sessions(engines, wl.sessions.plans[:size], concurrency=concurrency,
+                                    duration_s=duration, balance=balance, dp=dp,
+                                    sample_interval_s=sample_interval_s)
+            records, summary = ran.records, ran.summary
+        else:
+            specs = list(wl.specs[:size])
+            records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
+                                           duration_s=duration, sample_interval_s=sample_interval_s,
+                                           balance=balance, dp=dp)
+            if n is not None:
+                records = records[:n]
         point = LoadPoint(concurrency=concurrency)
     elif rate is not None:
-        records, summary = simulate(engines, sim_requests(spec, rate, num_requests),
-                                    max_concurrency=w.max_concurrency, sample_interval_s=sample_interval_s)
+        offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
+        wl = factory(len(offsets))
+        if wl.sessions is not None:  # the rate is of sessions
+            note = wl.sessions.note()
+            plans = wl.sessions.plans[: len(offsets)]
+            ran = simulate_sessions(engines, plans, starts=offsets[: len(plans)], balance=balance, dp=dp,
+                                    duration_s=duration, sample_interval_s=sample_interval_s)
+            records, summary = ran.records, ran.summary
+        else:
+            records, summary = simulate(engines, _as_sim(list(wl.specs[: len(offsets)]), offsets),
+                                        max_concurrency=w.max_concurrency, balance=balance, dp=dp,
+                                        sample_interval_s=sample_interval_s)
         point = LoadPoint(rate=rate)
     else:
         raise ValueError("give a rate or a concurrency")
@@ -82,9 +128,23 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
         warmup = closed_loop_warmup_s(records, concurrency)
     metrics = compute_metrics(records, warmup_s=warmup, gpus=layout.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
-    return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary)
+    return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary, note)
 
 
 def sim_requests_from_specs(specs: list[RequestSpec], offsets: list[float] | None = None) -> list[SimRequest]:
     """Request specs as the engine sees them, sent at `offsets` (all at 0 for a closed loop)."""
     return _as_sim(specs, offsets if offsets is not None else [0.0] * len(specs))
+
+
+def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:
+    """The simulator's prefix-cache counters of a point (vLLM's names), the routing it ran under, and
+    what it cut; empty without prefix caching."""
+    c = sp.summary.prefix_cache
+    out: dict[str, Any] = {} if sp.note is None else {"note": sp.note}
+    if c is None:
+        return out
+    return {**out, "prefix_cache": {
+        "queries": c.queries, "hits": c.hits, "hit_rate": c.hit_rate,
+        "preempted_queries": c.preempted_queries, "preempted_hits": c.preempted_hits,
+        "evicted_blocks": c.evicted_blocks,
+    }}
