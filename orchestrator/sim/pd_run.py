@@ -61,7 +61,8 @@ def simulate_pair_point(spec: SweepSpec, inputs: PlanInputs, cand: DisaggCandida
         # wait for answers, prefix reuse across turns) and trace timestamps are modelled for aggregated
         # layouts only (sim/sessions.py): refuse rather than price a different workload
         raise SpecError(f"layout {pd}: workload.kind {w.kind} is not simulated for prefill/decode pairs; "
-                        "measure the pair served (orch sweep --served) or use kind random, sharegpt or prefix")
+                        "measure the pair served (orch sweep --served) or use kind random, sharegpt or "
+                        "prefix")
     prefill, decode, seconds = pd_engines(inputs, cand)
     front = inputs.gpu.request_overhead_s
     if concurrency is not None:
