@@ -221,6 +221,14 @@ def closed_loop_warmup_s(records: Sequence[RequestRecord], concurrency: int) -> 
     return max((r.done_s if r.done_s is not None else r.sent_s) for r in first) - start
 
 
+def point_warmup_s(records: Sequence[RequestRecord], configured_s: float, concurrency: int | None) -> float:
+    """The warm-up a point is measured after: the configured one, else a closed loop's default
+    (closed_loop_warmup_s). The metrics, their intervals and pooled repeats all use this one window."""
+    if configured_s or not concurrency:
+        return configured_s
+    return closed_loop_warmup_s(records, concurrency)
+
+
 def compute_metrics(
     records: Sequence[RequestRecord],
     *,

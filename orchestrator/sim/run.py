@@ -14,7 +14,7 @@ from orchestrator.layout import Layout
 from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.client import RequestSpec, arrival_offsets
-from orchestrator.loadgen.metrics import closed_loop_warmup_s, compute_metrics
+from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.plan.planner import PlanInputs
@@ -123,9 +123,7 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
     else:
         raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
-    warmup = w.warmup_s
-    if not warmup and concurrency is not None:  # as the load generator measures a closed loop
-        warmup = closed_loop_warmup_s(records, concurrency)
+    warmup = point_warmup_s(records, w.warmup_s, concurrency)  # as the load generator measures
     metrics = compute_metrics(records, warmup_s=warmup, gpus=layout.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary, note)
