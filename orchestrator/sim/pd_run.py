@@ -13,7 +13,7 @@ from orchestrator.candidate import DisaggCandidate
 from orchestrator.disagg import DisaggLayout, one_node
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
-from orchestrator.loadgen.metrics import compute_metrics
+from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.plan.disagg import inputs_of, shape_of
@@ -83,6 +83,7 @@ def simulate_pair_point(spec: SweepSpec, inputs: PlanInputs, cand: DisaggCandida
     else:
         raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
-    metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=cand.gpus, slo=slo)
+    warmup = point_warmup_s(records, w.warmup_s, concurrency)  # one rule with aggregated points
+    metrics = compute_metrics(records, warmup_s=warmup, gpus=cand.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return DisaggSimPoint(pd, PointResult(point, metrics, tuple(records), why), summary)
