@@ -40,8 +40,11 @@ def first_layout_pids(proc: subprocess.Popen[str], db: Path, settle_s: float) ->
         time.sleep(0.3)
         if not db.exists():
             continue
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            row = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchone()
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                row = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchone()
+        except sqlite3.OperationalError:  # the store's file exists before its tables (a busy machine sees it)
+            continue
         if row and row[0]:
             ports = [r["processes"][0]["ports"][0] for r in json.loads(row[0])["replicas"]]
             time.sleep(settle_s)
