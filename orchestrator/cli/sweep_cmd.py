@@ -21,12 +21,13 @@ from orchestrator.cli.sweep_tables import (
     unsound_message,
 )
 from orchestrator.deploy.targets import check_runs_here
+from orchestrator.disagg import AnyLayout, parse_any_layouts
 from orchestrator.errors import DecisionNotSound, InfrastructureError, NoLayoutMeetsSLO, SpecError
-from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.plan.candidates import check_pairs
 from orchestrator.spec.load import revalidated, spec_from_json
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import DEFAULT_STORE, Store
@@ -87,7 +88,7 @@ class _Display:
 
 def _as_swept(
     spec: SweepSpec,
-    layouts: tuple[Layout, ...] | None,
+    layouts: tuple[AnyLayout, ...] | None,
     rates: tuple[float, ...] | None,
     num_requests: int | None,
     concurrency: tuple[int, ...] | None = None,
@@ -119,7 +120,8 @@ def _as_swept(
 @app.command("sweep")
 def sweep_command(
     spec_path: Annotated[str | None, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")] = None,
-    layouts: Annotated[str | None, typer.Option("--layouts", help="Subset, e.g. tp8,tp4x2.")] = None,
+    layouts: Annotated[str | None, typer.Option(
+        "--layouts", help="Subset, e.g. tp8,tp4x2,p:tp4+d:tp4 (prefill/decode pairs too).")] = None,
     engine: Annotated[
         str | None, typer.Option("--engine", help="Override engine.name: sim|vllm|sglang.")
     ] = None,
@@ -176,7 +178,8 @@ def sweep_command(
         if engine not in ("sim", "vllm", "sglang"):
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
-    chosen = tuple(parse_layouts(layouts)) if layouts else None
+    chosen = tuple(parse_any_layouts(layouts)) if layouts else None
+    check_pairs(spec, chosen or spec.layouts)  # a pair no deployment can run: exit 2 before the store opens
     rate_list = tuple(r) if (r := rate_list_of(rates)) else None
     levels = int_list(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:

@@ -15,6 +15,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
 from orchestrator.pipeline.sweep import SweepResult
+from orchestrator.report.pairs import pair_lines
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import PointRow, Store
 from orchestrator.store.extras import SideRecords
@@ -134,7 +135,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         for line in caps:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     extras = store.extras(result.run_id)
-    for line in _objective_lines(extras) + _timing_lines(extras) + placement_lines(extras):
+    lines = _objective_lines(extras) + _timing_lines(extras) + placement_lines(extras)
+    for line in lines + pair_lines(store, result.run_id):  # both pools of each prefill/decode pair
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     sel = result.selection
     for v in sel.verdicts:

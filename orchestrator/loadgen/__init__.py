@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
     from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
     from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
+    from orchestrator.loadgen.engine_metrics import summarize_pools as summarize_pools
     from orchestrator.loadgen.engine_metrics import summarize_series as summarize_series
     from orchestrator.loadgen.engine_metrics import with_engine_metrics as with_engine_metrics
     from orchestrator.loadgen.intervals import MIN_REQUESTS_TO_SEPARATE as MIN_REQUESTS_TO_SEPARATE
@@ -102,7 +103,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "run_open_loop", "send_request",
     ),
     "content": ("Content", "ROOT_HASH", "sim_answer_key", "sim_answer_text", "text_key",),
-    "engine_metrics": (
+    "engine_metrics": ("summarize_pools",
         "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
     ),
     "delivery": ("Delivery", "check_delivery", "delivered_label", "undelivered",),

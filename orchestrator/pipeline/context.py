@@ -15,15 +15,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate
 from orchestrator.compile import is_cpu, secret_env
 from orchestrator.deploy.targets import preflight
+from orchestrator.disagg import AnyLayout
 from orchestrator.engines import Engine, EngineSettings, get_engine, secret_values
-from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.provenance import new_run_id
+from orchestrator.plan.candidates import candidate_of, check_pairs
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
@@ -87,7 +88,7 @@ class RunStore(Protocol):
 
 @dataclass(frozen=True)
 class SweepOptions:
-    layouts: tuple[Layout, ...] | None = None
+    layouts: tuple[AnyLayout, ...] | None = None  # prefill/decode pairs too
     rates: tuple[float, ...] | None = None
     num_requests: int | None = None
     force: bool = False
@@ -153,9 +154,10 @@ class SweepContext:
     def settings(self) -> EngineSettings:
         return self.inputs.settings
 
-    def candidate(self, layout: Layout) -> Candidate:
-        """A layout of the sweep with the sweep's settings."""
-        return Candidate(layout, self.settings)
+    def candidate(self, layout: AnyLayout) -> AnyCandidate:
+        """A layout of the sweep with the sweep's settings; a prefill/decode pair with its pools' (the
+        spec's disagg section), transfer backend and router."""
+        return candidate_of(self.spec, layout, self.settings)
 
     @property
     def ready_timeout_s(self) -> float:
@@ -204,6 +206,7 @@ def open_context(spec: SweepSpec, store: RunStore, obs: Observer, options: Sweep
     opts = options or SweepOptions()
     resuming = run_id is not None
     run_id = checked_run_id(run_id or new_run_id())  # it names the work directory
+    check_pairs(spec, opts.layouts or spec.layouts)  # a pair no deployment can run: exit 2, nothing runs
     preflight(spec.target)
     if not isinstance(spec.target, KubernetesTarget):
         # Every secret the engines need must be in orch's environment before anything starts; the

@@ -17,7 +17,7 @@ import yaml
 
 from orchestrator.store.db import Store
 from tests.support.cli import orch
-from tests.support.sweep_procs import gone, processes, sim_pids, start_sweep
+from tests.support.sweep_procs import gone, processes, sim_pids, start_sweep, store_rows
 
 # tp8 meets the TPOT bound (about 11.7 ms predicted), tp4x2 does not (about 15.8 ms): a clear winner.
 SPEC: dict[str, Any] = {
@@ -120,11 +120,8 @@ def test_ctrl_c_mid_wave_stops_everything_and_resume_finishes(tmp_path: Path) ->
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and (len(loadgens) < 2 or len(ports) < 3) and proc.poll() is None:
         time.sleep(0.5)
-        if not db.exists():
-            continue
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchall()
-        ports = [r["processes"][0]["ports"][0] for (launch,) in rows if launch
+        rows = store_rows(db, "SELECT launch_json FROM layouts WHERE status='pending'")
+        ports = [r["processes"][0]["ports"][0] for (launch,) in rows if isinstance(launch, str)
                  for r in json.loads(launch)["replicas"]]
         engines = [pid for port in ports for pid in sim_pids(f"--port {port} ")]
         loadgens = _loadgen_children(proc.pid)
