@@ -11,10 +11,17 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.calibrate.acceptance import AcceptanceFit, fit_acceptance, stored_records
-from orchestrator.calibrate.fitting import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.calibrate.fitting import (
+    METRICS,
+    Calibration,
+    fit,
+    points_from_store,
+    profile_extra,
+    simulated_runs,
+)
 from orchestrator.catalog.loader import canonical_gpu
 from orchestrator.catalog.profiles import write_profile
-from orchestrator.cli import app, make_console, print_table
+from orchestrator.cli import app, err_line, make_console, print_table
 from orchestrator.errors import SpecError
 from orchestrator.promote import resolve_run
 from orchestrator.spec.load import spec_from_json
@@ -23,6 +30,11 @@ from orchestrator.store.db import DEFAULT_STORE, Store
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
+
+
+def _median(x: float | None) -> str:
+    """Three significant digits: a median of 0.004% is not "0.0%"."""
+    return "-" if x is None else f"{x * 100:.3g}%"
 
 
 def _print(cal: Calibration, out: str | None, console: Console) -> None:
@@ -44,10 +56,12 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
     for name in cal.fitted:
         kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
+    worse = "; ".join(f"{m} worse on {w} of {n} points" for m, (w, n) in cal.worse_after().items() if w)
     console.print(f"median |error| over {', '.join(cal.metrics)}: "
-                  f"{_pct(cal.median_abs_error('before'))[1:]} before, "
-                  f"{_pct(cal.median_abs_error('after'))[1:]} after ({cal.iterations} iterations, "
-                  f"{cal.evaluations} simulations of every point)", highlight=False)
+                  f"{_median(cal.median_abs_error('before'))} before, "
+                  f"{_median(cal.median_abs_error('after'))} after ({cal.iterations} iterations, "
+                  f"{cal.evaluations} simulations of every point)"
+                  + (f"; after the fit: {worse}" if worse else ""), highlight=False)
     if out:
         console.print(f"wrote {out}; use it with hardware.calibration: {out}", highlight=False)
 
@@ -84,6 +98,11 @@ def calibrate_command(
         first = spec_from_json(store.spec_json(runs[0]), f"run {runs[0]}")
     finally:
         store.close()
+    if sim := simulated_runs(points):
+        err_line("warning:", "bold yellow",
+                 f"run(s) {', '.join(sim)} measured the simulated engine: calibrating on them fits the "
+                 "simulator to its own output (errors near 0 by construction, the fit only chases noise); "
+                 "calibrate against runs of a real engine")
     console = make_console(stderr=as_json)
     if acceptance and len(points) < 2:
         # Nothing to fit the constants to (closed-loop points only, say): the acceptance alone.

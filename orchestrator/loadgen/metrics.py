@@ -9,16 +9,30 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
 - ITL per chunk (`itl_chunk`): gaps between consecutive content chunks (vLLM's convention).
 - ITL per token (`itl_token`): each chunk's gap spread evenly over the tokens that chunk carries.
 - Percentiles p50/p90/p95/p99 use numpy's linear interpolation (as `vllm bench serve`), plus the mean.
-- Throughputs over the measurement window: from the first scheduled send plus warm-up to the last
-  event (end of stream) minus cool-down; a request counts when it was sent and ended inside it.
-- Goodput: completed requests per second (same window) whose every SLO metric is within bounds.
-- Achieved rate: sends per second over the span of actual send times. Scheduling lag = sent - scheduled
-  - queue wait (the client's own lateness); queue wait = time waiting for a max-concurrency slot,
-  reported apart. Error rate = failed / all requests.
+- The measurement window (`measurement_window`): from the first scheduled send plus warm-up to one
+  mean send gap past the last send (n sends own n gaps), minus cool-down, half open. The window's
+  requests are those *sent* inside it, whenever they end; a request still streaming when the window
+  closes counts with its outcome, and the drain after the last send is outside, so a layout is not
+  charged for its last request's latency as time. When
+  every send falls on one instant (rate inf) or there is one request, the window runs to the last end
+  instead (a batch's makespan), and a request counts when it was sent and ended inside it.
+- Achieved rate: the window's sends per second of window; scheduled rate: the same over the schedule's
+  own window (first scheduled + warm-up to last scheduled - cool-down), so achieved / scheduled is the
+  share of the schedule the client delivered (loadgen/delivery.py judges it).
+- Goodput: the window's requests that completed meeting every SLO bound, per second of the same
+  window, so goodput <= request throughput (the window's completed requests per second) <= achieved
+  rate, with equality when every request passes.
+- Output (and total) token throughput: tokens the server streamed *during* the window (a request's
+  first token at its first content chunk, its other N - 1 evenly from there to its end, as TPOT
+  assumes; prompt tokens at the first chunk), per second.
+  Production, not arrivals: past capacity it is what the server served, not what was offered; a
+  warm-up keeps the start-up ramp out.
+- Scheduling lag = sent - scheduled - queue wait (the client's own lateness); queue wait = time waiting
+  for a max-concurrency slot, reported apart. Error rate = failed / all requests.
 - Sessions (conversation, agentic: records tagged "session" and "turn"): TTFT and ITL per turn class,
   first turns (turn 0) apart from later turns (`ttft_first_turn_ms`, `ttft_later_turns_ms`, ...); an
   SLO bound may name a class (`ttft_later_turns_p99_ms`). Session time: first send to last end of a
-  session whose every call completed, over those that ended inside the window. Sessions completed /
+  session whose every call completed, over those with a completed call in the window. Sessions completed /
   failed / unfinished (still going when the load point ended) count every session in the records.
 - Prefix-cache hit rate from the records (the simulator tags each with `cached_tokens`): cached prompt
   tokens over prompt tokens of the completed requests, in all and per turn class. A served engine's own
@@ -194,19 +208,90 @@ def _span_rate(times: Sequence[float]) -> float | None:
     return (len(times) - 1) / span if span > 0 else math.inf
 
 
+def _end_of(r: RequestRecord) -> float:
+    return r.done_s if r.done_s is not None else r.sent_s
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measurement window (module docstring): [start_s, end_s), by the sends, or to the last end
+    when the schedule has no span (every request at once, or one request)."""
+
+    start_s: float
+    end_s: float
+    by_sends: bool  # False: every send at one instant or a single request, so up to the last end
+
+    @property
+    def length_s(self) -> float:
+        return max(self.end_s - self.start_s, 0.0)
+
+    def holds(self, r: RequestRecord) -> bool:
+        """Is `r` one of the window's requests?"""
+        if self.by_sends:
+            return self.start_s <= r.sent_s < self.end_s
+        return r.sent_s >= self.start_s and _end_of(r) <= self.end_s
+
+    def covers(self, t: float) -> bool:
+        """Is time `t` (a chunk's arrival) inside the window?"""
+        return self.start_s <= t < self.end_s if self.by_sends else self.start_s <= t <= self.end_s
+
+
+def measurement_window(
+    records: Sequence[RequestRecord], warmup_s: float = 0.0, cooldown_s: float = 0.0
+) -> Window:
+    if not records:
+        return Window(0.0, 0.0, True)
+    start = min(r.scheduled_s for r in records) + warmup_s
+    end = _past_last([r.sent_s for r in records]) - cooldown_s
+    if _past_last([r.scheduled_s for r in records]) - cooldown_s > start and end > start:
+        return Window(start, end, True)
+    return Window(start, max(max(_end_of(r) for r in records) - cooldown_s, start), False)
+
+
 def in_window(
     records: Sequence[RequestRecord], warmup_s: float = 0.0, cooldown_s: float = 0.0
 ) -> tuple[float, list[RequestRecord]]:
-    """The measurement window's length and the records sent and ended inside it (module docstring)."""
-    if not records:
-        return 0.0, []
+    """The measurement window's length and its requests (module docstring)."""
+    w = measurement_window(records, warmup_s, cooldown_s)
+    return w.length_s, [r for r in records if w.holds(r)]
 
-    def end_of(r: RequestRecord) -> float:
-        return r.done_s if r.done_s is not None else r.sent_s
 
-    start = min(r.scheduled_s for r in records) + warmup_s
-    end = max(end_of(r) for r in records) - cooldown_s
-    return max(end - start, 0.0), [r for r in records if r.sent_s >= start and end_of(r) <= end]
+def streamed_until(r: RequestRecord, times: np.ndarray) -> np.ndarray:
+    """Output tokens request `r` had streamed by each of `times`: its first token at its first content
+    chunk, the other N - 1 evenly from there to its end (its TPOT, as loadgen defines it), so a
+    window's count moves smoothly as the request moves and needs only the request's first chunk, end
+    and N. Zero for a failed request."""
+    first = r.chunk_times_s[0] if r.chunk_times_s else None
+    n = r.n_output_tokens
+    if not r.ok or first is None or r.done_s is None or n <= 0:
+        return np.zeros(len(times))
+    span = r.done_s - first
+    share = np.clip((times - first) / span, 0.0, 1.0) if span > 0 else (times >= first).astype(np.float64)
+    return np.where(times >= first, 1.0 + (n - 1) * share, 0.0)
+
+
+def streamed_in(r: RequestRecord, w: Window) -> tuple[float, float]:
+    """(output tokens, prompt tokens) request `r` streamed inside window `w` (streamed_until); the
+    prompt counts at the first chunk."""
+    if not r.ok or not r.chunk_times_s:
+        return 0.0, 0.0
+    lo, hi = streamed_until(r, np.array([w.start_s, w.end_s]))
+    prompt = float(r.prompt_tokens or 0) if w.covers(r.chunk_times_s[0]) else 0.0
+    return float(hi - lo), prompt
+
+
+def _past_last(times: Sequence[float]) -> float:
+    """One mean gap past the last of `times`: n sends own n gaps, so n / (span + gap) is the familiar
+    (n - 1) / span and the last send is inside the window (with one time, or all at one instant, the
+    last time itself)."""
+    first, last = min(times), max(times)
+    return last + (last - first) / (len(times) - 1) if len(times) > 1 else last
+
+
+def _rate_in(times: Sequence[float], start: float, end: float) -> float | None:
+    if end <= start:
+        return _span_rate(times)
+    return sum(1 for t in times if start <= t < end) / (end - start)
 
 
 def closed_loop_warmup_s(records: Sequence[RequestRecord], concurrency: int) -> float:
@@ -246,17 +331,22 @@ def compute_metrics(
             0, 0, 0, 0, {}, 0, 0.0, empty, empty, empty, empty, empty, 0.0, 0.0, 0.0, 0, 0, gpus, None, slo_d
         )
 
-    window, inside = in_window(records, warmup_s, cooldown_s)
+    w = measurement_window(records, warmup_s, cooldown_s)
+    window = w.length_s
+    inside = [r for r in records if w.holds(r)]
     done = [r for r in inside if r.ok]
 
     failures = Counter(r.error for r in records if r.error is not None)
     out_tokens = sum(r.n_output_tokens for r in done)
     in_tokens = sum(r.prompt_tokens or 0 for r in done)
+    streamed = [streamed_in(r, w) for r in records]
+    out_streamed = sum(o for o, _ in streamed)
+    in_streamed = sum(p for _, p in streamed)
 
     def rate(x: float) -> float:
         return x / window if window > 0 else 0.0
 
-    req_tp, out_tp, tot_tp = rate(len(done)), rate(out_tokens), rate(out_tokens + in_tokens)
+    req_tp, out_tp, tot_tp = rate(len(done)), rate(out_streamed), rate(out_streamed + in_streamed)
     per_gpu = None
     if gpus:
         per_gpu = {
@@ -265,6 +355,13 @@ def compute_metrics(
             "total_throughput": tot_tp / gpus,
         }
     goodput = rate(sum(1 for r in done if meets_slo(r, slo_d))) if slo_d else None
+    sent = [r.sent_s for r in records]
+    scheduled = [r.scheduled_s for r in records]
+    if w.by_sends:
+        achieved = _rate_in(sent, w.start_s, w.end_s)
+        planned = _rate_in(scheduled, w.start_s, _past_last(scheduled) - cooldown_s)
+    else:
+        achieved, planned = _span_rate(sent), _span_rate(scheduled)
 
     def ms(values: Iterable[float | None]) -> Distribution:
         return summarize(v * 1e3 for v in values if v is not None)
@@ -293,8 +390,8 @@ def compute_metrics(
         per_gpu=per_gpu,
         slo=slo_d,
         goodput=goodput,
-        achieved_rate=_span_rate([r.sent_s for r in records]),
-        scheduled_rate=_span_rate([r.scheduled_s for r in records]),
+        achieved_rate=achieved,
+        scheduled_rate=planned,
         sched_lag_ms=ms(r.scheduling_lag_s for r in records),
         queue_wait_ms=ms(r.queued_s for r in records),
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate
 from orchestrator.catalog.types import GPUSpec, ModelConfig
 from orchestrator.engines import Engine
 from orchestrator.layout import Layout
@@ -81,7 +81,7 @@ def expected_seconds(spec: SweepSpec, candidates: int, *, served: bool, points: 
     return candidates * (points * (per_point + w.warmup_s) + SERVED_STARTUP_S)
 
 
-def announcement(spec: SweepSpec, candidates: Sequence[Candidate], *, served: bool,
+def announcement(spec: SweepSpec, candidates: Sequence[AnyCandidate], *, served: bool,
                  grid: Sequence[float] | None) -> str:
     """What a sweep says before it starts: how many candidates, from what, and about how long."""
     layouts = len({c.layout for c in candidates})

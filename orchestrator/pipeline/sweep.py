@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate, DisaggCandidate
+from orchestrator.disagg import DisaggLayout
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.candidates import announcement, leading_settings, sweep_candidates
@@ -34,6 +35,7 @@ from orchestrator.pipeline.context import (
 from orchestrator.pipeline.derived import derive
 from orchestrator.pipeline.outcomes import FINAL_STATUSES, outcomes_from_store, point_outcome
 from orchestrator.pipeline.points import (
+    AnyRow,
     measure_candidate,
     plan_row,
     predict_outcome,
@@ -45,7 +47,6 @@ from orchestrator.pipeline.prune import dominated, exhaustive_grid_points, timin
 from orchestrator.pipeline.served import LocalBench
 from orchestrator.pipeline.serving import launch_for, serve
 from orchestrator.pipeline.side_by_side import placed_waves, run_wave
-from orchestrator.plan.planner import PlanRow
 from orchestrator.selection import LayoutOutcome, Selection, select
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import SweepSpec
@@ -101,11 +102,14 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
         _create_run(ctx, spec_path)
     passes = routing_passes(ctx, candidates_of(ctx))
     for _, named in passes:  # promote and reports read each one's settings back (its name shows what varies)
-        for c in named:
-            ctx.records.set_candidate(c.name, str(c.layout), c.settings)
+        for c in named:  # a pair records its pools' settings with its plan (DisaggCandidate.to_dict)
+            if isinstance(c, Candidate):
+                ctx.records.set_candidate(c.name, str(c.layout), c.settings)
     done = {row.layout: row for row in store.layouts(ctx.run_id)}
-    started = time.monotonic()
-    candidates: list[Candidate] = []
+    # The time the run's earlier sessions spent counts toward its time to decision.
+    earlier = (ctx.records.sweep() or SweepMode("virtual", "auto")).progress if ctx.resuming else None
+    ctx.tally.restore(earlier, ctx.resuming)
+    candidates: list[AnyCandidate] = []
     try:
         # A spec listing several routing policies measures each layout with replicas under each, as
         # candidates of their own (`tp2x4 routing=prefix_aware`), one pass per policy; a one-replica
@@ -117,35 +121,43 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
         store.finish_run(ctx.run_id, "interrupted", None)
         raise
     result = sweep_result(ctx, [c.name for c in candidates])
-    _record_timing(ctx, time.monotonic() - started, candidates)
+    _record_timing(ctx, ctx.tally.wall_s(), candidates)
     derive(store, ctx.run_id, spec, result.selection)
     store.finish_run(ctx.run_id, "done", result.selection.to_dict())
     return result
 
 
-def routing_passes(ctx: SweepContext, candidates: Sequence[Candidate]) -> list[tuple[SweepContext,
-                                                                                    list[Candidate]]]:
+def routing_passes(ctx: SweepContext, candidates: Sequence[AnyCandidate],
+                   ) -> list[tuple[SweepContext, list[AnyCandidate]]]:
     """(context, candidates) per routing policy of the spec: every candidate (layout x settings) under
     the first, the ones with replicas under each further one (the context's spec then names that one
-    policy, and the candidate's name says it: `tp2x4 max_num_seqs=64 routing=prefix_aware`)."""
+    policy, and the candidate's name says it: `tp2x4 max_num_seqs=64 routing=prefix_aware`). A
+    prefill/decode pair routes through its own router (the spec's disagg.router): measured once, in
+    the first pass."""
     policies = ctx.spec.routing_policies()
     if len(policies) == 1:
         return [(ctx, list(candidates))]
-    out = []
+    out: list[tuple[SweepContext, list[AnyCandidate]]] = []
     for i, policy in enumerate(policies):
         pass_ctx = replace(ctx, spec=ctx.spec.model_copy(update={"routing": policy}))
-        named = [replace(c, name=f"{c.name} routing={policy}") if c.layout.replicas > 1 else c
-                 for c in candidates if i == 0 or c.layout.replicas > 1]
+        named: list[AnyCandidate] = [
+            replace(c, name=f"{c.name} routing={policy}") if routed(c) else c
+            for c in candidates if i == 0 or routed(c)]
         out.append((pass_ctx, named))
     return out
 
 
-def all_candidates(ctx: SweepContext) -> list[Candidate]:
-    """Every candidate the sweep measures: layouts x settings x routing policies."""
+def routed(candidate: AnyCandidate) -> bool:
+    """Whether the spec's routing policy applies: an aggregated candidate with replicas to route over."""
+    return isinstance(candidate, Candidate) and candidate.layout.replicas > 1
+
+
+def all_candidates(ctx: SweepContext) -> list[AnyCandidate]:
+    """Every candidate the sweep measures: layouts x settings x routing policies, and the pairs."""
     return [c for _, named in routing_passes(ctx, candidates_of(ctx)) for c in named]
 
 
-def _run_pass(ctx: SweepContext, candidates: Sequence[Candidate], done: dict[str, Any]) -> None:
+def _run_pass(ctx: SweepContext, candidates: Sequence[AnyCandidate], done: dict[str, Any]) -> None:
     store = ctx.store
     todo = [c for c in candidates
             if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
@@ -154,11 +166,15 @@ def _run_pass(ctx: SweepContext, candidates: Sequence[Candidate], done: dict[str
         if (why := pruned.get(c.name)) is not None:
             store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
             ctx.obs.layout_done(c.name, "pruned", why)
-    for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
+    single = [c for c in todo if isinstance(c, Candidate) and c.name not in pruned]
+    for number, wave in enumerate(placed_waves(ctx, single), 1):
         if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
             run_wave(ctx, wave, number)
         else:
             one_candidate(ctx, wave[0][0])
+    for pair in todo:  # a prefill/decode pair holds its two pools alone on the cluster
+        if isinstance(pair, DisaggCandidate) and pair.name not in pruned:
+            one_candidate(ctx, pair)
 
 
 def _create_run(ctx: SweepContext, spec_path: str | None) -> None:
@@ -188,14 +204,21 @@ def sweep_result(ctx: SweepContext, names: Sequence[str] | None = None) -> Sweep
     return SweepResult(ctx.run_id, select(outcomes, ctx.spec.objective), tuple(outcomes))
 
 
-def candidates_of(ctx: SweepContext) -> list[Candidate]:
-    """The sweep's candidates: its layouts (or --layouts) times the settings combinations it lists."""
+def candidates_of(ctx: SweepContext) -> list[AnyCandidate]:
+    """The sweep's candidates, in the order of its layouts (or --layouts): an aggregated layout times
+    the settings combinations the spec lists, a prefill/decode pair with its pools' settings (the
+    spec's disagg section; the settings grid does not multiply pairs)."""
     inputs = ctx.inputs
-    return sweep_candidates(ctx.spec, ctx.opts.layouts or ctx.spec.layouts, ctx.engine, inputs.gpu,
-                            inputs.cfg)
+    out: list[AnyCandidate] = []
+    for x in ctx.opts.layouts or ctx.spec.layouts:
+        if isinstance(x, DisaggLayout):
+            out.append(ctx.candidate(x))
+        else:
+            out += sweep_candidates(ctx.spec, [x], ctx.engine, inputs.gpu, inputs.cfg)
+    return out
 
 
-def prune(ctx: SweepContext, candidates: Sequence[Candidate]) -> dict[str, str]:
+def prune(ctx: SweepContext, candidates: Sequence[AnyCandidate]) -> dict[str, str]:
     """Candidates the simulator predicts to lose clearly (pipeline/prune.py), and per layout all but
     its leading settings (pipeline/candidates.py); served runs only: in virtual time the prediction is
     the measurement, so everything is measured."""
@@ -208,12 +231,12 @@ def prune(ctx: SweepContext, candidates: Sequence[Candidate]) -> dict[str, str]:
             continue
         ctx.obs.phase(c.name, "predict (virtual time)")
         predicted.append(predict_outcome(ctx, c, row))
-    out = leading_settings(candidates, predicted, ctx.spec.objective)
+    out = leading_settings([c for c in candidates if isinstance(c, Candidate)], predicted, ctx.spec.objective)
     out.update(dominated(predicted, ctx.spec.objective))
     return out
 
 
-def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
+def one_candidate(ctx: SweepContext, candidate: AnyCandidate) -> None:
     """Plan, then measure one candidate alone (served or in virtual time); store its status."""
     name, obs, store = candidate.name, ctx.obs, ctx.store
     obs.phase(name, "plan")
@@ -224,6 +247,8 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
         obs.layout_done(name, "rejected", str(exc))
         return
     plan_d = finite(row.to_dict())
+    if isinstance(candidate, DisaggCandidate):
+        plan_d["split"] = candidate.to_dict()  # the stored run records both pools
     if row.rejected_because and not ctx.opts.force:
         reason = "; ".join(row.rejected_because)
         store.set_layout(ctx.run_id, name, candidate.gpus, "rejected", reason=reason, plan=plan_d)
@@ -238,6 +263,7 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
             spent = measure_candidate(ctx, candidate, row, virtual_point_fn(ctx, candidate))
         if spent:  # the layout's own overhead: deploy, warm-up, teardown (not its points)
             ctx.tally.layout_s.append(time.monotonic() - t0 - spent)
+            ctx.save_progress()
     except StoreError:
         raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
     except (DeployError, OrchError, OSError) as exc:
@@ -248,7 +274,8 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
     obs.layout_done(name, "measured", None)
 
 
-def served_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, plan_d: dict[str, Any]) -> float:
+def served_candidate(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow,
+                     plan_d: dict[str, Any]) -> float:
     """The candidate alone on the cluster: the serve step around its load points, its load generator
     in this process. Returns the seconds spent in load points."""
     name = candidate.name
@@ -259,11 +286,11 @@ def served_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, plan
     with serve(launch.target, launch.compiled, ctx.ready_timeout_s,
                phase=lambda what: ctx.obs.phase(name, what)) as served:
         bench = LocalBench(ctx.spec, ctx.obs, served.clients, candidate.layout, ctx.scale,
-                           ctx.opts.engine_metrics_interval_s)
+                           ctx.opts.engine_metrics_interval_s, served.engines)
         return measure_candidate(ctx, candidate, row, served_point_fn(ctx, candidate, served, bench))
 
 
-def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[Candidate]) -> None:
+def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[AnyCandidate]) -> None:
     w = ctx.spec.workload
     rows = {r.layout: r for r in ctx.store.layouts(ctx.run_id)}
     measured = sum(1 for c in candidates if (r := rows.get(c.name)) is not None and r.status != "rejected")
@@ -273,8 +300,13 @@ def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[Candid
     whole = load_axis(w) == "concurrency"
     grid = exhaustive_grid_points(rates, w.search.tolerance_frac, searched, whole)
     t = timing(wall_s, ctx.tally.layout_s, ctx.tally.point_s, measured, grid, searched, whole)
+    t = replace(t, points_measured=len(loads))  # stored, every session's (a kill may beat its tally)
+    if ctx.tally.sessions > 1:
+        together = f"; this run took {ctx.tally.sessions} sessions (--resume): the wall time, points and " \
+            "layouts of all of them"
+        t = replace(t, definition=t.definition + together)
     mode = ctx.records.sweep() or SweepMode("served" if ctx.served else "virtual", "auto")
-    ctx.records.set_sweep(SweepMode(mode.mode, mode.side_by_side, asdict(t)))
+    ctx.records.set_sweep(SweepMode(mode.mode, mode.side_by_side, asdict(t), ctx.tally.progress()))
 
 
 __all__ = [

@@ -129,6 +129,11 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary, note)
 
 
+def sim_requests_from_specs(specs: list[RequestSpec], offsets: list[float] | None = None) -> list[SimRequest]:
+    """Request specs as the engine sees them, sent at `offsets` (all at 0 for a closed loop)."""
+    return _as_sim(specs, offsets if offsets is not None else [0.0] * len(specs))
+
+
 def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:
     """The simulator's prefix-cache counters of a point (vLLM's names), the routing it ran under, and
     what it cut; empty without prefix caching."""
