@@ -157,7 +157,10 @@ def _choose(selection: dict[str, Any] | None, run_id: str, wanted: str | None) -
     verdicts = list((selection or {}).get("verdicts") or [])
     winner = (selection or {}).get("winner")
     if wanted is not None:
-        name = str(parse_layout(wanted))
+        # A candidate's name as the run stored it (`tp4 ngram k=4`, `p:tp4+d:tp4`), else a layout written
+        # some other way that reads as one of them.
+        known_names = {str(v["layout"]) for v in verdicts}
+        name = wanted if wanted in known_names else str(parse_any_layout(wanted))
         found = [v for v in verdicts if v["layout"] == name]
         if not found:
             known = ", ".join(v["layout"] for v in verdicts) or "none"

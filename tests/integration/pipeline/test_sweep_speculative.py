@@ -72,3 +72,9 @@ def test_a_settings_sweep_names_promotes_and_compares_its_winner(tmp_path: Path,
     assert "promoted tp4 ngram k=4" in promoted.stdout
     script = (tmp_path / "p" / "launch.sh").read_text()
     assert '"method":"ngram"' in script and '"num_speculative_tokens":4' in script
+    # --layout takes a candidate's name, settings and all
+    chosen = orch("promote", "latest", "--store", db, "--out", str(tmp_path / "q"), "--format", "shell",
+                  "--layout", "tp4 ngram k=4")
+    assert chosen.returncode == 0 and "promoted tp4 ngram k=4" in chosen.stdout, chosen.stderr[-2000:]
+    failed = orch("promote", "latest", "--store", db, "--out", str(tmp_path / "r"), "--layout", "tp4 no-spec")
+    assert failed.returncode == 3 and "did not meet the SLO" in failed.stderr, failed.stderr[-2000:]

@@ -146,6 +146,9 @@ def test_a_virtual_sweep_of_a_pair_records_the_split_and_promotes(orch: Orch, tm
                         "--format", "shell,k8s", "--engine", "sglang")
         assert promoted.returncode == 0, promoted.stderr
         assert "--disaggregation-mode" in (tmp_path / "art" / "launch.sh").read_text()
+        chosen = orch("promote", "latest", "--store", str(store), "--out", str(tmp_path / "chosen"),
+                      "--format", "shell", "--engine", "sglang", "--layout", "p:tp4+d:tp4")
+        assert chosen.returncode == 0, chosen.stderr  # --layout takes a pair's name
         # vLLM's pair runs orch's router: its image must be named, and then the manifests carry it
         vllm = ("promote", "latest", "--store", str(store), "--format", "k8s", "--engine", "vllm")
         refused = orch(*vllm, "--out", str(tmp_path / "v0"))
