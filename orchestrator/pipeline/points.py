@@ -145,7 +145,8 @@ def served_point_fn(ctx: SweepContext, candidate: AnyCandidate, served: Served, 
     inputs, what = sim_target(ctx, candidate)
 
     speculative = candidate.settings.speculative if isinstance(candidate, Candidate) else None
-    urls = [metrics_url(c.base_url) for c in served.clients]
+    # only speculation reads the engines' counters around a point
+    urls = [metrics_url(c.base_url) for c in served.clients] if speculative is not None else []
 
     def run(load: float, k: int) -> Measured:
         point, n = load_point(ctx.spec.workload, load), ctx.opts.num_requests
