@@ -183,11 +183,18 @@ def load_model(name_or_path: str) -> ModelConfig:
     if key in names:
         return model_from_hf_config(_read_json(_MODELS_DIR / f"{key}.json"), key)
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError as exc:  # a name too long for a path, a loop of links: not a file, say so
+        shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:57] + "..."
+        raise SpecError(f"{shown!r}: neither a catalog model nor a readable path ({exc.strerror}); "
+                        f"known: {', '.join(names)} (orch catalog), or a config.json path") from None
+    if is_dir:
         path = path / "config.json"
         if not path.is_file():
             raise SpecError(f"{path.parent}: directory has no config.json")
-    if path.is_file():
+        is_file = True
+    if is_file:
         stem = path.parent.name if path.name == "config.json" else path.stem
         return model_from_hf_config(_read_json(path), stem or str(path), where=str(path))
     if "/" in name_or_path or key.endswith(".json"):

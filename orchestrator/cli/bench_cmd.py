@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `o
     from orchestrator.loadgen.workloads import Tokenizer
 
 WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace")
+# Stated here as well as in loadgen.client (the option's default must be a literal for --help): a test
+# keeps the two equal.
+DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_OUTPUT_LEN = "128"
 BALANCE_KINDS = ("round_robin", "least_outstanding")
 ARRIVALS = ("poisson", "gamma", "constant")
@@ -47,6 +50,9 @@ def _numbers(text: str, flag: str, *, integer: bool = False) -> list[float]:
             v = float(p) if p != "inf" or integer else math.inf
         except ValueError:
             raise SpecError(f"{flag}: {part!r} is not a number (e.g. {flag} 4,8,16)") from None
+        if math.isnan(v) or (math.isinf(v) and p != "inf"):
+            raise SpecError(f"{flag}: {part!r} is not a finite number (e.g. {flag} 4,8,16"
+                            + ("; inf sends all at once)" if not integer else ")"))
         if v <= 0 or (integer and v != int(v)):
             kind = "positive integers" if integer else "positive numbers"
             raise SpecError(f"{flag}: {part!r}: give {kind} separated by commas")
@@ -225,6 +231,9 @@ def bench(
     = "round_robin",
     ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout (connect to last byte).")] = 600.0,
+    idle_timeout_s: Annotated[float, typer.Option(
+        help="A request fails as 'stalled' when this long passes without its response head or a whole "
+        "streamed event (a server dribbling bytes counts as silent).")] = DEFAULT_IDLE_TIMEOUT_S,
     max_response_bytes: Annotated[int, typer.Option(
         help="Body bytes one response may carry; a longer one fails as too_large.")] = 64 * 1024 * 1024,
     gpus: Annotated[int | None, typer.Option(help="GPUs behind the endpoints, for per-GPU figures.")] = None,
@@ -260,11 +269,15 @@ def bench(
         raise SpecError("give --num-requests N or --duration-s S (or both)")
     for flag, val in (("--num-requests", num_requests), ("--duration-s", duration_s),
                       ("--max-concurrency", max_concurrency), ("--timeout-s", timeout_s),
+                      ("--idle-timeout-s", idle_timeout_s),
                       ("--burstiness", burstiness), ("--search-start", search_start), ("--gpus", gpus),
-                      ("--search-tol", search_tol), ("--workers", workers),
+                      ("--search-max", search_max), ("--search-tol", search_tol), ("--workers", workers),
                       ("--max-response-bytes", max_response_bytes)):
-        if val is not None and not val > 0:  # (not > catches NaN too)
-            raise SpecError(f"{flag}: {val} must be positive")
+        if val is not None and not (val > 0 and math.isfinite(val)):  # (not > catches NaN too)
+            raise SpecError(f"{flag}: {val} must be a positive, finite number")
+    for flag, val in (("--warmup-s", warmup_s), ("--cooldown-s", cooldown_s)):
+        if not (val >= 0 and math.isfinite(val)):
+            raise SpecError(f"{flag}: {val} must be a finite number of seconds, 0 or more")
     if not 0 <= max_error_rate <= 1:
         raise SpecError(f"--max-error-rate: {max_error_rate} must be a fraction from 0 to 1, e.g. 0.01")
     if workers > 1 and concurrency is not None:
@@ -281,8 +294,8 @@ def bench(
     )
     if kind == "trace" and num_requests is None and duration_s is None:
         duration_s = math.inf  # the whole trace
-    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos, max_response_bytes=max_response_bytes)
-                    for u in urls)
+    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos, max_response_bytes=max_response_bytes,
+                                 idle_timeout_s=idle_timeout_s) for u in urls)
     cfg = BenchConfig(targets, bal, arr, burstiness, num_requests, duration_s, max_concurrency, warmup_s,
                       cooldown_s, seed, slo_d, max_error_rate, gpus, workers)
     if kind == "trace":

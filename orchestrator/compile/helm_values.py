@@ -27,7 +27,8 @@ CHART_NAME = "orch-engine"
 
 
 def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str, Any]:
-    """The chart's values for one layout (objects in opts.namespace: pass it as ``helm --namespace``)."""
+    """The chart's values for one layout; its objects go to opts.namespace whatever `helm --namespace`
+    says (the release's own record follows helm's flag: pass the same one)."""
     if str(layout) != plan.layout_str or len(plan.replicas) != layout.replicas:
         raise SpecError(
             f"launch plan is for {plan.layout_str} with {len(plan.replicas)} replicas, not layout {layout}; "
@@ -39,6 +40,7 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
     pod_resources = resources(gpus_per_pod(rep), opts)
     values: dict[str, Any] = {
         "name": opts.name,
+        "namespace": opts.namespace,  # the chart falls back to the release's namespace when empty
         "image": opts.image,
         "imagePullPolicy": opts.image_pull_policy,
         "engine": plan.engine,

@@ -35,6 +35,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 #: The event loop's timers fire up to ~1 ms late (epoll waits in whole milliseconds), so the last
 #: SPIN_S before a scheduled send is spent yielding to the loop (it keeps serving I/O) and re-checking.
 SPIN_S = 0.0015
+DEFAULT_IDLE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class ClientConfig:
     ignore_eos: bool = False
     api_key_env: str = API_KEY_ENV
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # body cap per response ("too_large" beyond)
+    # Longest silence allowed: no response head, or no whole streamed event, for this long fails the
+    # request as "stalled". A streamed token is milliseconds apart; 60 s leaves room for a long queue
+    # before the first token, and ends a server that dribbles bytes or hangs within a minute.
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     @property
     def url(self) -> str:

@@ -91,7 +91,16 @@ def parse_length(text: str, flag: str = "--input-len") -> Length:
         return n
     kind, _, rest = s.partition(":")
     try:
-        nums = [float(x) for x in re.split(r"[,-]", rest) if x]
+        # uniform:MIN-MAX takes two whole numbers around one '-' (so 'uniform:-5-10' is not 5 to 10);
+        # the others take comma-separated numbers, a sign kept for the bounds below to refuse.
+        span = re.fullmatch(r"(\d+)-(\d+)", rest) if kind == "uniform" else None
+        if kind == "uniform" and span is None:
+            raise SpecError(f"{flag}: {text!r}: uniform takes MIN-MAX, two positive whole numbers, "
+                            "e.g. uniform:128-1024")
+        nums = [float(span[1]), float(span[2])] if span else (
+            [float(x) for x in rest.split(",")] if kind in ("fixed", "normal", "lognormal") else [])
+        if any(not math.isfinite(x) for x in nums):
+            raise ValueError("every number must be finite")
         if kind == "fixed" and len(nums) == 1:
             return TokenDistribution(kind="fixed", mean=nums[0])
         if kind == "uniform" and len(nums) == 2:
@@ -100,9 +109,13 @@ def parse_length(text: str, flag: str = "--input-len") -> Length:
         if kind in ("normal", "lognormal") and len(nums) in (2, 4):
             lo, hi = (int(nums[2]), int(nums[3])) if len(nums) == 4 else (1, None)
             return TokenDistribution(kind=kind, mean=nums[0], stddev=nums[1], min=lo, max=hi)
-    except (ValueError, ValidationError) as exc:
-        detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        raise SpecError(f"{flag}: {text!r}: {detail}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        detail = str(err["msg"]).removeprefix("Value error, ")
+        raise SpecError(f"{flag}: {text!r}: {where + ': ' if where else ''}{detail}") from None
+    except ValueError:
+        raise SpecError(f"{flag}: {text!r}: give finite numbers, e.g. normal:512,64") from None
     raise SpecError(
         f"{flag}: {text!r} is not a length; use N, uniform:MIN-MAX, normal:MEAN,STD or lognormal:MEAN,STD"
     )
@@ -258,6 +271,9 @@ def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
                 f"{p}:{lineno}: a trace line needs arrival_s, input_tokens and output_tokens "
                 '(e.g. {"arrival_s": 0.5, "input_tokens": 512, "output_tokens": 128})'
             ) from None
+        if not math.isfinite(row[0]):  # JSON parsers accept NaN and Infinity
+            raise SpecError(f"{p}:{lineno}: arrival_s: {row[0]} is not a finite number; give seconds "
+                            "from the trace's start, e.g. 0.5")
         if row[0] < 0 or row[1] <= 0 or row[2] <= 0:
             raise SpecError(f"{p}:{lineno}: arrival_s must be >= 0 and token counts > 0")
         rows.append(row)

@@ -11,6 +11,7 @@ from orchestrator.plan.enumerate import enumerate_layouts
 from orchestrator.plan.from_spec import mean_tokens, plan_inputs
 from orchestrator.plan.memory import kv_bytes_per_token
 from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout, rank_rows
+from orchestrator.spec.checks import MAX_TOKENS
 from orchestrator.spec.models import SweepSpec
 
 DEFAULT_BATCHES = (1, 16, 64, 256)
@@ -67,8 +68,9 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
     output token, as chunked prefill mixes them into decode steps) unless `charge_prefill` is off."""
     if any(b < 1 for b in batches):
         raise SpecError("--batch: batch sizes must be positive integers, e.g. --batch 1,64")
-    if context_tokens is not None and context_tokens < 1:
-        raise SpecError("--context: must be a positive number of tokens")
+    for flag, tokens in (("--context", context_tokens), ("--prompt", prompt_tokens)):
+        if tokens is not None and not 1 <= tokens <= MAX_TOKENS:
+            raise SpecError(f"{flag} {tokens}: give a number of tokens from 1 to {MAX_TOKENS:,}")
     inputs = plan_inputs(spec)
     prompt = prompt_tokens or mean_tokens(spec.workload.input_tokens)
     # Decode reads, on average, the prompt and half the answer of every sequence in the batch.

@@ -103,3 +103,39 @@ def test_compile_k8s_for_the_simulated_engine_needs_an_image() -> None:
     vllm = _orch("compile", deepseek, "--layout", "tp8pp2x2", "--format", "k8s", "--engine", "vllm")
     assert vllm.returncode == 0, vllm.stderr
     assert "vllm/vllm-openai:v0.32.0" in vllm.stdout
+
+
+def _ready_hosts_and_binds(script: str) -> list[tuple[str, str]]:
+    """(host in the `ready at http://HOST:PORT` comment, --host of the command under it) per leader."""
+    import re
+
+    pairs, ready = [], None
+    for line in script.splitlines():
+        found = re.search(r"ready at https?://([^:/]+):\d+", line)
+        if found:
+            ready = found[1]
+        elif ready is not None and "--host" in line:
+            argv = line.split()
+            pairs.append((ready, argv[argv.index("--host") + 1]))
+            ready = None
+    return pairs
+
+
+def test_launch_commands_bind_where_their_comment_says_they_are_ready() -> None:
+    # `--nodes gpu1` says `ready at http://gpu1:8000`: binding 127.0.0.1 there made that untrue.
+    for engine in ("vllm", "sglang"):
+        for extra, expect_bind in ((["--nodes", "gpu1"], "0.0.0.0"), ([], "127.0.0.1")):
+            out = _orch("compile", SPEC, "--layout", "tp4x2", "--engine", engine, *extra)
+            assert out.returncode == 0, out.stderr
+            pairs = _ready_hosts_and_binds(out.stdout)
+            assert len(pairs) == 2, out.stdout
+            for ready, bind in pairs:
+                assert bind == expect_bind, (engine, extra, out.stdout)
+                assert bind in (ready, "0.0.0.0"), (engine, extra, out.stdout)
+
+
+def test_helm_values_take_the_namespace_flag() -> None:
+    out = _orch("compile", SPEC, "--layout", "tp8", "--engine", "vllm", "--format", "helm-values",
+                "--namespace", "llm-prod")
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout)["namespace"] == "llm-prod"
