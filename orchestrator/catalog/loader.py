@@ -210,7 +210,7 @@ _GPU_FIELDS = {f.name for f in fields(GPUSpec)}
 
 @cache
 def _gpu_table() -> dict[str, dict[str, Any]]:
-    raw = yaml.safe_load(_GPUS_FILE.read_text())
+    raw = yaml.load(_GPUS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     table = raw.get("gpus") if isinstance(raw, dict) else None
     if not isinstance(table, dict):
         raise SpecError(f"{_GPUS_FILE}: expected a top-level 'gpus:' mapping")

@@ -53,7 +53,7 @@ def report_command(
 
         page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
-        err_console.print(f"wrote {html_out}", markup=False)
+        err_console().print(f"wrote {html_out}", markup=False)
     if as_json:
         typer.echo(json.dumps({**json.loads(json_out(result, store)), "consistency": checks}, indent=2))
     else:
@@ -94,7 +94,7 @@ def compare_command(
             "pass --allow-mismatch to compare anyway"
         )
     for why in mismatch:
-        err_console.print(f"[bold yellow]warning:[/] comparing anyway although {why}", highlight=False)
+        err_console().print(f"[bold yellow]warning:[/] comparing anyway although {why}", highlight=False)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]
     if as_json:

@@ -83,9 +83,8 @@ def simulate_command(
             for rate, conc in loads:
                 what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
                 with console.status(f"simulating {layout} at {what}"):
-                    sp = simulate_point(
-                        spec, inputs, layout, rate, num_requests=num_requests, concurrency=conc
-                    )
+                    sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests,
+                                        concurrency=conc, keep_records=False)  # metrics only: no records
                 points.append(sp)
         except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
             rejected.append((layout, str(exc)))

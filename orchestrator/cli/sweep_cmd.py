@@ -213,7 +213,7 @@ def sweep_command(
         try:
             result = sweep.run()
         except KeyboardInterrupt:
-            err_console.print(
+            err_console().print(
                 f"interrupted: what was measured is stored; finish with "
                 f"orch sweep --resume {sweep.run_id} --store {store.path}", markup=False
             )

@@ -28,7 +28,6 @@ from orchestrator.loadgen.client import (
 from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
-from orchestrator.loadgen.workers import run_open_loop_workers
 from orchestrator.loadgen.workloads import Workload
 
 #: Builds a workload of (at least) n requests; a trace ignores n and returns its own requests.
@@ -160,6 +159,8 @@ async def _open_loop(
     if c.workers == 1:
         return await run_open_loop(list(c.targets), specs, offsets, c.max_concurrency, sink=sink,
                                    balance=c.balance)
+    from orchestrator.loadgen.workers import run_open_loop_workers  # multiprocessing: only when asked
+
     recs = await asyncio.to_thread(run_open_loop_workers, list(c.targets), specs, offsets, c.workers,
                                    c.max_concurrency, c.balance)
     for r in recs:  # worker processes report at their end

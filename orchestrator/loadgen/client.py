@@ -96,6 +96,16 @@ def build_body(cfg: ClientConfig, spec: RequestSpec) -> dict[str, Any]:
     return body
 
 
+def new_transport() -> Http1Client:
+    """The load path's HTTP client. ORCH_LOADGEN_TRANSPORT=aiohttp selects the aiohttp one (for the
+    side-by-side in bench/loadgen_ceiling.py)."""
+    if os.environ.get("ORCH_LOADGEN_TRANSPORT") == "aiohttp":
+        from orchestrator.loadgen.aio import AiohttpClient
+
+        return AiohttpClient()  # type: ignore[return-value]
+    return Http1Client()
+
+
 @functools.lru_cache(maxsize=64)
 def _wire(cfg: ClientConfig) -> tuple[Origin, bytes]:
     """The origin and the fixed request head of an endpoint, built once, not per request."""
@@ -234,7 +244,7 @@ async def run_open_loop(
     bal = Balancer(len(cfgs), balance)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     own = session is None
-    sess = session if session is not None else Http1Client()
+    sess = session if session is not None else new_transport()
     backlog = Backlog(sink)
 
     async def one(k: int, spec: RequestSpec, at: float) -> None:
@@ -293,7 +303,7 @@ async def run_closed_loop(
     cfgs = _targets(cfg)
     bal = Balancer(len(cfgs), balance)
     own = session is None
-    sess = session if session is not None else Http1Client()
+    sess = session if session is not None else new_transport()
     backlog = Backlog(sink)
     counter = itertools.count()
     start = time.perf_counter()

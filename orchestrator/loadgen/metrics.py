@@ -8,7 +8,8 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
   per chunk; `fallback_token_counts` says how many requests used it). Requests with N < 2 have no TPOT.
 - ITL per chunk (`itl_chunk`): gaps between consecutive content chunks (vLLM's convention).
 - ITL per token (`itl_token`): each chunk's gap spread evenly over the tokens that chunk carries.
-- Percentiles p50/p90/p95/p99 use numpy's linear interpolation (as `vllm bench serve`), plus the mean.
+- Percentiles p50/p90/p95/p99 use numpy's linear interpolation (as `vllm bench serve`), plus the mean;
+  computed once per point over arrays of every request (orchestrator.loadgen.columns).
 - Throughputs over the measurement window: from the first scheduled send plus warm-up to the last
   event (end of stream) minus cool-down; a request counts when it was sent and ended inside it.
 - Goodput: completed requests per second (same window) whose every SLO metric is within bounds.
@@ -27,9 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.loadgen.columns import (
+    STAT_PERCENTS,
+    GapSet,
+    RequestColumns,
+    columns_from_records,
+    gaps_within,
+    weighted_summary,
+)
 from orchestrator.loadgen.records import RequestRecord
 
-PERCENTILES = (50, 90, 95, 99)
+PERCENTILES = tuple(STAT_PERCENTS.values())  # 50, 90, 95, 99
 SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token")
 SLO_STATS = ("p50", "p90", "p95", "p99", "mean", "max")
 
@@ -52,19 +61,13 @@ class Distribution:
 
 
 def summarize(values_ms: Iterable[float]) -> Distribution:
-    arr = np.asarray(list(values_ms), dtype=np.float64)
-    if arr.size == 0:
-        return Distribution(0, None, None, None, None, None, None)
-    p = np.percentile(arr, PERCENTILES)
-    return Distribution(
-        count=int(arr.size),
-        mean=float(arr.mean()),
-        p50=float(p[0]),
-        p90=float(p[1]),
-        p95=float(p[2]),
-        p99=float(p[3]),
-        max=float(arr.max()),
-    )
+    return distribution(np.asarray(list(values_ms), dtype=np.float64))
+
+
+def distribution(values_ms: Any, weights: Any = None) -> Distribution:
+    """The Distribution of an array of values (each repeated `weights` times when given)."""
+    count, mean, pct, top = weighted_summary(values_ms, weights)
+    return Distribution(count, mean, pct["p50"], pct["p90"], pct["p95"], pct["p99"], top)
 
 
 def stddev(values: Iterable[float]) -> float | None:
@@ -88,32 +91,24 @@ def parse_slo(slo: Mapping[str, float]) -> list[tuple[str, str, float]]:
     return out
 
 
-def _request_value_ms(rec: RequestRecord, metric: str, stat: str) -> float | None:
-    """The request's own value of `metric`: a scalar, or its `stat` over its own ITL gaps."""
-    if metric == "ttft":
-        v = rec.ttft_s
-    elif metric == "tpot":
-        v = rec.tpot_s
-    elif metric == "e2e":
-        v = rec.e2e_s
-    else:
-        gaps = rec.itl_chunk_s if metric == "itl" else rec.itl_token_s
-        return summarize(g * 1e3 for g in gaps).stat(stat)
-    return None if v is None else v * 1e3
+def slo_mask(cols: RequestColumns, slo: Mapping[str, float]) -> Any:
+    """Per request: completed, and each bound holds for its own value (its TTFT, TPOT, E2E, or the
+    statistic of its own ITL gaps). Missing values (no TPOT for a one-token answer, no ITL gaps) do
+    not fail a bound."""
+    good = cols.ok
+    for metric, stat, bound in parse_slo(slo):
+        if metric in ("ttft", "tpot", "e2e"):
+            value = {"ttft": cols.ttft_s, "tpot": cols.tpot_s, "e2e": cols.e2e_s}[metric]() * 1e3
+            good = good & ~(value > bound)  # NaN (missing) compares False: passes
+        else:
+            gaps = cols.itl_chunk if metric == "itl" else cols.itl_token
+            good = good & gaps_within(gaps, len(cols), stat, bound)
+    return good
 
 
 def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
-    """A completed request meets the SLO when each bound holds for its own value.
-
-    Missing values (no TPOT for a one-token answer, no ITL gaps) do not fail a bound.
-    """
-    if not rec.ok:
-        return False
-    for metric, stat, bound in parse_slo(slo):
-        v = _request_value_ms(rec, metric, stat)
-        if v is not None and v > bound:
-            return False
-    return True
+    """A completed request meets the SLO when each bound holds for its own value (slo_mask)."""
+    return bool(slo_mask(columns_from_records([rec]), slo)[0])
 
 
 @dataclass(frozen=True)
@@ -155,26 +150,34 @@ class Metrics:
         return d
 
 
-def _span_rate(times: Sequence[float]) -> float | None:
+def _span_rate(times: Any) -> float | None:
     if len(times) < 2:
         return None
-    span = max(times) - min(times)
+    span = float(np.max(times) - np.min(times))
     return (len(times) - 1) / span if span > 0 else math.inf
+
+
+def window_mask(scheduled_s: Any, sent_s: Any, end_s: Any, warmup_s: float = 0.0,
+                cooldown_s: float = 0.0) -> tuple[float, Any]:
+    """The measurement window's length, and which requests were sent and ended inside it (module
+    docstring); `end_s` is each request's end (its send when it has none)."""
+    start = float(np.min(scheduled_s)) + warmup_s
+    end = float(np.max(end_s)) - cooldown_s
+    return max(end - start, 0.0), (sent_s >= start) & (end_s <= end)
 
 
 def in_window(
     records: Sequence[RequestRecord], warmup_s: float = 0.0, cooldown_s: float = 0.0
 ) -> tuple[float, list[RequestRecord]]:
-    """The measurement window's length and the records sent and ended inside it (module docstring)."""
+    """The measurement window's length and the records sent and ended inside it (window_mask)."""
     if not records:
         return 0.0, []
-
-    def end_of(r: RequestRecord) -> float:
-        return r.done_s if r.done_s is not None else r.sent_s
-
-    start = min(r.scheduled_s for r in records) + warmup_s
-    end = max(end_of(r) for r in records) - cooldown_s
-    return max(end - start, 0.0), [r for r in records if r.sent_s >= start and end_of(r) <= end]
+    n = len(records)
+    scheduled = np.fromiter((r.scheduled_s for r in records), np.float64, n)
+    sent = np.fromiter((r.sent_s for r in records), np.float64, n)
+    ends = np.fromiter((r.sent_s if r.done_s is None else r.done_s for r in records), np.float64, n)
+    window, mask = window_mask(scheduled, sent, ends, warmup_s, cooldown_s)
+    return window, [r for r, keep in zip(records, mask, strict=True) if keep]
 
 
 def compute_metrics(
@@ -186,25 +189,41 @@ def compute_metrics(
     slo: Mapping[str, float] | None = None,
 ) -> Metrics:
     """All metrics over `records`; see the module docstring for each definition."""
+    return metrics_of(columns_from_records(records), warmup_s=warmup_s, cooldown_s=cooldown_s, gpus=gpus,
+                      slo=slo)
+
+
+def metrics_of(
+    cols: RequestColumns,
+    *,
+    warmup_s: float = 0.0,
+    cooldown_s: float = 0.0,
+    gpus: int | None = None,
+    slo: Mapping[str, float] | None = None,
+) -> Metrics:
+    """All metrics over the requests of `cols` (one array per field; see loadgen.columns), each
+    statistic computed once over every request."""
     slo_d = dict(slo or {})
     parse_slo(slo_d)  # validate early
-    if not records:
+    if not len(cols):
         empty = summarize([])
         return Metrics(
             0, 0, 0, 0, {}, 0, 0.0, empty, empty, empty, empty, empty, 0.0, 0.0, 0.0, 0, 0, gpus, None, slo_d
         )
 
-    window, inside = in_window(records, warmup_s, cooldown_s)
-    done = [r for r in inside if r.ok]
+    ends = np.where(np.isnan(cols.done_s), cols.sent_s, cols.done_s)
+    window, inside = window_mask(cols.scheduled_s, cols.sent_s, ends, warmup_s, cooldown_s)
+    done = inside & cols.ok
+    n_done = int(done.sum())
 
-    failures = Counter(r.error for r in records if r.error is not None)
-    out_tokens = sum(r.n_output_tokens for r in done)
-    in_tokens = sum(r.prompt_tokens or 0 for r in done)
+    failures = Counter(e for e in cols.errors if e is not None)
+    out_tokens = int(cols.output_tokens[done].sum())
+    in_tokens = int(cols.prompt_tokens[done].sum())
 
     def rate(x: float) -> float:
         return x / window if window > 0 else 0.0
 
-    req_tp, out_tp, tot_tp = rate(len(done)), rate(out_tokens), rate(out_tokens + in_tokens)
+    req_tp, out_tp, tot_tp = rate(n_done), rate(out_tokens), rate(out_tokens + in_tokens)
     per_gpu = None
     if gpus:
         per_gpu = {
@@ -212,24 +231,32 @@ def compute_metrics(
             "output_throughput": out_tp / gpus,
             "total_throughput": tot_tp / gpus,
         }
-    goodput = rate(sum(1 for r in done if meets_slo(r, slo_d))) if slo_d else None
+    goodput = rate(int((slo_mask(cols, slo_d) & done).sum())) if slo_d else None
 
-    def ms(values: Iterable[float | None]) -> Distribution:
-        return summarize(v * 1e3 for v in values if v is not None)
+    def ms(values_s: Any) -> Distribution:
+        values_s = values_s[~np.isnan(values_s)]
+        return distribution(values_s * 1e3)
+
+    def gaps_ms(gaps: GapSet) -> Distribution:
+        return distribution(gaps.values * 1e3, gaps.coverage(done))
+
+    itl_chunk = gaps_ms(cols.itl_chunk)
+    # One token a chunk (the simulator): the per-token gaps are the same values, computed once.
+    itl_token = itl_chunk if cols.itl_token is cols.itl_chunk else gaps_ms(cols.itl_token)
 
     return Metrics(
-        n_requests=len(records),
-        n_in_window=len(inside),
-        n_completed=len(done),
+        n_requests=len(cols),
+        n_in_window=int(inside.sum()),
+        n_completed=n_done,
         n_failed=sum(failures.values()),
         failures=dict(sorted(failures.items())),
-        fallback_token_counts=sum(1 for r in done if r.output_tokens_source != "usage"),
+        fallback_token_counts=int((done & ~cols.usage_counted).sum()),
         window_s=window,
-        ttft_ms=ms(r.ttft_s for r in done),
-        tpot_ms=ms(r.tpot_s for r in done),
-        itl_chunk_ms=ms(g for r in done for g in r.itl_chunk_s),
-        itl_token_ms=ms(g for r in done for g in r.itl_token_s),
-        e2e_ms=ms(r.e2e_s for r in done),
+        ttft_ms=ms(cols.ttft_s()[done]),
+        tpot_ms=ms(cols.tpot_s()[done]),
+        itl_chunk_ms=itl_chunk,
+        itl_token_ms=itl_token,
+        e2e_ms=ms(cols.e2e_s()[done]),
         request_throughput=req_tp,
         output_throughput=out_tp,
         total_throughput=tot_tp,
@@ -239,10 +266,10 @@ def compute_metrics(
         per_gpu=per_gpu,
         slo=slo_d,
         goodput=goodput,
-        achieved_rate=_span_rate([r.sent_s for r in records]),
-        scheduled_rate=_span_rate([r.scheduled_s for r in records]),
-        sched_lag_ms=ms(r.scheduling_lag_s for r in records),
-        queue_wait_ms=ms(r.queued_s for r in records),
+        achieved_rate=_span_rate(cols.sent_s),
+        scheduled_rate=_span_rate(cols.scheduled_s),
+        sched_lag_ms=ms(cols.sent_s - cols.scheduled_s - cols.queued_s),
+        queue_wait_ms=ms(cols.queued_s),
     )
 
 

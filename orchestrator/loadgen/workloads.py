@@ -137,7 +137,8 @@ def sample_lengths(length: Length, n: int, rng: np.random.Generator) -> list[int
     else:
         sigma2 = math.log1p((d.stddev / d.mean) ** 2)
         raw = rng.lognormal(math.log(d.mean) - sigma2 / 2, math.sqrt(sigma2), n)
-    return [int(min(max(round(float(x)), d.min), hi)) for x in raw]
+    # Rounded half to even (as round()), then clipped to [min, max]: one array operation, not a loop.
+    return np.clip(np.rint(raw), d.min, hi).astype(np.int64).tolist()  # type: ignore[no-any-return]
 
 
 def _words(n: int, rng: np.random.Generator) -> str:
@@ -180,26 +181,33 @@ def _spec(i: int, prompt: str, max_tokens: int, prompt_tokens: int | None) -> Re
 
 
 def random_workload(n: int, input_len: Length, output_len: Length, *, seed: int = 0,
-                    tokenizer: Tokenizer | None = None) -> Workload:
+                    tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
+    """text=False: no prompt text, prompt_tokens set to the drawn length (the simulator in virtual
+    time needs only counts; the lengths are the same draws either way, drawn before any text)."""
     rng = np.random.default_rng(seed)
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
+    if not text:
+        return Workload("random", tuple(_spec(i, "", outs[i], ins[i]) for i in range(n)))
     maker = _PromptMaker(tokenizer)
     specs = []
     for i in range(n):
-        text, count = maker.text(ins[i], rng)
-        specs.append(_spec(i, text, outs[i], count))
+        prompt, count = maker.text(ins[i], rng)
+        specs.append(_spec(i, prompt, outs[i], count))
     return Workload("random", tuple(specs), None, "tokenizer" if tokenizer else "server")
 
 
 def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Length, *, num_prefixes: int = 1,
-                    seed: int = 0, tokenizer: Tokenizer | None = None) -> Workload:
-    """Request i: prefix (i mod num_prefixes) of prefix_len tokens, then a unique suffix of input_len."""
+                    seed: int = 0, tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
+    """Request i: prefix (i mod num_prefixes) of prefix_len tokens, then a unique suffix of input_len.
+    text=False: as random_workload (the prefixes are still drawn first, so the lengths are the same)."""
     if prefix_len <= 0 or num_prefixes <= 0:
         raise SpecError("--prefix-len and --num-prefixes must be positive")
     rng = np.random.default_rng(seed)
     maker = _PromptMaker(tokenizer)
     prefixes = [maker.text(prefix_len, rng)[0] for _ in range(num_prefixes)]
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
+    if not text:
+        return Workload("prefix", tuple(_spec(i, "", outs[i], prefix_len + ins[i]) for i in range(n)))
     specs = []
     for i in range(n):
         suffix, _ = maker.text(ins[i], rng)
@@ -252,8 +260,9 @@ def sharegpt_workload(path: str | Path, n: int, *, output_len: Length | None = N
 
 
 def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
-                   tokenizer: Tokenizer | None = None) -> Workload:
-    """JSONL lines {"arrival_s", "input_tokens", "output_tokens"}; offsets are relative to the earliest."""
+                   tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
+    """JSONL lines {"arrival_s", "input_tokens", "output_tokens"}; offsets are relative to the earliest.
+    text=False: no prompt text (as random_workload)."""
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
@@ -285,8 +294,8 @@ def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
     maker = _PromptMaker(tokenizer)
     specs = []
     for i, (_, n_in, n_out) in enumerate(rows):
-        text, count = maker.text(n_in, rng)
-        specs.append(_spec(i, text, n_out, count))
+        prompt, count = maker.text(n_in, rng) if text else ("", n_in)
+        specs.append(_spec(i, prompt, n_out, count))
     t0 = rows[0][0]
     return Workload("trace", tuple(specs), tuple(r[0] - t0 for r in rows),
                     "tokenizer" if tokenizer else "server")

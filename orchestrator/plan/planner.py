@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.catalog.types import GPUSpec, ModelConfig
 from orchestrator.layout import Layout
@@ -19,6 +17,13 @@ from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
 from orchestrator.plan.experts import imbalance, lognormal_popularity, place_redundant
 from orchestrator.plan.params import ParamCounts, count_params
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # imported on first use: a dense model's plan never needs it (orchestrator/lazy.py)
+    from orchestrator.lazy import lazy_module
+
+    np = lazy_module("numpy")
 
 GB = 1e9
 

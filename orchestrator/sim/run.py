@@ -10,13 +10,22 @@ from dataclasses import dataclass
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.client import RequestSpec, arrival_offsets
-from orchestrator.loadgen.metrics import compute_metrics
+from orchestrator.loadgen.columns import RequestColumns, columns_from_records
+from orchestrator.loadgen.metrics import metrics_of
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
-from orchestrator.sim.virtual import SimRequest, SimSummary, closed_loop, simulate
+from orchestrator.sim.virtual import (
+    SimRequest,
+    SimSummary,
+    closed_loop,
+    closed_loop_columns,
+    simulate,
+    simulate_columns,
+)
 from orchestrator.spec.models import SweepSpec
 
 
@@ -39,7 +48,7 @@ def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None) 
     n = num_requests or w.num_requests
     duration = None if num_requests else w.duration_s
     offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
-    return _as_sim(list(workload_factory(w)(len(offsets)).specs[: len(offsets)]), offsets)
+    return _as_sim(list(workload_factory(w, text=False)(len(offsets)).specs[: len(offsets)]), offsets)
 
 
 def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[EngineCore]:
@@ -55,29 +64,45 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
 
 def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None = None, *,
                    num_requests: int | None = None, concurrency: int | None = None,
-                   sample_interval_s: float | None = None) -> SimPoint:
+                   sample_interval_s: float | None = None, keep_records: bool = True) -> SimPoint:
     """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients.
 
     As `orch bench` runs them: `num_requests` replaces the spec's count and duration; a closed loop
-    bounded only by a duration cycles through the same 1,000 requests."""
+    bounded only by a duration cycles through the same 1,000 requests. keep_records=False computes the
+    metrics from the simulator's columns and keeps no record per request (`orch simulate`: 100,000
+    requests in megabytes); the metrics are the same."""
     w = spec.workload
     engines = spec_engines(spec, inputs, layout)
+    cols: RequestColumns | None = None
+    records: list[RequestRecord] = []
     if concurrency is not None:
         n = num_requests or w.num_requests
         duration = None if num_requests else w.duration_s
-        specs = list(workload_factory(w)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
-        records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
-                                       duration_s=duration, sample_interval_s=sample_interval_s)
+        specs = list(workload_factory(w, text=False)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
+        reqs = _as_sim(specs, [0.0] * len(specs))
+        if keep_records:
+            records, summary = closed_loop(engines, reqs, concurrency, duration_s=duration,
+                                           sample_interval_s=sample_interval_s)
+        else:
+            cols, summary = closed_loop_columns(engines, reqs, concurrency, duration_s=duration,
+                                                sample_interval_s=sample_interval_s)
         if n is not None:
             records = records[:n]
+            cols = cols.head(n) if cols is not None else None
         point = LoadPoint(concurrency=concurrency)
     elif rate is not None:
-        records, summary = simulate(engines, sim_requests(spec, rate, num_requests),
-                                    max_concurrency=w.max_concurrency, sample_interval_s=sample_interval_s)
+        reqs = sim_requests(spec, rate, num_requests)
+        if keep_records:
+            records, summary = simulate(engines, reqs, max_concurrency=w.max_concurrency,
+                                        sample_interval_s=sample_interval_s)
+        else:
+            cols, summary = simulate_columns(engines, reqs, max_concurrency=w.max_concurrency,
+                                             sample_interval_s=sample_interval_s)
         point = LoadPoint(rate=rate)
     else:
         raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
-    metrics = compute_metrics(records, warmup_s=w.warmup_s, gpus=layout.gpus, slo=slo)
+    metrics = metrics_of(cols if cols is not None else columns_from_records(records), warmup_s=w.warmup_s,
+                         gpus=layout.gpus, slo=slo)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary)
