@@ -16,7 +16,6 @@ from orchestrator.errors import OrchError
 
 if TYPE_CHECKING:  # rich is imported when something is printed through it, not at start-up
     from rich.console import Console
-    from rich.table import Table
 
 # The order `orch --help` lists the commands in: the decision a new user comes for and its steps
 # first, then the stored runs, then the tools. Modules register in import order (alphabetical), which
@@ -128,18 +127,6 @@ def make_console(*, stderr: bool = False) -> Console:
     if out.is_terminal or "COLUMNS" in os.environ:
         return out
     return Console(stderr=stderr, width=PIPE_WIDTH)
-
-
-def print_table(console: Console, table: Table) -> None:
-    """The table with its title as a line of its own: rich wraps a title wider than the table's columns
-    (a one-point `orch simulate` or `orch bench`) and pads a narrower one with spaces to the width."""
-    from rich.text import Text
-
-    title = table.title
-    if isinstance(title, str):
-        table.title = None
-        console.print(Text(title, style="table.title"), highlight=False, soft_wrap=True)
-    console.print(table)
 
 
 def _print_version(value: bool) -> None:

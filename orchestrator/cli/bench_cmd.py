@@ -8,6 +8,7 @@ and a point missed it (--search: no rate met it); 2 bad flags; 130 interrupted."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 from functools import partial
@@ -16,9 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from orchestrator.cli import app, make_console, print_table
+from orchestrator.cli import app, make_console
+from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli.progress import RequestLines, stderr_is_terminal
 from orchestrator.errors import OrchError, RequestsFailed, SLONotMet, SpecError
 
 if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
@@ -143,16 +145,16 @@ def _pair(d: Distribution | None) -> str:
     return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
 
 
-def _wide_table(points: list[PointResult]) -> Table:
+def _wide_table(points: list[PointResult], title: str, wide: bool) -> FitTable:
     """One row per load point (many points, e.g. a search), with the key columns."""
-    t = Table(title="orch bench (ms; p50/p99 unless marked)")
-    cols = ("point", "ok/failed", "achieved req/s", "lag p99", "TTFT p50/p99", "ITL p99", "TPOT p50",
-            "E2E p99", "out tok/s", "goodput", "SLO")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("point", "SLO") else "right")
+    t = FitTable(title + " (ms; p50/p99 unless marked)", wide=wide)
+    for c, keep in (("point", 0), ("ok/failed", 0), ("achieved req/s", 1), ("lag p99", 3),
+                    ("TTFT p50/p99", 0), ("ITL p99", 1), ("TPOT p50", 2), ("E2E p99", 3), ("out tok/s", 2),
+                    ("goodput", 1), ("SLO", 0)):
+        t.column(c, justify="left" if c in ("point", "SLO") else "right", keep=keep)
     for p in points:
         m = p.metrics
-        t.add_row(
+        t.row(
             p.point.label, f"{m.n_completed}/{m.n_failed}", _fmt(m.achieved_rate),
             _fmt(m.sched_lag_ms.p99 if m.sched_lag_ms else None, 2), _pair(m.ttft_ms),
             _fmt(m.itl_chunk_ms.p99, 2), _fmt(m.tpot_ms.p50, 2), _fmt(m.e2e_ms.p99),
@@ -162,36 +164,54 @@ def _wide_table(points: list[PointResult]) -> Table:
     return t
 
 
-def _table(points: list[PointResult]) -> Table:
-    if len(points) > 4:
-        return _wide_table(points)
-    t = Table(title="orch bench (latencies in ms as p50 / p99; throughput over the measurement window)")
-    t.add_column("metric")
+METRIC_ROWS: tuple[tuple[str, Any], ...] = (
+    ("requests ok / failed", lambda p: f"{p.metrics.n_completed} / {p.metrics.n_failed}"),
+    ("failures", lambda p: ", ".join(f"{k}={v}" for k, v in p.metrics.failures.items()) or "-"),
+    ("achieved / scheduled req/s",
+     lambda p: f"{_fmt(p.metrics.achieved_rate)} / {_fmt(p.metrics.scheduled_rate)}"),
+    ("scheduling lag", lambda p: _pair(p.metrics.sched_lag_ms)),
+    ("queue wait (max-concurrency)", lambda p: _pair(p.metrics.queue_wait_ms)),
+    ("TTFT", lambda p: _pair(p.metrics.ttft_ms)),
+    ("ITL per chunk", lambda p: _pair(p.metrics.itl_chunk_ms)),
+    ("ITL per token", lambda p: _pair(p.metrics.itl_token_ms)),
+    ("TPOT", lambda p: _pair(p.metrics.tpot_ms)),
+    ("E2E", lambda p: _pair(p.metrics.e2e_ms)),
+    ("request throughput req/s", lambda p: _fmt(p.metrics.request_throughput, 2)),
+    ("output tokens/s", lambda p: _fmt(p.metrics.output_throughput)),
+    ("total tokens/s", lambda p: _fmt(p.metrics.total_throughput)),
+    ("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2)),
+    ("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
+     f"/{p.metrics.n_completed}"),
+    ("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL (below)")),
+)
+
+
+def _metric_table(points: list[PointResult], title: str) -> FitTable:
+    t = FitTable(title, wide=True)  # every point's column: callers split points to fit
+    t.column("metric", justify="left")
     for p in points:
-        t.add_column(p.point.label + (" (interrupted)" if p.interrupted else ""), justify="right")
-
-    def row(name: str, f: Any) -> None:
-        t.add_row(name, *(f(p) for p in points))
-
-    row("requests ok / failed", lambda p: f"{p.metrics.n_completed} / {p.metrics.n_failed}")
-    row("failures", lambda p: ", ".join(f"{k}={v}" for k, v in p.metrics.failures.items()) or "-")
-    row("achieved / scheduled req/s",
-        lambda p: f"{_fmt(p.metrics.achieved_rate)} / {_fmt(p.metrics.scheduled_rate)}")
-    row("scheduling lag", lambda p: _pair(p.metrics.sched_lag_ms))
-    row("queue wait (max-concurrency)", lambda p: _pair(p.metrics.queue_wait_ms))
-    row("TTFT", lambda p: _pair(p.metrics.ttft_ms))
-    row("ITL per chunk", lambda p: _pair(p.metrics.itl_chunk_ms))
-    row("ITL per token", lambda p: _pair(p.metrics.itl_token_ms))
-    row("TPOT", lambda p: _pair(p.metrics.tpot_ms))
-    row("E2E", lambda p: _pair(p.metrics.e2e_ms))
-    row("request throughput req/s", lambda p: _fmt(p.metrics.request_throughput, 2))
-    row("output tokens/s", lambda p: _fmt(p.metrics.output_throughput))
-    row("total tokens/s", lambda p: _fmt(p.metrics.total_throughput))
-    row("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2))
-    row("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
-        f"/{p.metrics.n_completed}")
-    row("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL: " + (p.verdict or "")))
+        t.column(p.point.label + (" (interrupted)" if p.interrupted else ""))
+    for name, cell in METRIC_ROWS:
+        t.row(name, *(cell(p) for p in points))
     return t
+
+
+def print_points(console: Console, points: list[PointResult], title: str, *, wide: bool = False) -> None:
+    """The points as a table of metrics (one column per point; as many tables as the terminal needs
+    to show each column whole), or with more than four points one row per point."""
+    if len(points) > 4:
+        _wide_table(points, title, wide).print(console)
+    else:
+        per_table = len(points)
+        while per_table > 1 and not _metric_table(points[:per_table], title).fits(console.width):
+            per_table -= 1
+        parts = -(-len(points) // per_table)
+        for i in range(0, len(points), per_table):
+            part = "" if parts == 1 else f" ({i // per_table + 1} of {parts})"
+            _metric_table(points[i:i + per_table], title + part).print(console)
+    for p in points:  # why a point failed, as a line (a table cell would wrap it)
+        if p.verdict:
+            console.print(f"{p.point.label}: {p.verdict}", markup=False, highlight=False)
 
 
 @app.command()
@@ -244,6 +264,7 @@ def bench(
     fmt: Annotated[str, typer.Option("--format", help="--json layout: orch, or vllm (`vllm bench serve "
                                      "--save-result`; a list when there are several points).")] = "orch",
     save: Annotated[str | None, typer.Option(help="Write every request record to FILE.jsonl.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """Measure an OpenAI-compatible streaming server: TTFT, ITL, TPOT, E2E, throughput, goodput."""
     from orchestrator.loadgen.balance import Balance
@@ -309,13 +330,15 @@ def bench(
     run = BenchRun(cfg)
     console = make_console(stderr=as_json)  # off a terminal: wide enough that no column is cut
     interrupted = False
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
+    # A live bar on a terminal; off one (a CI log, a pipe) a line per point and a count every 10 s.
+    live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True) if stderr_is_terminal() else None
+    reporter = _Bar(live) if live is not None else RequestLines("bench ")
     try:
-        with progress:
+        with live if live is not None else contextlib.nullcontext():
             asyncio.run(run_bench(run, factory, points, search=search, start_rate=search_start,
-                                  max_rate=search_max, rel_tol=search_tol, progress=_Bar(progress)))
+                                  max_rate=search_max, rel_tol=search_tol, progress=reporter))
     except KeyboardInterrupt:
         interrupted = True
         partial_point = run.partial()
@@ -334,10 +357,8 @@ def bench(
     elif as_json:
         typer.echo(json.dumps(finite(run.to_dict()), indent=2))
     else:
-        print_table(console, _table(run.points))
-        for p in run.points:
-            if len(run.points) > 4 and p.verdict:
-                console.print(f"{p.point.label}: {p.verdict}", markup=False)
+        print_points(console, run.points, "orch bench (latencies in ms as p50 / p99; throughput over the "
+                     "measurement window)", wide=wide)
         if run.search_stopped_because is not None:
             best = "none" if run.best_rate is None else f"{run.best_rate:.3g} req/s"
             console.print(f"highest rate meeting the SLO: {best} ({run.search_stopped_because})")

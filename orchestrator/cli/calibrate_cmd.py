@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
 from orchestrator.catalog.profiles import write_profile
-from orchestrator.cli import app, make_console, print_table
+from orchestrator.cli import app, make_console
+from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli.progress import Lines, stderr_is_terminal
 from orchestrator.errors import SpecError
 from orchestrator.promote import resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
@@ -23,21 +25,20 @@ def _pct(x: float | None) -> str:
 
 
 def _print(cal: Calibration, out: str | None, console: Console) -> None:
-    table = Table(title="calibration: simulated vs measured, per point (error = predicted/measured - 1)",
-                  title_justify="left")
-    table.add_column("point")
-    for name, _ in METRICS:
-        table.add_column(f"{name} measured", justify="right")
-        table.add_column("before", justify="right")
-        table.add_column("after", justify="right")
+    table = FitTable("calibration: simulated vs measured, per point (error = predicted/measured - 1)")
+    table.column("point", justify="left")
+    for i, (name, _) in enumerate(METRICS):  # the first metric's columns are the last left out
+        table.column(f"{name} measured", keep=1 + i)
+        table.column(f"{name} before", keep=1 + i)
+        table.column(f"{name} after", keep=i)
     for p in cal.points:
         cells = [p.point]
         for name, _ in METRICS:
             meas = p.measured.get(name)
             cells += [f"{meas:,.1f}" if meas is not None else "-", _pct(p.error(name, "before")),
                       _pct(p.error(name, "after"))]
-        table.add_row(*cells)
-    print_table(console, table)
+        table.row(*cells)
+    table.print(console)
     for name in cal.fitted:
         kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
@@ -80,9 +81,14 @@ def calibrate_command(
     finally:
         store.close()
     console = make_console(stderr=as_json)
-    with console.status("fitting (each step simulates every measured point)"):
+    start = f"fitting to {len(points)} measured points (each step simulates every one)"
+    lines = Lines("calibrate: ", interval_s=0)  # each iteration's line, on a terminal or not
+    lines.say(start)
+    status = console.status(start) if stderr_is_terminal() else contextlib.nullcontext()
+    with status:
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
-                  metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)
+                  metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
+                  progress=lines.say)
     if out:
         write_profile(out, gpu=cal.gpu, engine=cal.engine, constants=cal.fitted,
                       source=f"orch calibrate {' '.join(runs)}", extra=profile_extra(cal, runs))

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from orchestrator.cli import app, make_console
-from orchestrator.errors import SpecError
+from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli.flags import parse_ints
 from orchestrator.layout import parse_layouts
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.planner import PlanRow
@@ -20,27 +20,17 @@ from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
 GB = 1e9
 
 
-def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise SpecError(f"{flag} {text!r}: expected comma-separated integers, e.g. {flag} 1,64") from None
-    if not values:
-        raise SpecError(f"{flag}: give at least one value")
-    return values
 
 
 def _tokens(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n / 1e3:.0f}k" if n >= 10_000 else str(n)
 
 
-def _row_cells(row: PlanRow, candidates: set[str]) -> list[str]:
+def _row_cells(row: PlanRow, candidates: set[str], n_batches: int) -> list[str]:
     name = str(row.layout) + (" *" if str(row.layout) in candidates else "")
     if not row.fits:
         weights = f"{row.weight_bytes_per_gpu / GB:.1f}" if row.weight_bytes_per_gpu else "-"
-        return [name, str(row.gpus), "[red]no[/]", weights, "-", "-", "-"] + ["-"] * (len(row.decode) + 2)
+        return [name, str(row.gpus), "[red]no[/]", weights, "-", "-", "-"] + ["-"] * (n_batches + 2)
     cells = [name, str(row.gpus), "[green]yes[/]", f"{row.weight_bytes_per_gpu / GB:.1f}",
              _tokens(row.kv_tokens_per_replica), _tokens(row.kv_tokens_total), str(row.max_batch)]
     for d in row.decode:
@@ -52,7 +42,7 @@ def _row_cells(row: PlanRow, candidates: set[str]) -> list[str]:
     return cells
 
 
-def print_plan(result: PlanResult, candidates: set[str], console: Console) -> None:
+def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wide: bool = False) -> None:
     inp = result.inputs
     counts = inp.counts
     console.print(
@@ -60,24 +50,24 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
         f"{inp.weight_dtype}) on {inp.cluster.nodes} x {inp.cluster.gpus_per_node} {inp.gpu.name}; "
         f"context {result.context_tokens} tokens, prompt {result.prompt_tokens} tokens"
         + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), highlight=False)
-    table = Table(title="plan: predicted by the cost model (not measured)", title_justify="left")
-    for col in ("layout", "GPUs", "fits", "weights GB/GPU", "KV tok/replica", "KV tok total", "max batch"):
-        table.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",
-                         overflow="fold")
-    for b in result.batches:
-        table.add_column(f"b={b}: ITL ms / tok/s/GPU", justify="right", overflow="fold")
-    table.add_column("prefill ms", justify="right", overflow="fold")
-    table.add_column("best within SLO", justify="right", overflow="fold")
+    table = FitTable("plan: predicted by the cost model (not measured)", wide=wide)
+    # keep: 0 always shown, then 1, 2 ... as the terminal allows (fit_table.py)
+    for col, keep in (("layout", 0), ("GPUs", 0), ("fits", 0), ("weights GB/GPU", 2), ("KV tok/replica", 3),
+                      ("KV tok total", 4), ("max batch", 3)):
+        table.column(col, justify="left" if col == "layout" else "right", keep=keep)
+    for i, b in enumerate(result.batches):  # the largest batch first, then the smallest
+        keep = 1 if i == len(result.batches) - 1 else (2 if i == 0 else 3)
+        table.column(f"b={b}: ITL ms / tok/s/GPU", keep=keep)
+    table.column("prefill ms", keep=2)
+    table.column("best within SLO", keep=0)
     for row in result.rows:
-        table.add_row(*_row_cells(row, candidates))
-    console.print(table)
+        table.row(*_row_cells(row, candidates, len(result.batches)))
+    table.print(console)
 
-    parts = Table(title="decode step parts at each batch (ms, one micro-batch through all stages)",
-                  title_justify="left")
-    for col in ("layout", "batch", "weights", "KV", "compute", "TP comm", "EP comm", "PP comm", "step",
-                "bound", "experts touched"):
-        parts.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",
-                       overflow="fold")
+    parts = FitTable("decode step parts at each batch (ms, one micro-batch through all stages)", wide=wide)
+    for col, keep in (("layout", 0), ("batch", 0), ("weights", 1), ("KV", 1), ("compute", 1), ("TP comm", 2),
+                      ("EP comm", 2), ("PP comm", 2), ("step", 0), ("bound", 1), ("experts touched", 3)):
+        parts.column(col, justify="left" if col == "layout" else "right", keep=keep)
     for row in result.rows:
         if not row.fits:
             continue
@@ -86,9 +76,9 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
             touched = f"{d.touched_expert_fraction:.0%}" if d.touched_expert_fraction is not None else "-"
             times = (p.weight_read_s, p.kv_read_s, p.compute_s, p.tp_comm_s, p.ep_comm_s, p.pp_comm_s,
                      p.total_s)
-            parts.add_row(str(row.layout), str(d.batch), *(f"{t * 1e3:.2f}" for t in times), p.bound, touched)
-    if parts.row_count:  # every layout rejected: no step to show, the reasons follow
-        console.print(parts)
+            parts.row(str(row.layout), str(d.batch), *(f"{t * 1e3:.2f}" for t in times), p.bound, touched)
+    if parts.cols[0].cells:  # every layout rejected: no step to show, the reasons follow
+        parts.print(console)
 
     for row in result.rows:
         # Reasons can quote spec values: escaped, so "[bold]" in one prints as written.
@@ -120,6 +110,8 @@ def plan_command(
         "--prompt", help="Prompt tokens for the prefill estimate.")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print JSON with every number and its parts.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column, however narrow the terminal (default: the columns that fit).")] = False,
 ) -> None:
     """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
     spec = load_checked_spec(spec_path)
@@ -129,9 +121,9 @@ def plan_command(
     elif layouts is not None:
         chosen = list(spec.layouts)
     result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
-                       batches=_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
+                       batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
                        prompt_tokens=prompt)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    print_plan(result, {str(lay) for lay in spec.layouts}, make_console())
+    print_plan(result, {str(lay) for lay in spec.layouts}, make_console(), wide=wide)

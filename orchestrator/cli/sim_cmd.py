@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.cli import app, make_console, print_table
-from orchestrator.cli.bench_cmd import _table
-from orchestrator.cli.plan_cmd import _ints
+from orchestrator.cli import app, make_console
+from orchestrator.cli.bench_cmd import print_points
+from orchestrator.cli.flags import parse_ints, parse_rates
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
@@ -25,16 +25,6 @@ sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 
 
-def _rates(text: str | None) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        rates = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError(f"--rates {text!r}: expected comma-separated numbers, e.g. --rates 1,4") from None
-    if not rates or any(r <= 0 for r in rates):
-        raise SpecError("--rates: give positive requests per second, e.g. --rates 1,4")
-    return rates
 
 
 @app.command("simulate")
@@ -48,16 +38,17 @@ def simulate_command(
     num_requests: Annotated[int | None, typer.Option(
         "--num-requests", help="Requests per load point (instead of the spec's duration).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_checked_spec(spec_path)
     chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
-    levels = _ints(concurrency, "--concurrency")
+    levels = parse_ints(concurrency, "--concurrency")
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
-    rate_list = _rates(rates) or list(spec.workload.rates_per_s or ())
+    rate_list = parse_rates(rates) or list(spec.workload.rates_per_s or ())
     if levels is None and not rate_list:
         raise SpecError(
             f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); "
@@ -66,7 +57,7 @@ def simulate_command(
     loads: list[tuple[float | None, int | None]] = (
         [(None, c) for c in levels] if levels is not None else [(r, None) for r in rate_list])
     if num_requests is not None:
-        _ints(str(num_requests), "--num-requests")
+        parse_ints(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
     if levels is None:  # open loop: the spec's bounds hold for the flags too (finite rates, warm-up ...)
@@ -94,7 +85,7 @@ def simulate_command(
             continue
         results += points
         if not as_json:
-            _print_layout(console, layout, points)
+            _print_layout(console, layout, points, wide)
     if not as_json:  # which profile and constants every number above came from
         console.print(f"[dim]constants: {escape(constants_line(inputs.gpu))}[/]", highlight=False)
     if as_json:
@@ -112,10 +103,10 @@ def simulate_command(
             "check workload.warmup_s against the run's length, or the rejections above")
 
 
-def _print_layout(console: Console, layout: Layout, points: list[SimPoint]) -> None:
-    table = _table([p.result for p in points])
-    table.title = f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured"
-    print_table(console, table)
+def _print_layout(console: Console, layout: Layout, points: list[SimPoint], wide: bool) -> None:
+    print_points(console, [p.result for p in points],
+                 f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured",
+                 wide=wide)
     for p in points:
         s = p.summary
         console.print(f"  {p.result.point.label}: {s.steps} engine steps, "

@@ -3,21 +3,22 @@ and `orch compare` in report_cmd.py."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.cli import app, err_console, make_console
-from orchestrator.cli.plan_cmd import _ints
-from orchestrator.cli.sim_cmd import _rates
+from orchestrator.cli.flags import parse_ints, parse_rates
+from orchestrator.cli.progress import SweepLines, stderr_is_terminal
 from orchestrator.cli.sweep_tables import json_out, mode_note, ms, num, print_result, unsound_message
 from orchestrator.deploy.targets import check_runs_here
 from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.pipeline.sweep import Sweep, SweepOptions
+from orchestrator.pipeline.sweep import Observer, Sweep, SweepOptions
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.promote import resolve_run
 from orchestrator.spec.load import revalidated, spec_from_json
@@ -62,14 +63,7 @@ class _Display:
         self.progress.update(task, description=f"{layout}: bench {label}", total=total, completed=done)
 
     def point_done(self, layout: str, result: PointResult) -> None:
-        m = result.metrics
-        verdict = "-" if result.passed is None else ("pass" if result.passed else f"fail ({result.verdict})")
-        self.progress.console.print(
-            f"  {layout} {result.point.label}: {m.n_completed} ok / {m.n_failed} failed, TTFT p99 "
-            f"{ms(m.ttft_ms.p99)}, ITL p99 {ms(m.itl_chunk_ms.p99)}, goodput {num(m.goodput)} req/s: "
-            f"{verdict}",
-            highlight=False,
-        )
+        self.progress.console.print(point_line(layout, result), highlight=False, markup=False)
 
     def layout_done(self, layout: str, status: str, reason: str | None) -> None:
         if layout in self.bars:
@@ -77,6 +71,14 @@ class _Display:
         self.progress.console.print(
             f"[bold]{layout}[/]: {status}" + (f": {reason}" if reason else ""), highlight=False
         )
+
+def point_line(layout: str, result: PointResult) -> str:
+    m = result.metrics
+    verdict = "-" if result.passed is None else ("pass" if result.passed else f"fail ({result.verdict})")
+    return (f"  {layout} {result.point.label}: {m.n_completed} ok / {m.n_failed} failed, TTFT p99 "
+            f"{ms(m.ttft_ms.p99)}, ITL p99 {ms(m.itl_chunk_ms.p99)}, goodput {num(m.goodput)} req/s: "
+            f"{verdict}")
+
 
 def _as_swept(
     spec: SweepSpec,
@@ -125,6 +127,7 @@ def sweep_command(
         int | None, typer.Option("--num-requests", help="Requests per load point.")
     ] = None,
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
     resume: Annotated[
         str | None, typer.Option("--resume", help="Finish an interrupted run (id, prefix or latest).")
     ] = None,
@@ -173,8 +176,8 @@ def sweep_command(
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
     chosen = tuple(parse_layouts(layouts)) if layouts else None
-    rate_list = tuple(r) if (r := _rates(rates)) else None
-    levels = _ints(concurrency, "--concurrency")
+    rate_list = tuple(r) if (r := parse_rates(rates)) else None
+    levels = parse_ints(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
     if levels is not None and min(levels) < 1:
@@ -201,15 +204,12 @@ def sweep_command(
         side_by_side=None if side_by_side is None else ("on" if side_by_side else "off"),
     )
     console = make_console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        sweep = Sweep(spec, store, _Display(progress), spec_path=shown_path, options=options, run_id=run_id)
+    # Live bars on a terminal; off one (a CI log, a pipe) a line per phase and point, a count every 10 s.
+    live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True) if stderr_is_terminal() else None
+    obs: Observer = _Display(live) if live is not None else SweepLines(point_line)
+    with live if live is not None else contextlib.nullcontext():
+        sweep = Sweep(spec, store, obs, spec_path=shown_path, options=options, run_id=run_id)
         try:
             result = sweep.run()
         except KeyboardInterrupt:
@@ -222,7 +222,7 @@ def sweep_command(
     if as_json:
         typer.echo(json_out(result, store))
     else:
-        print_result(result, store, make_console(), scale_note=note)
+        print_result(result, store, make_console(), scale_note=note, wide=wide)
     if not result.selection.sound:
         raise DecisionNotSound(unsound_message(result))
     if result.selection.winner is None:

@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.fit_table import FitTable
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
@@ -71,36 +71,26 @@ def _repeated(m: dict[str, Any]) -> str:
     return f" ({n} runs)" if n and n > 1 else ""
 
 
-def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
-    table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
+# Columns of the sweep table and their rank: 0 always shown, higher ranks left out first on a narrow
+# terminal (cli/fit_table.py; --wide shows all).
+SWEEP_COLUMNS = (("layout", 0), ("GPUs", 1), ("status", 0), ("load point", 0), ("TTFT p99 ms", 0),
+                 ("ITL p99 ms", 1), ("TPOT p50 ms", 1), ("out tok/s/GPU", 2), ("goodput/GPU [95%]", 0))
+
+
+def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "",
+                 wide: bool = False) -> None:
+    table = FitTable(f"orch sweep {result.run_id}{scale_note}", wide=wide)
     virtual = (store.extras(result.run_id, "sweep").get("sweep") or {}).get("mode") == "virtual"
-    cols = [
-        "layout",
-        "GPUs",
-        "status",
-        "load point",
-        "TTFT p99 ms",
-        "ITL p99 ms",
-        "TPOT p50 ms",
-        "out tok/s/GPU",
-        "goodput/GPU [95%]",
-    ]
+    cols = list(SWEEP_COLUMNS)
     if not virtual:  # in virtual time the prediction is the measurement
-        cols.append("predicted TTFT p99 / TPOT p50 (err)")
-    cols.append("engine KV peak, run/wait mean, preempt")
-    cols.append("SLO")
-    for col in cols:
-        table.add_column(
-            col,
-            justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
-            no_wrap=col != "SLO",  # the verdict text wraps; numbers and headers stay on one line
-            overflow="fold",
-        )
+        cols.append(("predicted TTFT p99 / TPOT p50 (err)", 3))
+    cols += [("engine KV peak, run/wait mean, preempt", 4), ("SLO", 0)]
+    for col, keep in cols:
+        table.column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
+                     keep=keep, wrap=col == "SLO")  # the verdict text wraps; numbers never do
     for o in result.outcomes:
         if not o.points:
-            table.add_row(
-                o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), (o.reason or "")[:80]
-            )
+            table.row(o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), o.reason or "")
         for p in sorted(store.points(result.run_id, o.layout), key=_load_of):
             m = p.metrics
             per_gpu = m.get("per_gpu") or {}
@@ -120,8 +110,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             if not virtual:
                 cells.append(_predicted(m))
             cells.append(_engine(m))
-            table.add_row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
-    console.print(table)
+            table.row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
+    table.print(console)
     caps = _capacity_lines(result, store)
     if caps:
         console.print(capacity_heading(store, result.run_id))

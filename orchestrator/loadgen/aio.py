@@ -58,29 +58,38 @@ class AiohttpClient:
         room = max_response_bytes
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        idle = idle_timeout_s if idle_timeout_s is not None else timeout_s
+        progress = loop.time()  # the last progress: sent, head, a whole SSE event
+
+        def by() -> float:  # the sooner of the deadline and the end of the allowed silence
+            return min(deadline, progress + idle)
+
         try:
-            async with asyncio.timeout_at(deadline):
-                async with self._sess().post(url, data=body, headers=headers) as resp:
-                    ex.status = resp.status
-                    ex.end_s = time.perf_counter()
-                    reader = resp.content
-                    while True:
+            async with asyncio.timeout_at(by()):
+                resp = await self._sess().post(url, data=body, headers=headers)
+            async with resp:
+                ex.status = resp.status
+                ex.end_s = time.perf_counter()
+                progress = loop.time()
+                reader = resp.content
+                while True:
+                    async with asyncio.timeout_at(by()):
                         data = await reader.readany()
-                        if not data:
-                            break
-                        now = time.perf_counter()
-                        room -= len(data) + READ_COST_BYTES
-                        if room < 0:
-                            ex.error = "too_large"
-                            break
-                        ex.reads.append((now, data))
-                        ex.end_s = now
-                    else:  # pragma: no cover - the loop only ends by break
-                        pass
-                    if ex.error is None:
-                        ex.complete = True
+                    if not data:
+                        break
+                    now = time.perf_counter()
+                    if b"\n\n" in data or b"\r\n\r\n" in data:
+                        progress = loop.time()
+                    room -= len(data) + READ_COST_BYTES
+                    if room < 0:
+                        ex.error = "too_large"
+                        break
+                    ex.reads.append((now, data))
+                    ex.end_s = now
+                if ex.error is None:
+                    ex.complete = True
         except TimeoutError:
-            ex.error = "timeout"
+            ex.error = "timeout" if loop.time() >= deadline else "stalled"
         except aiohttp.ClientPayloadError:  # the body ended before its framing said (a dropped connection)
             ex.error = "connection"
         except (aiohttp.ClientResponseError, aiohttp.http.HttpProcessingError):  # not HTTP/1.1 framing

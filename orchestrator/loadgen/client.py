@@ -6,7 +6,8 @@ Failures never raise: they end up as RequestRecord.error kinds ("http_<status>",
 "truncated" = stream ended cleanly without [DONE], "malformed" = an event that is not valid JSON,
 an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
 "connection" = connect failure or the connection dropped mid-stream, "protocol" = not HTTP/1.1
-framing, "too_large" = the body passed ClientConfig.max_response_bytes; see records.ERROR_KINDS).
+framing, "too_large" = the body passed ClientConfig.max_response_bytes, "stalled" = no head or whole
+event for ClientConfig.idle_timeout_s; see records.ERROR_KINDS).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ async def exchange(
     origin, head = _wire(cfg)
     payload = json.dumps(build_body(cfg, spec)).encode()
     sent = time.perf_counter()
-    ex = await http.post(origin, head, payload, cfg.timeout_s, cfg.max_response_bytes)
+    ex = await http.post(origin, head, payload, cfg.timeout_s, cfg.max_response_bytes, cfg.idle_timeout_s)
     failed_s = time.perf_counter() if ex.error is not None else None
     return Sent(spec.request_id, ex, sent, sent if scheduled_s is None else scheduled_s, queued_s,
                 spec.prompt_tokens, failed_s, endpoint)

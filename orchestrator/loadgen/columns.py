@@ -173,10 +173,10 @@ def weighted_summary(values: FloatArray, weights: IntArray | None) -> Summary:
     return count, mean, dict(zip(STAT_PERCENTS, map(float, pct), strict=True)), float(v[-1])
 
 
-def _range_sums(gs: GapSet, per_value: Any, n: int) -> Any:
+def _range_sums(gs: GapSet, per_value: Any, n: int) -> FloatArray:
     """Sum of per_value over each request's ranges (0 for a request without gaps)."""
     cum = np.concatenate(([0], np.cumsum(per_value)))
-    out = np.zeros(n, dtype=cum.dtype)
+    out = np.zeros(n, dtype=np.float64)
     np.add.at(out, gs.req, cum[gs.end] - cum[gs.start])
     return out
 
@@ -192,10 +192,10 @@ def gaps_within(gs: GapSet, n: int, stat: str, bound_ms: float) -> BoolArray:
     if stat == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = _range_sums(gs, ms * w, n) / m
-        return (m == 0) | (mean <= bound_ms)
+        return np.asarray((m == 0) | (mean <= bound_ms), dtype=np.bool_)
     above = _range_sums(gs, np.where(ms > bound_ms, w, 0), n)
     if stat == "max":
-        return above == 0
+        return np.asarray(above == 0, dtype=np.bool_)
     q = STAT_PERCENTS[stat] / 100
     virtual = (m - 1) * q
     prev = np.floor(virtual).astype(np.int64)
@@ -215,4 +215,4 @@ def gaps_within(gs: GapSet, n: int, stat: str, bound_ms: float) -> BoolArray:
         np.minimum.at(hi, gs.req[ranges], np.minimum.reduceat(beyond, bounds)[0::2])
         idx = np.flatnonzero(unsure)
         ok[idx] = _lerp(lo[idx], hi[idx], gamma[idx]) <= bound_ms
-    return ok
+    return np.asarray(ok, dtype=np.bool_)

@@ -262,7 +262,8 @@ def _compose(text: str, source: str) -> yaml.Node | None:
     """The node tree, depth checked first: libyaml's parser, or the pure-Python one for its errors."""
     try:
         _check_events(text, source, _FAST_LOADER)
-        return yaml.compose(text, Loader=_FAST_LOADER)  # type: ignore[no-any-return]
+        node: yaml.Node | None = yaml.compose(text, Loader=_FAST_LOADER)
+        return node
     except yaml.YAMLError:
         if _FAST_LOADER is yaml.SafeLoader:
             raise

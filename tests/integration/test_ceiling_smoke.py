@@ -26,8 +26,8 @@ def test_each_client_is_counted_by_itself_and_by_the_server_log() -> None:
     if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
         pytest.skip("nginx not installed (apt-get install -y nginx; .ci/setup.d/10-nginx.sh)")
     lc = _module()
-    clients = {"orch bench (http1)": lc.orch_client("http1"), "orch bench (aiohttp)": lc.orch_client("aiohttp"),
-               "bare aiohttp loop": lc.bare_aiohttp}
+    clients = {"orch bench (http1)": lc.orch_client("http1"),
+               "orch bench (aiohttp)": lc.orch_client("aiohttp"), "bare aiohttp loop": lc.bare_aiohttp}
     with lc.nginx_server() as srv:
         for name, client in clients.items():
             p = lc.measure(srv, client, 20.0, 1.0)

@@ -415,7 +415,8 @@ def test_a_trace_line_with_nan_arrival_is_named(
                      '{"arrival_s": NaN, "input_tokens": 5, "output_tokens": 5}\n')
     args = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--workload", "trace",
             "--dataset", str(trace)]
-    _assert_one_line(*_run_cli(args, monkeypatch, capsys), f"{trace}:2: arrival_s: nan is not a finite number")
+    needle = f"{trace}:2: arrival_s: nan is not a finite number"
+    _assert_one_line(*_run_cli(args, monkeypatch, capsys), needle)
 
 
 def test_validate_refuses_a_spec_whose_every_layout_the_planner_rejects(

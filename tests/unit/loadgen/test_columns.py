@@ -22,8 +22,8 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
     out = []
     for i in range(draw(st.integers(1, 12))):
         sent = draw(st.floats(0, 5))
-        gaps = draw(st.lists(st.sampled_from([0.001, 0.0025, 0.004, 0.01, 0.05]) | finite_ms.map(lambda x: x / 1e3),
-                             max_size=20))
+        common = st.sampled_from([0.001, 0.0025, 0.004, 0.01, 0.05])  # ties and values on the bounds
+        gaps = draw(st.lists(common | finite_ms.map(lambda x: x / 1e3), max_size=20))
         first = sent + draw(st.floats(0.0001, 0.5))
         times = [first]
         for g in gaps:
@@ -34,9 +34,10 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
         out.append(RequestRecord(
             f"r{i}", scheduled_s=sent - draw(st.floats(0, 0.01)), sent_s=sent,
             done_s=times[-1] + 0.001 if has_chunks else None,
-            chunk_times_s=tuple(times) if has_chunks else (), chunk_tokens=tuple(tokens) if has_chunks else (),
-            output_tokens=sum(tokens) if draw(st.booleans()) else None, prompt_tokens=draw(st.integers(1, 99)),
-            error=error))
+            chunk_times_s=tuple(times) if has_chunks else (),
+            chunk_tokens=tuple(tokens) if has_chunks else (),
+            output_tokens=sum(tokens) if draw(st.booleans()) else None,
+            prompt_tokens=draw(st.integers(1, 99)), error=error))
     return out
 
 
@@ -86,7 +87,8 @@ def test_weighted_percentiles_equal_numpy_on_the_expanded_values(values: list[fl
 @given(records(), st.floats(0, 0.2), st.floats(0, 0.2))
 def test_metrics_equal_the_per_record_definitions(recs: list[RequestRecord], warmup: float,
                                                   cooldown: float) -> None:
-    m = compute_metrics(recs, warmup_s=warmup, cooldown_s=cooldown, slo={"ttft_p99_ms": 300, "itl_p90_ms": 10})
+    slo = {"ttft_p99_ms": 300.0, "itl_p90_ms": 10.0}
+    m = compute_metrics(recs, warmup_s=warmup, cooldown_s=cooldown, slo=slo)
     start = min(r.scheduled_s for r in recs) + warmup
     end = max(r.done_s if r.done_s is not None else r.sent_s for r in recs) - cooldown
     done = [r for r in recs if r.ok and r.sent_s >= start and (r.done_s or r.sent_s) <= end]

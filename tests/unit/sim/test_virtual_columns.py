@@ -52,7 +52,8 @@ def test_open_loop_columns_give_the_records_metrics(engines: int, kv: int, rate:
     if kv < 10_000:
         assert summary.preemptions > 0  # the gap across a preemption is covered
     for slo in ({}, SLO):
-        _same(metrics_of(cols, warmup_s=1.0, gpus=8, slo=slo), compute_metrics(recs, warmup_s=1.0, gpus=8, slo=slo))
+        _same(metrics_of(cols, warmup_s=1.0, gpus=8, slo=slo),
+              compute_metrics(recs, warmup_s=1.0, gpus=8, slo=slo))
 
 
 def test_closed_loop_columns_give_the_records_metrics() -> None:
