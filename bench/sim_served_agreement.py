@@ -2,7 +2,7 @@
 the simulator in virtual time, medians and ratios per round (TTFT, TPOT, E2E).
 
 The served path runs in wall time, so its figures move with the machine's load; this is why the
-comparison lives here and not in the tests (tests/integration/test_sim_server.py checks that both
+comparison lives here and not in the tests (tests/integration/sim/test_server.py checks that both
 paths give the same answers). TTFT also carries the HTTP round trip and the harness's own per-request
 cost, measured here with tiny requests alone on the engine and printed beside the ratios.
 
@@ -25,8 +25,8 @@ from orchestrator.pipeline.harness import read_counters
 from orchestrator.pipeline.timescale import unscale
 from orchestrator.sim.virtual import SimRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from sim_serving import MODEL, poisson_workload, sim_server, simulate_virtual, wait_healthy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repo, for tests.support
+from tests.support.sim_serving import MODEL, poisson_workload, sim_server, simulate_virtual, wait_healthy
 
 
 def _median(values: list[float | None]) -> float:

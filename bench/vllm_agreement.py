@@ -1,7 +1,7 @@
 """`orch bench` against `vllm bench serve` on one vLLM-on-CPU server: TTFT, TPOT and ITL side by side.
 
 The setup (same prompts, same constant pace, one request in flight, a server tokenizer that streams
-one token per chunk) is tests/integration/vllm_pair.py's, shared with the vllm_cpu test that asserts
+one token per chunk) is tests/support/vllm_pair.py's, shared with the vllm_cpu test that asserts
 the load-independent part (same counts, metrics reproducible from the records, no client below the
 server's own latencies). This prints the timing part, which depends on how busy the machine is:
 rounds of both clients interleaved (the order alternating), each refereed by the server's /metrics
@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-from vllm_pair import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repo, for tests.support
+from tests.support.vllm_pair import (
     Figures,
     N,
     WireTap,

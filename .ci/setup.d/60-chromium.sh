@@ -1,4 +1,4 @@
-# Sourced by .ci/run: Debian's chromium, for tests/integration/test_report_browser.py (marker `browser`),
+# Sourced by .ci/run: Debian's chromium, for tests/integration/report/test_browser.py (marker `browser`),
 # which renders `orch report --html` headless and reads back what the plots drew. Exports ORCH_CHROMIUM.
 orch_setup_chromium() {
     local bin=""

@@ -9,7 +9,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import yaml
 
 from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan, SecretEnv
+from tests.support.cli import orch
 
 SECRET_VAR = "ORCH_TEST_PLANTED_SECRET"
 
@@ -35,10 +35,7 @@ SPEC = {
 
 
 def _orch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=300, check=False, env=env,
-    )
+    return orch(*args, env=env)
 
 
 def test_planted_secret_appears_in_no_artifact(tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,9 @@ from orchestrator.promote import PromoteOptions, k8s_name, promote, resolve_run
 from orchestrator.selection import select
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import Store
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC: dict[str, Any] = {
     "model": {"name": "qwen2.5-7b", "max_model_len": 4096},
     "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8},
@@ -186,16 +185,9 @@ def test_object_names_are_dns_labels() -> None:
     assert len(k8s_name("x" * 60, "tp8pp2")) <= 40
 
 
-def _orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-
-
-def test_cli_promote_latest_pin_and_exit_3(store: Store, tmp_path: Path) -> None:
+def test_cli_promote_latest_pin_and_exit_3(store: Store, tmp_path: Path, orch: Orch) -> None:
     db = str(store.path)
-    out = _orch(
+    out = orch(
         "promote", "latest", "--store", db, "--out", str(tmp_path / "o"), "--format", "helm-values,k8s"
     )
     assert out.returncode == 0, out.stderr
@@ -203,10 +195,10 @@ def test_cli_promote_latest_pin_and_exit_3(store: Store, tmp_path: Path) -> None
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "PROVENANCE.json", "PROVENANCE.md", "manifests.yaml", "values.yaml",
     ]  # fmt: skip
-    pin = yaml.safe_load(_orch("promote", "latest", "--store", db, "--pin").stdout)
+    pin = yaml.safe_load(orch("promote", "latest", "--store", db, "--pin").stdout)
     assert pin["serving_layout"]["layout"] == "tp4x2" and pin["serving_layout"]["tensor_parallel_size"] == 4
     _run(store, "20260103-000000-dddddd", passing=False)
-    refused = _orch("promote", "latest", "--store", db, "--out", str(tmp_path / "n"))
+    refused = orch("promote", "latest", "--store", db, "--out", str(tmp_path / "n"))
     assert refused.returncode == 3 and "has no winner" in refused.stderr
     assert "Traceback" not in refused.stderr
 

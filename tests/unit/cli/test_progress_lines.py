@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from orchestrator.cli.progress import RequestLines
 from orchestrator.loadgen.records import RequestRecord
-
-ROOT = Path(__file__).resolve().parents[3]
-ORCH = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+from tests.support.cli import Orch
+from tests.support.paths import ROOT
 
 
 def test_request_counts_are_written_at_most_every_interval() -> None:
@@ -31,11 +28,11 @@ def test_request_counts_are_written_at_most_every_interval() -> None:
     assert counts[-1].endswith("requests ended, 10 failed") or "failed" in counts[-1]
 
 
-def test_a_sweep_off_a_terminal_prints_its_phases_and_points(tmp_path: Path) -> None:
+def test_a_sweep_off_a_terminal_prints_its_phases_and_points(tmp_path: Path, orch: Orch) -> None:
     spec = str(ROOT / "layouts" / "qwen72b.yaml")
-    out = subprocess.run([*ORCH, "sweep", spec, "--layouts", "tp8", "--rates", "4", "--num-requests", "60",
-                          "--store", str(tmp_path / "r.db")], capture_output=True, text=True, timeout=300,
-                         check=False)  # stderr is a pipe here, as in a CI log
+    # stderr is a pipe here, as in a CI log
+    out = orch("sweep", spec, "--layouts", "tp8", "--rates", "4", "--num-requests", "60",
+               "--store", str(tmp_path / "r.db"))
     assert out.returncode in (0, 3), out.stderr
     assert "tp8: plan" in out.stderr and re.search(r"tp8 rate=4/s: \d+ ok / 0 failed", out.stderr), out.stderr
     assert all(line.startswith("[") for line in out.stderr.splitlines() if "tp8" in line), out.stderr

@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli.fit_table import FitTable
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
 
 
