@@ -25,6 +25,8 @@ fails is run once more and judged on that run (the machine may be shared: whole-
 several seconds hit any client now and then). Repeated --rounds times, clients interleaved.
 CPU per request: the client process's CPU seconds (user + system, from getrusage of children) at the
 highest holding point, less a start-up probe of the same client with 2 requests, over the requests.
+Also per round, before each search: every client at one rate all of them hold (--cpu-rate, default
+200/s), for the CPU it spends per request and its send lag there, side by side (--no-ceiling: only that).
 Run: .venv/bin/python bench/loadgen_ceiling.py [--duration-s 10] [--rounds 3] [--only orch,aiohttp]
 Prints each search, a table per round and the medians; asserts nothing.
 """
@@ -384,12 +386,23 @@ def ceiling(srv: Nginx, name: str, client: Client, duration_s: float, start: flo
     return (best.rate if best else None), best, probe.cpu_s
 
 
+def cpu_at(srv: Nginx, client: Client, rate: float, duration_s: float) -> tuple[float, Point]:
+    """CPU microseconds per request of `client` at a rate every client holds (start-up subtracted),
+    with the point itself (its lag and delivery)."""
+    probe = measure(srv, client, 50.0, 1.0, n=2)
+    p = measure(srv, client, rate, duration_s)
+    return ((p.cpu_s - probe.cpu_s) / p.n_sent * 1e6 if p.n_sent else float("nan")), p
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--duration-s", type=float, default=10.0, help="seconds per load point (>= 10 counts)")
     ap.add_argument("--rounds", type=int, default=3, help="searches per client, interleaved")
     ap.add_argument("--start-rate", type=float, default=800.0)
     ap.add_argument("--only", default="", help="client name prefixes, e.g. 'orch bench,bare'")
+    ap.add_argument("--cpu-rate", type=float, default=200.0,
+                    help="the rate of the CPU-per-request comparison (one every client holds)")
+    ap.add_argument("--no-ceiling", action="store_true", help="only the CPU-per-request comparison")
     ap.add_argument("--bare-client", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.bare_client:
@@ -412,14 +425,34 @@ def main() -> None:
         clients = [c for c in clients if any(c[0].startswith(w) for w in wanted)]
     load0 = os.getloadavg()
     results: dict[str, list[tuple[float | None, Point | None, float]]] = {n: [] for n, _ in clients}
+    cpu: dict[str, list[tuple[float, Point]]] = {n: [] for n, _ in clients}
     with nginx_server() as srv:
         print(f"nginx (1 worker, core {(os.cpu_count() or 1) - 1}) at {srv.url}; clients on core 0; "
               f"{a.duration_s:g} s points", file=sys.stderr)
         for rnd in range(a.rounds):
             for name, client in clients:
-                print(f"round {rnd + 1}: {name}", file=sys.stderr)
-                results[name].append(ceiling(srv, name, client, a.duration_s, a.start_rate))
+                us, p = cpu_at(srv, client, a.cpu_rate, a.duration_s)
+                cpu[name].append((us, p))
+                print(f"round {rnd + 1}: {name} at {a.cpu_rate:g}/s: {us:.0f} us CPU a request, "
+                      f"{p.why or 'holds'}", file=sys.stderr)
+                if not a.no_ceiling:
+                    print(f"round {rnd + 1}: {name}", file=sys.stderr)
+                    results[name].append(ceiling(srv, name, client, a.duration_s, a.start_rate))
     load1 = os.getloadavg()
+    print(f"\nCPU per request at {a.cpu_rate:g} req/s ({a.duration_s:g}-s points, start-up subtracted), "
+          f"median of {a.rounds}; send lag against a constant schedule, median p50/p99 of the rounds")
+    print(f"{'client':<24} {'CPU us/req by round':>26} {'median':>7} {'lag p99 ms client/server':>25} "
+          f"{'held':>6}")
+    for name, rows in cpu.items():
+        uss = [us for us, _ in rows]
+        lags_c = [p.client_lag_p99_ms for _, p in rows if p.client_lag_p99_ms is not None]
+        lags_s = [p.server_lag_p99_ms for _, p in rows]
+        lag = (f"{statistics.median(lags_c):.1f}" if lags_c else "-") + f" / {statistics.median(lags_s):.1f}"
+        held = sum(1 for _, p in rows if not p.why)
+        print(f"{name:<24} {', '.join(f'{u:.0f}' for u in uss):>26} {statistics.median(uss):>7.0f} "
+              f"{lag:>25} {held:>3}/{len(rows)}")
+    if a.no_ceiling:
+        return
     print(f"\nceiling = highest constant rate held over {a.duration_s:g}-s points: all completed, >= "
           f"{DELIVERED:.0%} delivered by the client's send times and in nginx's access log, send lag p99 "
           f"<= {LAG_P99_MS:g} ms (server log; and client records where kept); {a.rounds} round(s); "
