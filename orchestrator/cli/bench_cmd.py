@@ -19,13 +19,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.cli import app, make_console
-from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli.bench_tables import print_points
 from orchestrator.cli.progress import RequestLines, stderr_is_terminal
 from orchestrator.errors import OrchError, RequestsFailed, SLONotMet, SpecError
 
 if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
     from orchestrator.loadgen.bench import BenchRun, PointResult, WorkloadFactory
-    from orchestrator.loadgen.metrics import Distribution
     from orchestrator.loadgen.records import RequestRecord
     from orchestrator.loadgen.workloads import Tokenizer
 
@@ -133,85 +132,6 @@ class _Bar:
             self.progress.update(self.task, advance=1, failed=self.failed)
         else:
             self.progress.advance(self.task)
-
-
-def _fmt(v: float | None, nd: int = 1) -> str:
-    if v is None:
-        return "-"
-    return "inf" if math.isinf(v) else f"{v:,.{nd}f}"
-
-
-def _pair(d: Distribution | None) -> str:
-    return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
-
-
-def _wide_table(points: list[PointResult], title: str, wide: bool) -> FitTable:
-    """One row per load point (many points, e.g. a search), with the key columns."""
-    t = FitTable(title + " (ms; p50/p99 unless marked)", wide=wide)
-    for c, keep in (("point", 0), ("ok/failed", 0), ("achieved req/s", 1), ("lag p99", 3),
-                    ("TTFT p50/p99", 0), ("ITL p99", 1), ("TPOT p50", 2), ("E2E p99", 3), ("out tok/s", 2),
-                    ("goodput", 1), ("SLO", 0)):
-        t.column(c, justify="left" if c in ("point", "SLO") else "right", keep=keep)
-    for p in points:
-        m = p.metrics
-        t.row(
-            p.point.label, f"{m.n_completed}/{m.n_failed}", _fmt(m.achieved_rate),
-            _fmt(m.sched_lag_ms.p99 if m.sched_lag_ms else None, 2), _pair(m.ttft_ms),
-            _fmt(m.itl_chunk_ms.p99, 2), _fmt(m.tpot_ms.p50, 2), _fmt(m.e2e_ms.p99),
-            _fmt(m.output_throughput), _fmt(m.goodput, 2),
-            "-" if p.passed is None else ("pass" if p.passed else "FAIL"),
-        )
-    return t
-
-
-METRIC_ROWS: tuple[tuple[str, Any], ...] = (
-    ("requests ok / failed", lambda p: f"{p.metrics.n_completed} / {p.metrics.n_failed}"),
-    ("failures", lambda p: ", ".join(f"{k}={v}" for k, v in p.metrics.failures.items()) or "-"),
-    ("achieved / scheduled req/s",
-     lambda p: f"{_fmt(p.metrics.achieved_rate)} / {_fmt(p.metrics.scheduled_rate)}"),
-    ("scheduling lag", lambda p: _pair(p.metrics.sched_lag_ms)),
-    ("queue wait (max-concurrency)", lambda p: _pair(p.metrics.queue_wait_ms)),
-    ("TTFT", lambda p: _pair(p.metrics.ttft_ms)),
-    ("ITL per chunk", lambda p: _pair(p.metrics.itl_chunk_ms)),
-    ("ITL per token", lambda p: _pair(p.metrics.itl_token_ms)),
-    ("TPOT", lambda p: _pair(p.metrics.tpot_ms)),
-    ("E2E", lambda p: _pair(p.metrics.e2e_ms)),
-    ("request throughput req/s", lambda p: _fmt(p.metrics.request_throughput, 2)),
-    ("output tokens/s", lambda p: _fmt(p.metrics.output_throughput)),
-    ("total tokens/s", lambda p: _fmt(p.metrics.total_throughput)),
-    ("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2)),
-    ("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
-     f"/{p.metrics.n_completed}"),
-    ("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL (below)")),
-)
-
-
-def _metric_table(points: list[PointResult], title: str) -> FitTable:
-    t = FitTable(title, wide=True)  # every point's column: callers split points to fit
-    t.column("metric", justify="left")
-    for p in points:
-        t.column(p.point.label + (" (interrupted)" if p.interrupted else ""))
-    for name, cell in METRIC_ROWS:
-        t.row(name, *(cell(p) for p in points))
-    return t
-
-
-def print_points(console: Console, points: list[PointResult], title: str, *, wide: bool = False) -> None:
-    """The points as a table of metrics (one column per point; as many tables as the terminal needs
-    to show each column whole), or with more than four points one row per point."""
-    if len(points) > 4:
-        _wide_table(points, title, wide).print(console)
-    else:
-        per_table = len(points)
-        while per_table > 1 and not _metric_table(points[:per_table], title).fits(console.width):
-            per_table -= 1
-        parts = -(-len(points) // per_table)
-        for i in range(0, len(points), per_table):
-            part = "" if parts == 1 else f" ({i // per_table + 1} of {parts})"
-            _metric_table(points[i:i + per_table], title + part).print(console)
-    for p in points:  # why a point failed, as a line (a table cell would wrap it)
-        if p.verdict:
-            console.print(f"{p.point.label}: {p.verdict}", markup=False, highlight=False)
 
 
 @app.command()

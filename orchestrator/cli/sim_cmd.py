@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli import app, make_console
-from orchestrator.cli.bench_cmd import print_points
+from orchestrator.cli.bench_tables import print_points
 from orchestrator.cli.flags import parse_ints, parse_rates
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.layout import Layout, parse_layouts
