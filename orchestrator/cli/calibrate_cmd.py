@@ -83,12 +83,17 @@ def calibrate_command(
     console = make_console(stderr=as_json)
     start = f"fitting to {len(points)} measured points (each step simulates every one)"
     lines = Lines("calibrate: ", interval_s=0)  # each iteration's line, on a terminal or not
-    lines.say(start)
+
+    def progress(text: str) -> None:
+        if lines.last == -float("inf"):  # the first iteration: the checks passed, the fit runs
+            lines.say(start)
+        lines.say(text)
+
     status = console.status(start) if stderr_is_terminal() else contextlib.nullcontext()
     with status:
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
                   metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
-                  progress=lines.say)
+                  progress=progress)
     if out:
         write_profile(out, gpu=cal.gpu, engine=cal.engine, constants=cal.fitted,
                       source=f"orch calibrate {' '.join(runs)}", extra=profile_extra(cal, runs))

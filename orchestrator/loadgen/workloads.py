@@ -63,6 +63,9 @@ class Workload:
     specs: tuple[RequestSpec, ...]
     offsets_s: tuple[float, ...] | None = None  # trace only: arrival offsets from the first request
     token_counts: Literal["tokenizer", "server"] = "server"  # where the prompt token counts come from
+    # text=False (the simulator in virtual time): (prompt tokens, output tokens) per request instead of
+    # specs; request i is "req-{i}". 100,000 specs that only carry two counts cost more than the counts.
+    lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -187,7 +190,7 @@ def random_workload(n: int, input_len: Length, output_len: Length, *, seed: int 
     rng = np.random.default_rng(seed)
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
     if not text:
-        return Workload("random", tuple(_spec(i, "", outs[i], ins[i]) for i in range(n)))
+        return Workload("random", (), lengths=(tuple(ins), tuple(max(o, 1) for o in outs)))
     maker = _PromptMaker(tokenizer)
     specs = []
     for i in range(n):
@@ -207,7 +210,8 @@ def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Leng
     prefixes = [maker.text(prefix_len, rng)[0] for _ in range(num_prefixes)]
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
     if not text:
-        return Workload("prefix", tuple(_spec(i, "", outs[i], prefix_len + ins[i]) for i in range(n)))
+        prompts = tuple(prefix_len + x for x in ins)  # the prefix, the "\n" and the suffix: words
+        return Workload("prefix", (), lengths=(prompts, tuple(max(o, 1) for o in outs)))
     specs = []
     for i in range(n):
         suffix, _ = maker.text(ins[i], rng)
@@ -290,12 +294,14 @@ def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
         raise SpecError(f"--dataset: {str(p)!r} holds no trace lines")
     rows.sort(key=lambda r: r[0])
     rows = rows[:n] if n is not None else rows
+    t0 = rows[0][0]
+    offsets = tuple(r[0] - t0 for r in rows)
+    if not text:
+        return Workload("trace", (), offsets, lengths=(tuple(r[1] for r in rows), tuple(r[2] for r in rows)))
     rng = np.random.default_rng(seed)
     maker = _PromptMaker(tokenizer)
     specs = []
     for i, (_, n_in, n_out) in enumerate(rows):
-        prompt, count = maker.text(n_in, rng) if text else ("", n_in)
+        prompt, count = maker.text(n_in, rng)
         specs.append(_spec(i, prompt, n_out, count))
-    t0 = rows[0][0]
-    return Workload("trace", tuple(specs), tuple(r[0] - t0 for r in rows),
-                    "tokenizer" if tokenizer else "server")
+    return Workload("trace", tuple(specs), offsets, "tokenizer" if tokenizer else "server")

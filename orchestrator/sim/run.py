@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
-from orchestrator.loadgen.client import RequestSpec, arrival_offsets
+from orchestrator.loadgen.client import arrival_offsets
 from orchestrator.loadgen.columns import RequestColumns, columns_from_records
 from orchestrator.loadgen.metrics import metrics_of
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.workloads import Workload
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
@@ -36,10 +37,14 @@ class SimPoint:
     summary: SimSummary
 
 
-def _as_sim(specs: list[RequestSpec], offsets: list[float]) -> list[SimRequest]:
-    """Prompt tokens as the simulated server counts them (one per word of the synthetic text)."""
+def _as_sim(wl: Workload, offsets: list[float]) -> list[SimRequest]:
+    """The first len(offsets) requests, prompt tokens as the simulated server counts them (one per
+    word of the text; a workload built without text gives its counts)."""
+    if wl.lengths is not None:
+        ins, outs = wl.lengths
+        return [SimRequest(f"req-{i}", t, ins[i], outs[i]) for i, t in enumerate(offsets)]
     return [SimRequest(s.request_id, t, s.prompt_tokens or max(len(s.prompt.split()), 1), s.max_tokens)
-            for s, t in zip(specs, offsets, strict=False)]
+            for s, t in zip(wl.specs, offsets, strict=False)]
 
 
 def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None) -> list[SimRequest]:
@@ -48,7 +53,7 @@ def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None) 
     n = num_requests or w.num_requests
     duration = None if num_requests else w.duration_s
     offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
-    return _as_sim(list(workload_factory(w, text=False)(len(offsets)).specs[: len(offsets)]), offsets)
+    return _as_sim(workload_factory(w, text=False)(len(offsets)), offsets)
 
 
 def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[EngineCore]:
@@ -78,8 +83,9 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
     if concurrency is not None:
         n = num_requests or w.num_requests
         duration = None if num_requests else w.duration_s
-        specs = list(workload_factory(w, text=False)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
-        reqs = _as_sim(specs, [0.0] * len(specs))
+        wl = workload_factory(w, text=False)(n or CLOSED_LOOP_SPECS)
+        count = min(n or CLOSED_LOOP_SPECS, len(wl.lengths[0]) if wl.lengths is not None else len(wl.specs))
+        reqs = _as_sim(wl, [0.0] * count)
         if keep_records:
             records, summary = closed_loop(engines, reqs, concurrency, duration_s=duration,
                                            sample_interval_s=sample_interval_s)

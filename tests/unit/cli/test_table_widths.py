@@ -4,11 +4,14 @@ terminal is narrower than the essential columns, a cut cell ends in an ellipsis.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from orchestrator.cli.fit_table import FitTable
@@ -90,3 +93,36 @@ def test_a_terminal_narrower_than_the_essential_columns_cuts_with_an_ellipsis() 
     roomy = Console(width=80, record=True, color_system=None)
     table.print(roomy)
     assert "12,345.6" in roomy.export_text() and "…" not in roomy.export_text()
+
+
+words = st.text(alphabet="abcxyz0123456789./:-=@%()", min_size=1, max_size=14)
+cell = (st.lists(words, min_size=1, max_size=6).map(" ".join)
+        | st.sampled_from(["-", "[red]no[/]", "99.0 / 647"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 5), st.integers(0, 6), st.sampled_from([40, 80, 120, 240]), st.booleans())
+def test_drawn_directly_it_is_the_text_rich_draws(data: st.DataObject, n_cols: int, n_rows: int, width: int,
+                                                   wide: bool) -> None:
+    # Off a terminal the table is drawn without rich (for speed); it must be rich's text exactly.
+    from rich.markup import escape
+
+    table = FitTable(None, wide=wide)
+    for i in range(n_cols):
+        header = data.draw(st.lists(words, min_size=1, max_size=4).map(" ".join))
+        table.column(escape(header), justify=data.draw(st.sampled_from(["left", "right"])), keep=i % 3,
+                     wrap=data.draw(st.booleans()))
+    for _ in range(n_rows):
+        table.row(*(data.draw(cell) for _ in range(n_cols)))
+    _, widths = table.layout(width)
+    if any(w is None for w in widths):
+        return  # squeezed by rich itself
+    fast = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    table.print(fast)
+    by_rich = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    rich_table, _ = table.table(width)
+    if wide:
+        by_rich.width = max(width, 1 + sum(c.natural() + 3 for c in table.cols))
+    by_rich.print(rich_table, crop=False)
+    drawn = [line for line in fast.export_text().splitlines() if line[:1] in "┏┃┡│└"]
+    assert drawn == by_rich.export_text().splitlines()
