@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.compile import compile_layout
+from orchestrator.candidate import Candidate
+from orchestrator.compile import model_ref, prepare
 from orchestrator.compile.artifacts import (
     FILES,
     FORMATS,
@@ -29,10 +30,11 @@ from orchestrator.compile.artifacts import (
 )
 from orchestrator.compile.helm_values import CHART_NAME
 from orchestrator.compile.k8s import GPU_PRODUCT_LABEL
-from orchestrator.engines.from_spec import model_ref
+from orchestrator.engines import ENGINES, EngineSettings, get_engine
 from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.provenance import orch_version
+from orchestrator.plan.from_spec import engine_settings
 from orchestrator.promote_md import provenance_markdown
 from orchestrator.spec.load import spec_from_json
 from orchestrator.spec.models import SweepSpec
@@ -159,6 +161,19 @@ def measured_served_name(launch: dict[str, Any] | None, spec: SweepSpec, engine:
     return model_ref(spec.model, engine)
 
 
+def measured_settings(launch: dict[str, Any] | None, spec: SweepSpec, engine: str) -> EngineSettings:
+    """The engine settings the run measured with (stored in its launch plan), so the promoted engine
+    runs what was measured; for another engine, the same values resolved by that engine. A run stored
+    before settings were recorded gets the spec's, resolved now."""
+    stored = (launch or {}).get("engine_settings")
+    if not stored:
+        return engine_settings(spec, engine=engine)
+    measured = EngineSettings.from_dict(stored)
+    if measured.engine == engine:
+        return measured
+    return engine_settings(spec, engine=engine, request=measured.request())
+
+
 def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOptions | None = None) -> Promoted:
     opts = opts or PromoteOptions()
     run_id = resolve_run(store, run_ref)
@@ -169,7 +184,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
     notes: list[str] = []
-    if measured_engine == "sim":
+    if measured_engine in ENGINES and get_engine(measured_engine).simulated:
         notes.append(
             f"run {run_id} measured the simulated engine; these artifacts are for {engine}, compiled from "
             "the same spec and layout: measure them on the real engine before relying on the numbers"
@@ -178,7 +193,8 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
         notes.append(f"run {run_id} measured {measured_engine}; these artifacts are for {engine}")
     launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(layout)), None)
     served = measured_served_name(launch, spec, measured_engine)
-    compiled = compile_layout(spec, layout, engine, served_model_name=served)
+    candidate = Candidate(layout, measured_settings(launch, spec, engine))
+    compiled = prepare(spec, candidate, engine=engine, served_model_name=served)
     notes += [f"compile: {w}" for w in compiled.warnings]
     name = opts.name or k8s_name(str(info["model"]), str(layout))
     seen = (info.get("hardware") or {}).get("gpus") or []

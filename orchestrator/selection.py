@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+# A load point's verdict (passed / failed / unjudged); this module's own Verdict is a layout's.
+from orchestrator.verdict import Verdict as PointVerdict
+
 TIE_TOLERANCE = 0.05  # relative; only for stored points without intervals
 Status = Literal["rejected", "failed", "measured", "pending", "pruned"]
 
@@ -37,7 +40,7 @@ class PointOutcome:
 
     @property
     def judged(self) -> bool:
-        return not self.verdict.startswith("unreliable")
+        return PointVerdict.of(self.passed, self.verdict).judged
 
     @property
     def load(self) -> float | None:

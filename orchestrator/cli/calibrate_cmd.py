@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator.calibrate.fit import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.calibrate.fitting import METRICS, Calibration, fit, points_from_store, profile_extra
 from orchestrator.catalog.profiles import write_profile
 from orchestrator.cli import app, make_console
 from orchestrator.cli.fit_table import FitTable

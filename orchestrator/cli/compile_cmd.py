@@ -10,12 +10,14 @@ from typing import Annotated
 
 import typer
 
+from orchestrator.candidate import Candidate
 from orchestrator.cli import app, err_line
-from orchestrator.compile import compile_layout, to_json, to_shell
+from orchestrator.compile import prepare, to_json, to_shell
 from orchestrator.compile.artifacts import artifact_options, render
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.plan.from_spec import engine_settings
 from orchestrator.plan.run import make_plan
 from orchestrator.promote import k8s_name
 from orchestrator.spec.load import spec_hash
@@ -81,7 +83,9 @@ def compile_cmd(
     """Print one layout as shell commands, the launch plan as JSON, Helm values, manifests or a Ray config."""
     spec = load_checked_spec(spec_path)
     chosen = parse_layout(layout)
-    (row,) = make_plan(spec, layouts=[chosen], batches=(1,)).rows
+    # One settings value for the plan and the command: the engine runs what the planner judged.
+    settings = engine_settings(spec, engine=engine.value if engine else None)
+    (row,) = make_plan(spec, layouts=[chosen], batches=(1,), settings=settings).rows
     if row.rejected_because:
         why = "; ".join(row.rejected_because)
         if not force:
@@ -90,8 +94,8 @@ def compile_cmd(
         err_line("warning:", "yellow", f"layout {chosen} is rejected by the planner, emitted because "
                  f"of --force: {why}")
     addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
-    compiled = compile_layout(
-        spec, chosen, engine.value if engine else None, addrs,
+    compiled = prepare(
+        spec, Candidate(chosen, settings), engine=settings.engine, node_addrs=addrs,
         num_redundant_experts=redundant_experts, executor=executor.value if executor else None,
         a2a_backend=a2a_backend,
     )

@@ -22,6 +22,7 @@ from orchestrator.report.data import load_report
 from orchestrator.selection import select
 from orchestrator.spec.load import spec_from_json
 from orchestrator.store.db import DEFAULT_STORE, Store
+from orchestrator.store.extras import SideRecords
 
 
 @app.command("report")
@@ -58,8 +59,9 @@ def report_command(
     if as_json:
         typer.echo(json.dumps({**json.loads(json_out(result, store)), "consistency": checks}, indent=2))
     else:
-        mode = (store.extras(run.run_id, "sweep").get("sweep") or {}).get("mode", "served")
-        print_result(result, store, make_console(), scale_note=mode_note(spec, mode == "served"), wide=wide)
+        mode = SideRecords(store, run.run_id).sweep()
+        served = mode is None or mode.mode == "served"
+        print_result(result, store, make_console(), scale_note=mode_note(spec, served), wide=wide)
         for c in checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
 

@@ -10,12 +10,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli.fit_table import FitTable
+from orchestrator.engines import get_engine
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
 from orchestrator.pipeline.sweep import SweepResult
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import PointRow, Store
+from orchestrator.store.extras import SideRecords
 
 
 def ms(v: float | None) -> str:
@@ -80,7 +82,8 @@ SWEEP_COLUMNS = (("layout", 0), ("GPUs", 1), ("status", 0), ("load point", 0), (
 def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "",
                  wide: bool = False) -> None:
     table = FitTable(f"orch sweep {result.run_id}{scale_note}", wide=wide)
-    virtual = (store.extras(result.run_id, "sweep").get("sweep") or {}).get("mode") == "virtual"
+    mode = SideRecords(store, result.run_id).sweep()
+    virtual = mode is not None and mode.mode == "virtual"
     cols = list(SWEEP_COLUMNS)
     if not virtual:  # in virtual time the prediction is the measurement
         cols.append(("predicted TTFT p99 / TPOT p50 (err)", 3))
@@ -149,7 +152,7 @@ def unsound_message(result: SweepResult) -> str:
 
 
 def mode_note(spec: SweepSpec, served: bool) -> str:
-    if spec.engine.name != "sim":
+    if not get_engine(spec.engine.name).simulated:
         return ""
     if not served:
         return (
@@ -165,9 +168,9 @@ def mode_note(spec: SweepSpec, served: bool) -> str:
 def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
     lines = []
     cap_iv = {v.layout: v.capacity_interval for v in result.selection.verdicts}
-    for key, cap in store.extras(result.run_id, "capacity/").items():
+    for name, cap in SideRecords(store, result.run_id).capacities().items():
         by, _, _, seed = stored_capacity(cap)
-        iv = cap_iv.get(key.removeprefix("capacity/"))
+        iv = cap_iv.get(name)
         # the interval's lower end is the highest sure pass; 0 says none was measured, so say it
         low = f"{iv[0]:g}" if iv and iv[0] > 0 else "0 (no sure pass measured)"
         sure = f" [{low}, {'-' if iv[1] is None else f'{iv[1]:g}'}]" if iv else ""
@@ -182,14 +185,14 @@ def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
         )
         seed_text = f"{seed:g}/s" if by == "rate" else f"{seed:g}"
         lines.append(
-            f"  {key.removeprefix('capacity/')}: {_capacity_text(cap, sure)}; seed {seed_text} "
+            f"  {name}: {_capacity_text(cap, sure)}; seed {seed_text} "
             f"from {cap['seed_source']}; measured {pts} (x fails, ? unjudged){left}"
         )
     return lines
 
 
 def capacity_heading(store: Store, run_id: str) -> str:
-    caps = store.extras(run_id, "capacity/").values()
+    caps = SideRecords(store, run_id).capacities().values()
     what = "concurrency" if any(c.get("by") == "concurrency" for c in caps) else "request rate"
     return f"SLO capacity (highest {what} meeting the SLO, by bracketing and bisection):"
 
@@ -258,23 +261,15 @@ def _timing_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def json_out(result: SweepResult, store: Store) -> str:
+    records = SideRecords(store, result.run_id)
     return json.dumps(
         finite(
             {
                 "run_id": result.run_id,
                 "store": str(store.path),
-                **store.extras(result.run_id, "sweep"),
-                **store.extras(result.run_id, "objectives"),
-                **store.extras(result.run_id, "pareto"),
-                **store.extras(result.run_id, "cluster"),
-                "placement": {
-                    k.removeprefix("placement/"): v
-                    for k, v in store.extras(result.run_id, "placement/").items()
-                },
-                "capacity": {
-                    k.removeprefix("capacity/"): v
-                    for k, v in store.extras(result.run_id, "capacity/").items()
-                },
+                **records.whole_run(),
+                "placement": records.placements(),
+                "capacity": records.capacities(),
                 "selection": result.selection.to_dict(),
                 "layouts": [
                     {

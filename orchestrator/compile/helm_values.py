@@ -29,9 +29,9 @@ CHART_NAME = "orch-engine"
 def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str, Any]:
     """The chart's values for one layout; its objects go to opts.namespace whatever `helm --namespace`
     says (the release's own record follows helm's flag: pass the same one)."""
-    if str(layout) != plan.layout_str or len(plan.replicas) != layout.replicas:
+    if layout != plan.layout or len(plan.replicas) != layout.replicas:
         raise SpecError(
-            f"launch plan is for {plan.layout_str} with {len(plan.replicas)} replicas, not layout {layout}; "
+            f"launch plan is for {plan.layout!s} with {len(plan.replicas)} replicas, not layout {layout}; "
             "build the plan from the same layout"
         )
     leader, worker = plan_commands(plan.replicas, opts.container_port)
@@ -44,7 +44,7 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
         "image": opts.image,
         "imagePullPolicy": opts.image_pull_policy,
         "engine": plan.engine,
-        "layout": plan.layout_str,
+        "layout": str(plan.layout),
         "specHash": opts.spec_hash or "",
         "extraLabels": dict(opts.extra_labels),
         "replicas": layout.replicas,

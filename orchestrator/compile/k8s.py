@@ -131,7 +131,7 @@ def object_labels(plan: LaunchPlan, opts: K8sOptions) -> dict[str, str]:
     labels = selector_labels(opts) | {
         "app.kubernetes.io/managed-by": "orch",
         LABEL_ENGINE: _label_value("engine", plan.engine),
-        LABEL_LAYOUT: _label_value("layout", plan.layout_str),
+        LABEL_LAYOUT: _label_value("layout", str(plan.layout)),
     }
     for key, value in opts.extra_labels:
         labels[key] = _label_value(key, value)
@@ -281,14 +281,14 @@ def pod_spec(cmd: PodCommand, gpus: int, opts: K8sOptions, probe: Probe | None) 
 
 
 def _template(plan: LaunchPlan, opts: K8sOptions, role: str, spec: Obj) -> Obj:
-    labels = selector_labels(opts) | {LABEL_LAYOUT: plan.layout_str, LABEL_ROLE: role}
+    labels = selector_labels(opts) | {LABEL_LAYOUT: str(plan.layout), LABEL_ROLE: role}
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
 def _check_layout(plan: LaunchPlan, layout: Layout) -> None:
-    if str(layout) != plan.layout_str or len(plan.replicas) != layout.replicas:
+    if layout != plan.layout or len(plan.replicas) != layout.replicas:
         raise SpecError(
-            f"launch plan is for {plan.layout_str} with {len(plan.replicas)} replicas, not layout {layout}; "
+            f"launch plan is for {plan.layout!s} with {len(plan.replicas)} replicas, not layout {layout}; "
             "build the plan from the same layout"
         )
 

@@ -89,11 +89,16 @@ def engine_kwargs(argv: tuple[str, ...], layout: Layout) -> tuple[str, Obj]:
         if not flag.startswith("--") and flag not in _SHORT_FLAGS:
             raise SpecError(f"RayService: short flag {flag!r} has no engine_kwargs name; write its long form")
         name = _SHORT_FLAGS.get(flag) or flag.lstrip("-").replace("-", "_")
+        if value is None and name.startswith("no_"):
+            # argparse's BooleanOptionalAction: --no-enable-prefix-caching is enable_prefix_caching=False.
+            kwargs[name.removeprefix("no_")] = False
+            continue
         kwargs[name] = True if value is None else _scalar(value)
     return model, kwargs
 
 
-def _served_name(argv: tuple[str, ...], model: str) -> str:
+def served_name(argv: tuple[str, ...], model: str) -> str:
+    """The --served-model-name of an argv, else the model."""
     for i, tok in enumerate(argv):
         if tok == "--served-model-name" and i + 1 < len(argv):
             return argv[i + 1]
@@ -109,7 +114,7 @@ def serve_config(plan: LaunchPlan, layout: Layout) -> Obj:
     # Ray assigns GPUs and addresses per actor; host-side pins and addresses would fight it.
     env = {k: v for k, v in proc.env if k not in DROPPED_ENV | OWN_ADDRESS_ENV}
     llm: Obj = {
-        "model_loading_config": {"model_id": _served_name(proc.argv, model), "model_source": model},
+        "model_loading_config": {"model_id": served_name(proc.argv, model), "model_source": model},
         "engine_kwargs": kwargs,
         # Fixed replicas: the measured layout is x replicas; autoscaling would serve a different one.
         "deployment_config": {
@@ -158,8 +163,8 @@ def ray_service(
             f"RayService: engine {plan.engine!r} is not served by Ray Serve LLM; use engine vllm, "
             "or the Deployment/LeaderWorkerSet objects"
         )
-    if str(layout) != plan.layout_str:
-        raise SpecError(f"RayService: plan is for {plan.layout_str}, not layout {layout}")
+    if layout != plan.layout:
+        raise SpecError(f"RayService: plan is for {plan.layout!s}, not layout {layout}")
     if gpus_per_node < 1:
         raise SpecError(f"RayService gpus_per_node {gpus_per_node}: must be >= 1")
     per_pod = min(gpus_per_node, layout.gpus_per_replica)

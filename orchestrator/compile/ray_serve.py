@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.compile.k8s_argv import DROPPED_ENV, OWN_ADDRESS_ENV
-from orchestrator.compile.k8s_ray import _served_name, engine_kwargs, serve_application
+from orchestrator.compile.k8s_ray import engine_kwargs, serve_application, served_name
 from orchestrator.engines.base import LaunchPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
@@ -39,12 +39,12 @@ def llm_config(plan: LaunchPlan, layout: Layout, accelerator: str | None = None)
         raise SpecError(
             f"ray-serve: engine {plan.engine!r} is not served by Ray Serve LLM; compile with --engine vllm"
         )
-    if str(layout) != plan.layout_str or not plan.replicas:
-        raise SpecError(f"ray-serve: the plan is for {plan.layout_str}, not {layout}; compile that layout")
+    if layout != plan.layout or not plan.replicas:
+        raise SpecError(f"ray-serve: the plan is for {plan.layout!s}, not {layout}; compile that layout")
     proc = plan.replicas[0].processes[0]
     model, kwargs = engine_kwargs(proc.argv, layout)
     config: dict[str, Any] = {
-        "model_loading_config": {"model_id": _served_name(proc.argv, model), "model_source": model},
+        "model_loading_config": {"model_id": served_name(proc.argv, model), "model_source": model},
         "engine_kwargs": kwargs,
         # Fixed replicas: the measured layout is x replicas; autoscaling would serve another one.
         "deployment_config": {"num_replicas": layout.replicas},

@@ -61,7 +61,7 @@ def node_script(plan: LaunchPlan, node_index: int, nodes: Sequence[str] | None =
     # Several processes on one node (replicas, or a Ray head before vllm) run side by side; `wait` keeps
     # the script in the foreground so Ctrl-C stops them all.
     background = len(procs) > 1
-    lines = [_comment(f"=== {plan.engine} {plan.layout_str}: {_node_name(node_index, nodes)} ===")]
+    lines = [_comment(f"=== {plan.engine} {plan.layout!s}: {_node_name(node_index, nodes)} ===")]
     for r_i, rep, proc in procs:
         what = f"replica {r_i}, {proc.role}"
         if proc.role == "leader":

@@ -3,7 +3,6 @@ A's outputs too); compare; store. One layout runs at a time, so the two never sh
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -11,18 +10,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.compile import placement, prepare
 from orchestrator.consistency.client import served_models
 from orchestrator.consistency.compare import ConsistencyResult, Side, collect, compare
-from orchestrator.deploy.base import deployed, free_base_port
-from orchestrator.deploy.local import LocalProcessTarget
-from orchestrator.engines import get_engine
-from orchestrator.engines.from_spec import engine_options, placement
-from orchestrator.engines.sim import sim_args_from_spec
-from orchestrator.errors import DeployError, OrchError, SpecError
+from orchestrator.deploy.base import free_base_port
+from orchestrator.deploy.targets import make_target
+from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import Layout
-from orchestrator.loadgen.client import ClientConfig
+from orchestrator.pipeline.context import DEFAULT_READY_TIMEOUT_S
 from orchestrator.pipeline.provenance import hardware_seen, new_run_id, orch_version
-from orchestrator.pipeline.sweep import DEFAULT_READY_TIMEOUT_S, _warm_up
+from orchestrator.pipeline.serving import serve
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.targets import LocalTarget
@@ -132,27 +129,19 @@ def _model_root(base_url: str, model: str | None) -> tuple[str, str]:
 def serve_layout(
     spec: SweepSpec, layout: Layout, workdir: Path, timeout_s: float
 ) -> Iterator[tuple[str, str]]:
-    """Deploy one layout on the local target, warm it up, yield (OpenAI base URL, model name)."""
+    """The serve step for one layout on the local target; yields (OpenAI base URL, model name)."""
     if not isinstance(spec.target, LocalTarget):
         raise SpecError(
             f"target.kind: '{spec.target.kind}': consistency deploys on kind: local only "
             "(or give --base-urls of servers you started)"
         )
-    engine = get_engine(spec.engine.name)
-    opts = engine_options(spec, extra_env=tuple(sorted(spec.engine.env.items())))
-    if spec.engine.name == "sim":
-        opts = replace(opts, sim_args=sim_args_from_spec(spec))
     where = placement(spec)
-    reasons = engine.unsupported(layout, where)
-    if reasons:
-        raise DeployError(f"{spec.engine.name} cannot run {layout}: " + "; ".join(reasons))
     where = replace(where, base_port=free_base_port(max(layout.replicas, 1), where.nodes[0]))
-    launch = engine.launch_plan(layout, opts, where)
-    with deployed(LocalProcessTarget(workdir / str(layout)), launch, timeout_s) as dep:
-        model = opts.served_model_name or opts.model
-        first = dep.endpoints[0].openai_base_url  # replicas are identical servers: one is enough
-        asyncio.run(_warm_up([ClientConfig(first, model)]))
-        yield first, model
+    compiled = prepare(spec, layout, where, to_serve=True)
+    target = make_target(spec.target, workdir / str(layout), compiled.placement)
+    with serve(target, compiled, timeout_s) as served:
+        # replicas are identical servers: one is enough
+        yield served.deployment.endpoints[0].openai_base_url, compiled.model_name
 
 
 def _labels(layouts: Sequence[Layout]) -> tuple[str, str]:

@@ -1,4 +1,9 @@
-"""What a target returns once healthy, the Target protocol, and the context manager that always tears down."""
+"""The Target seam: what a target returns once healthy (typed handles), the protocol every target
+(local processes, Ray, Kubernetes, and the fake for tests) implements, and the deferral of signals
+that keeps a teardown from being abandoned half way.
+
+The serve step (pipeline/serving.py) is the one caller that deploys, waits, warms up and always tears
+down; `deployed` is its deploy-and-wait core, for callers that need no warm-up."""
 
 from __future__ import annotations
 
@@ -8,12 +13,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from orchestrator.engines.base import PORT_STRIDE, LaunchPlan
+from orchestrator.engines import PORT_STRIDE, LaunchPlan
 
 # Ray uses 10002-19999 for workers; stay clear of it and of the well-known range.
 PORT_RANGE = (20000, 60000)
+
+H = TypeVar("H")
 
 
 @dataclass(frozen=True)
@@ -24,28 +31,42 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
-class Deployment:
-    layout_str: str
+class Deployment(Generic[H]):
+    """A deployed launch plan: its endpoints and the target's own handles (processes, Ray replicas,
+    Kubernetes objects), typed by the target that made them."""
+
+    plan: LaunchPlan
     endpoints: tuple[Endpoint, ...]
     workdir: str
-    handles: tuple[object, ...] = ()  # target-specific (processes, actors, object names)
+    handles: tuple[H, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The candidate's name, as logs and errors call it."""
+        return self.plan.name
 
 
-class Target(Protocol):
-    def deploy(self, plan: LaunchPlan) -> Deployment: ...
+class Target(Protocol[H]):
+    """Where launch plans run. `deploy` starts what the plan says and returns at once; `wait_ready`
+    waits for every endpoint's health; `check_alive` raises EngineDied when something ended between
+    load points; `teardown` stops everything `deploy` started and may be called more than once."""
 
-    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None: ...
+    def deploy(self, plan: LaunchPlan) -> Deployment[H]: ...
 
-    def teardown(self, deployment: Deployment) -> None: ...
+    def wait_ready(self, deployment: Deployment[H], timeout_s: float) -> None: ...
+
+    def check_alive(self, deployment: Deployment[H]) -> None: ...
+
+    def teardown(self, deployment: Deployment[H]) -> None: ...
 
 
 @contextmanager
-def deployed(target: Target, plan: LaunchPlan, timeout_s: float) -> Iterator[Deployment]:
+def deployed(target: Target[Any], plan: LaunchPlan, timeout_s: float) -> Iterator[Deployment[Any]]:
     """Deploy and wait; teardown runs on success, failure, timeout and Ctrl-C alike.
 
     Starting and tearing down run with SIGINT/SIGTERM deferred: a second Ctrl-C (or a SIGTERM) while
     engines are being stopped must not abandon the rest of them. The signal takes effect after."""
-    deployment: Deployment | None = None
+    deployment: Deployment[Any] | None = None
     try:
         with signals_deferred():
             deployment = target.deploy(plan)

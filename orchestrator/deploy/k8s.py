@@ -36,9 +36,8 @@ from orchestrator.deploy.k8s_api import (
 )
 from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_problem, restarts
 from orchestrator.deploy.k8s_forward import PodForward
-from orchestrator.engines.base import LaunchPlan
+from orchestrator.engines import LaunchPlan
 from orchestrator.errors import DeployError, EngineDied
-from orchestrator.layout import parse_layout
 from orchestrator.spec.targets import KubernetesTarget
 
 _POLL_S = 0.5
@@ -78,8 +77,8 @@ class KubernetesRunTarget:
         return client.CoreV1Api(client.ApiClient(configuration=self.api.configuration))
 
     # -- deploy -------------------------------------------------------------------------------------
-    def deploy(self, plan: LaunchPlan) -> Deployment:
-        layout = parse_layout(plan.layout_str)
+    def deploy(self, plan: LaunchPlan) -> Deployment[KubeHandle]:
+        layout = plan.layout
         name = object_name(self.run_id, layout)
         opts = options_from_target(
             self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
@@ -113,7 +112,7 @@ class KubernetesRunTarget:
                 )
                 for i, f in enumerate(handle.forwards)
             )
-        return Deployment(plan.layout_str, endpoints, str(self.workdir), (handle,))
+        return Deployment(plan, endpoints, str(self.workdir), (handle,))
 
     def _run_object(self) -> Obj:
         """The per-run ConfigMap every object is owned by (get or create); its ownerReference."""
@@ -202,7 +201,7 @@ class KubernetesRunTarget:
             return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
         return ""
 
-    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None:
+    def wait_ready(self, deployment: Deployment[KubeHandle], timeout_s: float) -> None:
         handle = _handle(deployment)
         expected = _expected_pods(handle)
         start = time.monotonic()
@@ -240,7 +239,7 @@ class KubernetesRunTarget:
         for ep in deployment.endpoints:
             _wait_health(ep.health_url, deadline)
 
-    def check_alive(self, deployment: Deployment) -> None:
+    def check_alive(self, deployment: Deployment[KubeHandle]) -> None:
         """Between load points: a pod that restarted or went unready makes the measurement invalid."""
         handle = _handle(deployment)
         for pod in self._pods(handle):
@@ -250,7 +249,7 @@ class KubernetesRunTarget:
                 raise EngineDied(problem.message if problem else f"pod {name} is no longer ready")
 
     # -- teardown -----------------------------------------------------------------------------------
-    def teardown(self, deployment: Deployment) -> None:
+    def teardown(self, deployment: Deployment[KubeHandle]) -> None:
         handle = _handle(deployment)
         for forward in handle.forwards:
             forward.close()
@@ -319,9 +318,8 @@ def _role(pod: Obj) -> str:
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE, ""))
 
 
-def _handle(deployment: Deployment) -> KubeHandle:
+def _handle(deployment: Deployment[KubeHandle]) -> KubeHandle:
     (handle,) = deployment.handles
-    assert isinstance(handle, KubeHandle)
     return handle
 
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from orchestrator.deploy.base import Deployment, Endpoint
 from orchestrator.deploy.ownership import foreign_listener, port_in_use
-from orchestrator.engines.base import LaunchPlan, ProcessSpec, secret_values
+from orchestrator.engines import LaunchPlan, ProcessSpec, secret_values
 from orchestrator.errors import DeployError, EngineDied
 
 LOG_TAIL_LINES = 15
@@ -31,7 +31,9 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
 @dataclass
-class _Proc:
+class LocalProcess:
+    """A local deployment's handle: one supervised process (its group holds the engine and workers)."""
+
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
@@ -41,7 +43,9 @@ class _Proc:
 _PROGRAM_ENV = {"vllm": "ORCH_VLLM_BIN", "sglang": "ORCH_SGLANG_BIN", "ray": "ORCH_RAY_BIN"}
 
 
-def _argv(spec: ProcessSpec) -> list[str]:
+def program_argv(spec: ProcessSpec) -> list[str]:
+    """The argv to exec: "python" is orch's own interpreter; an engine program may be named by
+    ORCH_<NAME>_BIN (its own virtualenv), else it must be on PATH."""
     argv = list(spec.argv)
     if not argv:
         raise DeployError("empty argv in the launch plan")
@@ -70,27 +74,27 @@ class LocalProcessTarget:
         self.workdir = Path(workdir)
         self.term_grace_s = term_grace_s
 
-    def deploy(self, plan: LaunchPlan) -> Deployment:
+    def deploy(self, plan: LaunchPlan) -> Deployment[LocalProcess]:
         self.workdir.mkdir(parents=True, exist_ok=True)
         _check_ports_free(plan)
-        procs: list[_Proc] = []
+        procs: list[LocalProcess] = []
         endpoints = []
         try:
             for r, replica in enumerate(plan.replicas):
                 for i, spec in enumerate(replica.processes):
-                    name = f"{plan.engine}-{plan.layout_str}-r{r}-p{i}-{spec.role}"
+                    name = f"{plan.engine}-{plan.name}-r{r}-p{i}-{spec.role}"
                     procs.append(self._start(name, spec))
                 endpoints.append(Endpoint(r, replica.openai_base_url, replica.health_url))
         except BaseException as exc:  # Ctrl-C half way included: what started must not outlive this
             self._stop(procs)
             if isinstance(exc, OSError):
-                raise DeployError(f"could not start {plan.engine} for {plan.layout_str}: {exc}") from exc
+                raise DeployError(f"could not start {plan.engine} for {plan.name}: {exc}") from exc
             raise
-        return Deployment(plan.layout_str, tuple(endpoints), str(self.workdir), tuple(procs))
+        return Deployment(plan, tuple(endpoints), str(self.workdir), tuple(procs))
 
-    def _start(self, name: str, spec: ProcessSpec) -> _Proc:
+    def _start(self, name: str, spec: ProcessSpec) -> LocalProcess:
         log_path = self.workdir / f"{name}.log"
-        argv = _argv(spec)
+        argv = program_argv(spec)
         with log_path.open("wb") as log:
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
@@ -105,10 +109,10 @@ class LocalProcessTarget:
                 stdin=subprocess.PIPE,
                 start_new_session=True,
             )
-        return _Proc(name, popen, log_path)
+        return LocalProcess(name, popen, log_path)
 
-    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None:
-        procs = [h for h in deployment.handles if isinstance(h, _Proc)]
+    def wait_ready(self, deployment: Deployment[LocalProcess], timeout_s: float) -> None:
+        procs = list(deployment.handles)
         pending = {ep.health_url for ep in deployment.endpoints}
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -120,7 +124,7 @@ class LocalProcessTarget:
                         f"last log lines ({p.log_path}):\n{tail(p.log_path)}"
                     )
             for url in list(pending):
-                if _healthy(url):
+                if healthy(url):
                     _check_ours(url, procs)
                     pending.discard(url)
             if not pending:
@@ -128,23 +132,23 @@ class LocalProcessTarget:
             if time.monotonic() > deadline:
                 logs = "\n".join(f"--- {p.log_path}\n{tail(p.log_path)}" for p in procs[:2])
                 raise DeployError(
-                    f"{deployment.layout_str}: not healthy after {timeout_s:g} s "
+                    f"{deployment.name}: not healthy after {timeout_s:g} s "
                     f"({', '.join(sorted(pending))}); last log lines:\n{logs}"
                 )
             time.sleep(POLL_S)
 
-    def check_alive(self, deployment: Deployment) -> None:
+    def check_alive(self, deployment: Deployment[LocalProcess]) -> None:
         for h in deployment.handles:
-            if isinstance(h, _Proc) and h.popen.poll() is not None:
+            if h.popen.poll() is not None:
                 raise EngineDied(
                     f"{h.name} exited with code {h.popen.returncode} during the measurement; "
                     f"last log lines ({h.log_path}):\n{tail(h.log_path)}"
                 )
 
-    def teardown(self, deployment: Deployment) -> None:
-        self._stop([h for h in deployment.handles if isinstance(h, _Proc)])
+    def teardown(self, deployment: Deployment[LocalProcess]) -> None:
+        self._stop(list(deployment.handles))
 
-    def _stop(self, procs: list[_Proc]) -> None:
+    def _stop(self, procs: list[LocalProcess]) -> None:
         for p in procs:
             _signal_group(p.popen, signal.SIGTERM)
         deadline = time.monotonic() + self.term_grace_s
@@ -177,12 +181,12 @@ def _check_ports_free(plan: LaunchPlan) -> None:
         busy = sorted(p for p in ports if port_in_use(p, host))
         if busy:
             raise DeployError(
-                f"{plan.layout_str}: port {', '.join(map(str, busy))} on {host} is already in use by "
+                f"{plan.name}: port {', '.join(map(str, busy))} on {host} is already in use by "
                 "another process; stop it or let orch pick free ports (it does unless a base port is set)"
             )
 
 
-def _check_ours(health_url: str, procs: list[_Proc]) -> None:
+def _check_ours(health_url: str, procs: list[LocalProcess]) -> None:
     """The health answer must come from a process we started, not from a server that took the port."""
     url = urlsplit(health_url)
     if url.port is None or url.hostname not in LOCAL_HOSTS:
@@ -200,7 +204,8 @@ def _check_ours(health_url: str, procs: list[_Proc]) -> None:
         )
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
+    """The health URL answers 2xx now."""
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
             return 200 <= int(resp.status) < 300

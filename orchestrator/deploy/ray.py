@@ -23,12 +23,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.deploy.base import Deployment, Endpoint
-from orchestrator.deploy.local import TERM_GRACE_S, _healthy
-from orchestrator.deploy.ray_actor import EngineProcess, _ray
+from orchestrator.deploy.local import TERM_GRACE_S, healthy
+from orchestrator.deploy.ray_actor import EngineProcess, ray_module
 from orchestrator.deploy.ray_placement import ReplicaBundles, replica_bundles, substitute_hosts
-from orchestrator.engines.base import LaunchPlan, ReplicaPlan, secret_values
+from orchestrator.engines import LaunchPlan, ReplicaPlan, secret_values
 from orchestrator.errors import DeployError, EngineDied
-from orchestrator.layout import parse_layout
 
 __all__ = ["RayActor", "RayReplica", "RayTarget", "replica_bundles", "substitute_hosts"]
 
@@ -84,14 +83,14 @@ class RayTarget:
         self.pg_timeout_s, self.term_grace_s = pg_timeout_s, term_grace_s
 
     def connect(self) -> Any:
-        ray = _ray() if _ray_initialized() else None
+        ray = ray_module() if _ray_initialized() else None
         if ray is None:
             probe_address(self.address)  # ray.init retries an unreachable address for minutes
             if _loopback(self.address):
                 # Else Ray swaps 127.0.0.1 for this machine's other address and waits there for minutes;
                 # it reads this when ray is first imported.
                 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            ray = _ray()
+            ray = ray_module()
         if not ray.is_initialized():
             try:
                 ray.init(
@@ -108,14 +107,14 @@ class RayTarget:
         return ray
 
     # -- deploy -----------------------------------------------------------------------------------
-    def deploy(self, plan: LaunchPlan) -> Deployment:
+    def deploy(self, plan: LaunchPlan) -> Deployment[RayReplica]:
         ray = self.connect()
-        layout = parse_layout(plan.layout_str)
+        layout = plan.layout
         shapes = [
             replica_bundles(r, layout.gpus_per_replica, self.gpus_per_node, self.on_cpu)
             for r in plan.replicas
         ]
-        self._check_capacity(ray, shapes, plan.layout_str)
+        self._check_capacity(ray, shapes, plan.name)
         self.workdir.mkdir(parents=True, exist_ok=True)
         uid = secrets.token_hex(3)
         made = _Partial()
@@ -131,7 +130,7 @@ class RayTarget:
         endpoints = tuple(
             _endpoint(r, rep, replicas[r].actors[0].info["host"]) for r, rep in enumerate(plan.replicas)
         )
-        return Deployment(plan.layout_str, endpoints, str(self.workdir), tuple(replicas))
+        return Deployment(plan, endpoints, str(self.workdir), tuple(replicas))
 
     def _check_capacity(self, ray: Any, shapes: list[ReplicaBundles], layout: str) -> None:
         if self.on_cpu:
@@ -160,14 +159,14 @@ class RayTarget:
         for r, shape in enumerate(shapes):
             made.groups.append(
                 placement_group(
-                    list(shape.bundles), strategy=shape.strategy, name=f"orch-{uid}-{plan.layout_str}-r{r}"
+                    list(shape.bundles), strategy=shape.strategy, name=f"orch-{uid}-{plan.name}-r{r}"
                 )
             )
         try:
             ray.get([pg.ready() for pg in made.groups], timeout=self.pg_timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise DeployError(
-                f"{plan.layout_str}: placement groups not placed after {self.pg_timeout_s:g} s "
+                f"{plan.name}: placement groups not placed after {self.pg_timeout_s:g} s "
                 f"(bundles {[list(s.bundles) for s in shapes][:2]}, cluster free: "
                 f"{ray.available_resources()}); free GPUs or pick a smaller layout"
             ) from None
@@ -191,7 +190,7 @@ class RayTarget:
         pending = []
         for slot in shape.actors:
             proc = replica.processes[slot.process]
-            name = f"orch-{uid}-{plan.engine}-{plan.layout_str}-r{r}-p{slot.process}-{proc.role}"
+            name = f"orch-{uid}-{plan.engine}-{plan.name}-r{r}-p{slot.process}-{proc.role}"
             handle = actor_cls.options(
                 name=name, num_cpus=1, num_gpus=slot.num_gpus, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -218,26 +217,26 @@ class RayTarget:
         return RayReplica(r, pg, shape.strategy, shape.bundles, tuple(actors))
 
     # -- readiness, liveness ----------------------------------------------------------------------
-    def wait_ready(self, deployment: Deployment, timeout_s: float) -> None:
+    def wait_ready(self, deployment: Deployment[RayReplica], timeout_s: float) -> None:
         pending = {ep.health_url for ep in deployment.endpoints}
         deadline = time.monotonic() + timeout_s
         while pending:
             self.check_alive(deployment, "before it was ready")
             for url in list(pending):
-                if _healthy(url):
+                if healthy(url):
                     pending.discard(url)
             if not pending:
                 return
             if time.monotonic() > deadline:
                 logs = "\n".join(f"--- {a.name}\n{self._tail(a)}" for a in _actors(deployment)[:2])
                 raise DeployError(
-                    f"{deployment.layout_str}: not healthy after {timeout_s:g} s "
+                    f"{deployment.name}: not healthy after {timeout_s:g} s "
                     f"({', '.join(sorted(pending))}); last log lines:\n{logs}"
                 )
             time.sleep(POLL_S)
 
-    def check_alive(self, deployment: Deployment, when: str = "during the measurement") -> None:
-        ray = _ray()
+    def check_alive(self, deployment: Deployment[RayReplica], when: str = "during the measurement") -> None:
+        ray = ray_module()
         for a in _actors(deployment):
             try:
                 code = ray.get(a.handle.poll.remote(), timeout=ACTOR_CALL_TIMEOUT_S)
@@ -250,16 +249,16 @@ class RayTarget:
                 )
 
     def _tail(self, actor: RayActor) -> str:
-        ray = _ray()
+        ray = ray_module()
         try:
             return str(ray.get(actor.handle.tail.remote(), timeout=ACTOR_CALL_TIMEOUT_S))
         except ray.exceptions.RayError:
             return "(no log: actor gone)"
 
     # -- teardown ---------------------------------------------------------------------------------
-    def teardown(self, deployment: Deployment) -> None:
-        replicas = [h for h in deployment.handles if isinstance(h, RayReplica)]
-        ray = _ray()
+    def teardown(self, deployment: Deployment[RayReplica]) -> None:
+        replicas = list(deployment.handles)
+        ray = ray_module()
         self._cleanup(
             ray, [a.handle for r in replicas for a in r.actors], [r.placement_group for r in replicas]
         )
@@ -307,8 +306,8 @@ def probe_address(address: str, timeout_s: float = CONNECT_PROBE_S) -> None:
         ) from None
 
 
-def _actors(deployment: Deployment) -> list[RayActor]:
-    return [a for h in deployment.handles if isinstance(h, RayReplica) for a in h.actors]
+def _actors(deployment: Deployment[RayReplica]) -> list[RayActor]:
+    return [a for h in deployment.handles for a in h.actors]
 
 
 def _cause(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.deploy.base import port_is_free
-from orchestrator.deploy.local import LOG_TAIL_LINES, _argv, tail
+from orchestrator.deploy.local import LOG_TAIL_LINES, program_argv, tail
 from orchestrator.engines.base import ProcessSpec
 from orchestrator.errors import DeployError
 from orchestrator.extras import require_for_target
@@ -25,7 +25,7 @@ from orchestrator.extras import require_for_target
 _LAUNCHER = "import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9); os.execvp(sys.argv[1], sys.argv[1:])"
 
 
-def _ray() -> Any:
+def ray_module() -> Any:
     require_for_target("ray")
     import ray
 
@@ -41,7 +41,7 @@ class EngineProcess:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self, pin_gpus: bool) -> dict[str, Any]:
-        ray = _ray()
+        ray = ray_module()
         host = str(ray.util.get_node_ip_address())
         busy = [p for p in self.ports if not port_is_free(p)]
         if busy:
@@ -50,7 +50,7 @@ class EngineProcess:
         if pin_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in ray.get_gpu_ids())
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = _argv(ProcessSpec(argv=tuple(self.argv)))
+        argv = program_argv(ProcessSpec(argv=tuple(self.argv)))
         if sys.platform.startswith("linux"):
             argv = [sys.executable, "-c", _LAUNCHER, *argv]
         with self.log_path.open("wb") as log:

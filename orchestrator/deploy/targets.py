@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
+from orchestrator.deploy.base import Target
 from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.deploy.ray import RayTarget
-from orchestrator.engines.base import Placement
+from orchestrator.engines import Placement, get_engine
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.targets import KubernetesTarget, LocalTarget, TargetSpec
 from orchestrator.spec.targets import RayTarget as RayTargetSpec
 
-if TYPE_CHECKING:
-    from orchestrator.deploy.k8s import KubernetesRunTarget
 
 def preflight(target: TargetSpec) -> None:
     """What can be checked before the first layout: on Kubernetes, that a kubeconfig (or the in-cluster
@@ -32,7 +31,7 @@ def check_runs_here(spec: SweepSpec, source: str) -> None:
     target needs its extra installed."""
     require_for_target(spec.target.kind, f"{source}: target.kind {spec.target.kind!r}")
     nodes = spec.hardware.nodes
-    if isinstance(spec.target, LocalTarget) and nodes > 1 and spec.engine.name != "sim":
+    if isinstance(spec.target, LocalTarget) and nodes > 1 and not get_engine(spec.engine.name).simulated:
         raise SpecError(
             f"{source}: hardware.nodes is {nodes} but target.kind 'local' runs every engine on this machine; "
             f"a multi-node {spec.engine.name} sweep needs target.kind: ray (or kubernetes); "
@@ -51,7 +50,8 @@ def probe_host(target: TargetSpec, where: Placement) -> str:
 
 def make_target(
     target: TargetSpec, workdir: Path, where: Placement, *, run_id: str = "", spec_hash: str | None = None
-) -> LocalProcessTarget | RayTarget | KubernetesRunTarget:
+) -> Target[Any]:
+    """The deploy target the spec's `target` section names, for one candidate's work directory."""
     if isinstance(target, KubernetesTarget):
         # Imported here: the kubernetes client is a heavy, optional dependency (extra [k8s]).
         from orchestrator.deploy.k8s import KubernetesRunTarget

@@ -1,11 +1,35 @@
-"""Engine registry: name -> Engine. vLLM and SGLang modules register here as they land."""
+"""The engines orch launches (vLLM, SGLang, and the simulated engine), each behind one Protocol.
+
+An engine knows its own rules and nothing of a sweep: the settings it runs with where the spec is
+silent (`resolve_settings`), what it cannot run, and its launch command. The planner asks it for the
+settings, compile for the command; neither is imported here, so both may import this package.
+"""
 
 from __future__ import annotations
 
-from orchestrator.engines.base import Engine
+from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.engines import sglang, sim, vllm
+from orchestrator.engines.base import (
+    PORT_STRIDE,
+    Engine,
+    EngineOptions,
+    LaunchPlan,
+    Placement,
+    ProcessSpec,
+    ReplicaPlan,
+    SecretEnv,
+    check_extra_args,
+    secret_values,
+)
+from orchestrator.engines.settings import EngineSettings, SettingsRequest
+from orchestrator.engines.sim import SimOptions
 from orchestrator.errors import SpecError
 
-ENGINES: dict[str, Engine] = {}
+ENGINES: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE, sim.ENGINE)}
+#: Every engine's Prometheus metric names -> the fields orch reads (loadgen/engine_metrics.py).
+METRIC_FIELDS: dict[str, str] = {
+    name: field for e in ENGINES.values() for name, field in e.metrics.items()
+}
 
 
 def get_engine(name: str) -> Engine:
@@ -16,16 +40,14 @@ def get_engine(name: str) -> Engine:
         raise SpecError(f"unknown engine {name!r}; known: {known}") from None
 
 
-def _register_builtin() -> None:
-    # Imported here, after ENGINES exists, because the engine modules import from this package.
-    from orchestrator.engines.sglang import ENGINE as sglang_engine
-    from orchestrator.engines.vllm import ENGINE as vllm_engine
-
-    for engine in (vllm_engine, sglang_engine):
-        ENGINES[engine.name] = engine
-    from orchestrator.engines.sim import ENGINE as sim_engine
-
-    ENGINES[sim_engine.name] = sim_engine
+def resolve_settings(engine: str, gpu: GPUSpec, model: ModelConfig,
+                     request: SettingsRequest | None = None) -> EngineSettings:
+    """The named engine's settings for this GPU and model: the request's values, its defaults elsewhere."""
+    return get_engine(engine).resolve_settings(request or SettingsRequest(), gpu, model)
 
 
-_register_builtin()
+__all__ = [
+    "ENGINES", "METRIC_FIELDS", "PORT_STRIDE", "Engine", "EngineOptions", "EngineSettings", "LaunchPlan",
+    "Placement", "ProcessSpec", "ReplicaPlan", "SecretEnv", "SettingsRequest", "SimOptions",
+    "check_extra_args", "get_engine", "resolve_settings", "secret_values",
+]

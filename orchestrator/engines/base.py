@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.engines.settings import EngineSettings, SettingsRequest
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.spec.checks import ENV_NAME, is_host
+
+if TYPE_CHECKING:
+    from orchestrator.candidate import Candidate
+    from orchestrator.engines.sim import SimOptions
 
 Role = Literal["leader", "worker", "headless"]
 
@@ -132,14 +138,28 @@ class ReplicaPlan:
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """How to start one candidate: its processes per replica. It carries the candidate itself, so a
+    target reads the parsed layout and settings instead of re-parsing a string."""
+
     engine: str
-    layout_str: str
+    candidate: Candidate
     replicas: tuple[ReplicaPlan, ...]
+
+    @property
+    def layout(self) -> Layout:
+        return self.candidate.layout
+
+    @property
+    def name(self) -> str:
+        """The candidate's name: what logs, process names and work directories are called."""
+        return self.candidate.name
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
-            "layout": self.layout_str,
+            "layout": str(self.candidate.layout),
+            "candidate": self.candidate.name,
+            "engine_settings": self.candidate.settings.to_dict(),
             "replicas": [r.to_dict() for r in self.replicas],
         }
 
@@ -148,10 +168,6 @@ class LaunchPlan:
 class EngineOptions:
     model: str
     served_model_name: str | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
     kv_cache_dtype: str | None = None
     quantization: str | None = None
     enforce_eager: bool = False
@@ -164,8 +180,8 @@ class EngineOptions:
     a2a_backend: str | None = None  # vLLM --all2all-backend / SGLang --moe-a2a-backend
     extra_env: tuple[tuple[str, str], ...] = field(default=())
     secret_env: tuple[SecretEnv, ...] = ()  # engine.env_from_secret: references, never values
-    # sim only: flags that tell the simulated server which model shapes and hardware to model.
-    sim_args: tuple[str, ...] = ()
+    # sim only: the model shapes and hardware the simulated server models.
+    sim: SimOptions | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -184,11 +200,32 @@ class EngineOptions:
 
 
 class Engine(Protocol):
+    """One serving engine: its settings rules, its limits, and its launch command."""
+
     name: str
+    version: str  # the release whose flags and defaults this module follows
+    simulated: bool  # True for the simulated engine: no weights, no devices, a simulated clock
+    metrics: Mapping[str, str]  # its Prometheus names -> the fields orch reads (loadgen/engine_metrics.py)
 
-    def unsupported(self, layout: Layout, placement: Placement) -> list[str]: ...
+    def resolve_settings(self, request: SettingsRequest, gpu: GPUSpec, model: ModelConfig) -> EngineSettings:
+        """The request where it says something, else this engine's own default for the GPU and version."""
+        ...
 
-    def launch_plan(self, layout: Layout, options: EngineOptions, placement: Placement) -> LaunchPlan: ...
+    def unsupported(self, layout: Layout, placement: Placement) -> list[str]:
+        """Reasons it cannot serve this layout here (empty: it can)."""
+        ...
+
+    def compile_problems(self, layout: Layout, placement: Placement) -> list[str]:
+        """Reasons no valid launch command exists (it may compile what it cannot serve here)."""
+        ...
+
+    def warnings(self, layout: Layout, placement: Placement) -> list[str]:
+        """It compiles, but will not serve as expected (printed, not fatal)."""
+        ...
+
+    def launch_plan(self, candidate: Candidate, options: EngineOptions, placement: Placement) -> LaunchPlan:
+        """Argv and environment per process, health and OpenAI URLs per replica; every setting stated."""
+        ...
 
 
 # Flags the layout and placement own; an extra-args passthrough must not set them.

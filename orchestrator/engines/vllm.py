@@ -1,12 +1,18 @@
-"""vLLM: a Layout plus EngineOptions and a Placement become `vllm serve` argv per node and replica.
+"""vLLM: a candidate (layout + resolved settings), EngineOptions and a Placement become `vllm serve`
+argv per node and replica, with every resolved setting stated as a flag.
 
-Flags were checked against vLLM 0.32's own parser (tests/integration/test_engine_parsers.py).
+Flags were checked against vLLM 0.32's own parser and 0.33's (tests/integration/test_engine_parsers.py).
+The defaults `resolve_settings` takes where the spec is silent are vLLM 0.33.0's, read from its source
+(docs/compile.md lists each rule with the file and function it comes from).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+from orchestrator.catalog.types import GPUSpec, ModelConfig
 from orchestrator.engines.base import (
     EngineOptions,
     LaunchPlan,
@@ -22,10 +28,88 @@ from orchestrator.engines.base import (
     placement_problems,
 )
 from orchestrator.engines.checks import check_extra_duplicates, check_moe_options, url
+from orchestrator.engines.settings import EngineSettings, SettingsRequest, chosen
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 
+if TYPE_CHECKING:
+    from orchestrator.candidate import Candidate
+
 PROGRAM = ("vllm", "serve")
+VERSION = "0.33.0"
+GIB = 2**30
+
+# vllm/config/cache.py, CacheConfig: the field default of gpu_memory_utilization, and DEFAULT_BLOCK_SIZE.
+GPU_MEMORY_UTILIZATION = 0.92
+# Its Prometheus names (/metrics) -> the fields orch reads (loadgen/engine_metrics.py); older names too.
+METRICS: Mapping[str, str] = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:num_preemptions": "preemptions",
+    "vllm:gpu_prefix_cache_hit_rate": "prefix_hit_rate",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
+}
+BLOCK_SIZE = 16
+# vllm/platforms/cpu.py, CpuPlatform.update_block_size_for_backend: 128 on CPU; its MLA backend needs 16.
+CPU_BLOCK_SIZE = 128
+
+
+def batch_defaults(gpu: GPUSpec) -> tuple[int, int, str]:
+    """(max_num_seqs, max_num_batched_tokens, the rule) `vllm serve` picks for this GPU.
+
+    vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults (usage context OPENAI_API_SERVER, the API
+    server's): >= 160 GiB of device memory (B200, MI300X) 1024 and 16384; >= 70 GiB and not an A100
+    (H100, H200) 1024 and 8192; anything else 256 and 2048. On CPU 128 and 2048 per worker of the
+    TP x PP group; orch states the one-worker values for every layout, so that they do not change
+    with the layout (and the engine runs what was predicted)."""
+    where = "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults"
+    if gpu.name == "cpu":
+        return 128, 2048, f"vllm {VERSION} default on CPU for one worker ({where})"
+    memory = gpu.memory_bytes
+    if memory >= 160 * GIB:
+        seqs, tokens, band = 1024, 16384, ">= 160 GiB"
+    elif memory >= 70 * GIB and "a100" not in gpu.name.lower():
+        seqs, tokens, band = 1024, 8192, ">= 70 GiB, not A100"
+    else:
+        seqs, tokens, band = 256, 2048, "< 70 GiB or A100"
+    return seqs, tokens, f"vllm {VERSION} default for {gpu.name} ({band}; {where})"
+
+
+def resolve_vllm(request: SettingsRequest, gpu: GPUSpec, model: ModelConfig,
+                 engine: str = "vllm", version: str = VERSION) -> EngineSettings:
+    """vLLM's own values where the request is silent (module docstring; docs/compile.md)."""
+    src: list[tuple[str, str]] = []
+    seqs, tokens, rule = batch_defaults(gpu)
+    cache = f"vllm {VERSION} default (vllm/config/cache.py CacheConfig)"
+    on_cpu = gpu.name == "cpu"
+    block = (16 if model.is_mla else CPU_BLOCK_SIZE) if on_cpu else BLOCK_SIZE
+    block_rule = (f"vllm {VERSION} default on CPU (vllm/platforms/cpu.py)" if on_cpu else cache)
+    max_len = chosen(request, "max_model_len", model.max_position_embeddings,
+                     "the model's max_position_embeddings (as vLLM derives it from config.json)", src)
+    chunked = chosen(request, "enable_chunked_prefill", True,
+                     f"vllm {VERSION} default for generative models "
+                     "(ModelConfig.is_chunked_prefill_supported)", src)
+    if request.max_num_batched_tokens is None and not chunked:
+        # _set_default_max_num_seqs_and_batched_tokens_args: without chunking a whole prompt is one step.
+        tokens, rule = max(max_len, tokens), rule + ", raised to max_model_len without chunked prefill"
+    return EngineSettings(
+        engine=engine,
+        engine_version=version,
+        max_num_seqs=chosen(request, "max_num_seqs", seqs, rule, src),
+        max_num_batched_tokens=chosen(request, "max_num_batched_tokens", tokens, rule, src),
+        gpu_memory_utilization=chosen(request, "gpu_memory_utilization", GPU_MEMORY_UTILIZATION, cache, src),
+        block_size=chosen(request, "block_size", block, block_rule, src),
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=chosen(
+            request, "enable_prefix_caching", True,
+            f"vllm {VERSION} default for generative models (ModelConfig.is_prefix_caching_supported)", src),
+        max_model_len=max_len,
+        sources=tuple(src),
+    )
 
 # vLLM's --kv-cache-dtype spells the spec's dtypes its own way; "auto" means: leave the flag out.
 _KV_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3",
@@ -36,6 +120,14 @@ class VLLMEngine:
     """The Engine protocol for vLLM (`vllm serve`), GPU builds and the CPU build alike."""
 
     name = "vllm"
+    version = VERSION
+    metrics = METRICS
+    simulated = False
+
+    def resolve_settings(
+        self, request: SettingsRequest, gpu: GPUSpec, model: ModelConfig
+    ) -> EngineSettings:
+        return resolve_vllm(request, gpu, model)
 
     def unsupported(self, layout: Layout, placement: Placement) -> list[str]:
         """Reasons vLLM cannot run this layout on this placement (empty when it can)."""
@@ -65,7 +157,8 @@ class VLLMEngine:
             out.append("vLLM on CPU starts with expert parallel but fails on the first request: compile only")
         return out
 
-    def launch_plan(self, layout: Layout, options: EngineOptions, placement: Placement) -> LaunchPlan:
+    def launch_plan(self, candidate: Candidate, options: EngineOptions, placement: Placement) -> LaunchPlan:
+        layout = candidate.layout
         problems = self.unsupported(layout, placement)
         if problems:
             raise SpecError(f"layout {layout}: vllm cannot run it: " + "; ".join(problems))
@@ -76,16 +169,31 @@ class VLLMEngine:
             raise SpecError(
                 f"engine executor: 'ray' with DP across nodes ({layout}) is not compiled by orch; use 'mp'"
             )
-        base = _serve_head(layout, options, placement)
+        base = _serve_head(candidate, options, placement)
         check_extra_duplicates(base, options.extra_args)
         replicas = tuple(
             _replica(layout, options, placement, base, slots) for slots in assign_slots(layout, placement)
         )
-        return LaunchPlan(engine=self.name, layout_str=str(layout), replicas=replicas)
+        return LaunchPlan(engine=self.name, candidate=candidate, replicas=replicas)
 
 
-def _serve_head(layout: Layout, options: EngineOptions, placement: Placement) -> tuple[str, ...]:
+def settings_flags(settings: EngineSettings, placement: Placement) -> list[str]:
+    """Every resolved setting as a `vllm serve` flag, so the engine runs what orch predicted."""
+    argv = ["--max-model-len", str(settings.max_model_len),
+            "--max-num-seqs", str(settings.max_num_seqs),
+            "--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
+    # The CPU build has no GPU memory to budget; its KV space comes from VLLM_CPU_KVCACHE_SPACE.
+    if not placement.on_cpu:
+        argv += ["--gpu-memory-utilization", repr(settings.gpu_memory_utilization)]
+    argv += ["--block-size", str(settings.block_size)]
+    argv.append(("--" if settings.enable_chunked_prefill else "--no-") + "enable-chunked-prefill")
+    argv.append(("--" if settings.enable_prefix_caching else "--no-") + "enable-prefix-caching")
+    return argv
+
+
+def _serve_head(candidate: Candidate, options: EngineOptions, placement: Placement) -> tuple[str, ...]:
     """The argv shared by every node of a replica: model, parallel sizes, MoE and engine knobs."""
+    layout = candidate.layout
     argv: list[str] = [*PROGRAM, options.model]
     if layout.tp > 1:
         argv += ["-tp", str(layout.tp)]
@@ -102,15 +210,7 @@ def _serve_head(layout: Layout, options: EngineOptions, placement: Placement) ->
             argv += ["--all2all-backend", options.a2a_backend]
     if options.served_model_name:
         argv += ["--served-model-name", options.served_model_name]
-    if options.max_model_len is not None:
-        argv += ["--max-model-len", str(options.max_model_len)]
-    if options.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(options.max_num_seqs)]
-    if options.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(options.max_num_batched_tokens)]
-    # The CPU build has no GPU memory to budget; its KV space comes from VLLM_CPU_KVCACHE_SPACE.
-    if options.gpu_memory_utilization is not None and not placement.on_cpu:
-        argv += ["--gpu-memory-utilization", str(options.gpu_memory_utilization)]
+    argv += settings_flags(candidate.settings, placement)
     if options.kv_cache_dtype and options.kv_cache_dtype != "auto":
         dtype = _KV_DTYPES.get(options.kv_cache_dtype)
         if dtype is None:

@@ -1,42 +1,90 @@
 """Load generator behind `orch bench`: workloads, arrivals, the streaming client, records, metrics,
-the load-point runner and the rate search. Heavy parts (numpy, orjson) load with this package."""
+the load-point runner and the rate search."""
 
-from orchestrator.loadgen.balance import Balancer
-from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_bench, run_point
-from orchestrator.loadgen.client import (
-    ClientConfig,
-    RequestSpec,
-    arrival_offsets,
-    run_closed_loop,
-    run_open_loop,
-    send_request,
-)
-from orchestrator.loadgen.metrics import Distribution, Metrics, compute_metrics, meets_slo, slo_met
-from orchestrator.loadgen.records import RequestRecord
-from orchestrator.loadgen.search import SearchResult, search_rate
-from orchestrator.loadgen.workloads import Workload
+from __future__ import annotations
 
-__all__ = [
-    "Balancer",
-    "BenchConfig",
-    "BenchRun",
-    "ClientConfig",
-    "Distribution",
-    "LoadPoint",
-    "Metrics",
-    "PointResult",
-    "RequestRecord",
-    "RequestSpec",
-    "SearchResult",
-    "Workload",
-    "arrival_offsets",
-    "compute_metrics",
-    "meets_slo",
-    "run_bench",
-    "run_closed_loop",
-    "run_open_loop",
-    "run_point",
-    "search_rate",
-    "send_request",
-    "slo_met",
-]
+from typing import TYPE_CHECKING
+
+from orchestrator.faces import lazy_face
+
+if TYPE_CHECKING:
+    from orchestrator.loadgen.balance import Balance as Balance
+    from orchestrator.loadgen.balance import Balancer as Balancer
+    from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS as CLOSED_LOOP_SPECS
+    from orchestrator.loadgen.bench import BenchConfig as BenchConfig
+    from orchestrator.loadgen.bench import BenchRun as BenchRun
+    from orchestrator.loadgen.bench import LoadPoint as LoadPoint
+    from orchestrator.loadgen.bench import PointResult as PointResult
+    from orchestrator.loadgen.bench import WorkloadFactory as WorkloadFactory
+    from orchestrator.loadgen.bench import run_bench as run_bench
+    from orchestrator.loadgen.bench import run_point as run_point
+    from orchestrator.loadgen.bench import save_records as save_records
+    from orchestrator.loadgen.client import Arrival as Arrival
+    from orchestrator.loadgen.client import ClientConfig as ClientConfig
+    from orchestrator.loadgen.client import Endpoint as Endpoint
+    from orchestrator.loadgen.client import RequestSpec as RequestSpec
+    from orchestrator.loadgen.client import arrival_offsets as arrival_offsets
+    from orchestrator.loadgen.client import run_closed_loop as run_closed_loop
+    from orchestrator.loadgen.client import run_open_loop as run_open_loop
+    from orchestrator.loadgen.client import send_request as send_request
+    from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
+    from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
+    from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
+    from orchestrator.loadgen.engine_metrics import summarize_series as summarize_series
+    from orchestrator.loadgen.engine_metrics import with_engine_metrics as with_engine_metrics
+    from orchestrator.loadgen.intervals import bootstrap_intervals as bootstrap_intervals
+    from orchestrator.loadgen.intervals import slo_margin as slo_margin
+    from orchestrator.loadgen.intervals import straddled_bounds as straddled_bounds
+    from orchestrator.loadgen.metrics import Distribution as Distribution
+    from orchestrator.loadgen.metrics import Metrics as Metrics
+    from orchestrator.loadgen.metrics import compute_metrics as compute_metrics
+    from orchestrator.loadgen.metrics import finite as finite
+    from orchestrator.loadgen.metrics import meets_slo as meets_slo
+    from orchestrator.loadgen.metrics import parse_slo as parse_slo
+    from orchestrator.loadgen.metrics import slo_met as slo_met
+    from orchestrator.loadgen.records import RequestRecord as RequestRecord
+    from orchestrator.loadgen.search import SearchResult as SearchResult
+    from orchestrator.loadgen.search import bracket as bracket
+    from orchestrator.loadgen.search import check_bounds as check_bounds
+    from orchestrator.loadgen.search import next_concurrency as next_concurrency
+    from orchestrator.loadgen.search import next_rate as next_rate
+    from orchestrator.loadgen.search import search_rate as search_rate
+    from orchestrator.loadgen.search import verdict as verdict
+    from orchestrator.loadgen.spec_workload import slo_bounds as slo_bounds
+    from orchestrator.loadgen.spec_workload import workload_factory as workload_factory
+    from orchestrator.loadgen.vllm_format import vllm_result as vllm_result
+    from orchestrator.loadgen.workloads import Tokenizer as Tokenizer
+    from orchestrator.loadgen.workloads import Workload as Workload
+    from orchestrator.loadgen.workloads import load_tokenizer as load_tokenizer
+    from orchestrator.loadgen.workloads import parse_length as parse_length
+    from orchestrator.loadgen.workloads import prefix_workload as prefix_workload
+    from orchestrator.loadgen.workloads import random_workload as random_workload
+    from orchestrator.loadgen.workloads import sharegpt_workload as sharegpt_workload
+    from orchestrator.loadgen.workloads import trace_workload as trace_workload
+
+__getattr__, __all__ = lazy_face(__name__, {
+    "balance": ("Balance", "Balancer",),
+    "bench": (
+        "BenchConfig", "BenchRun", "CLOSED_LOOP_SPECS", "LoadPoint", "PointResult", "WorkloadFactory",
+        "run_bench", "run_point", "save_records",
+    ),
+    "client": (
+        "Arrival", "ClientConfig", "Endpoint", "RequestSpec", "arrival_offsets", "run_closed_loop",
+        "run_open_loop", "send_request",
+    ),
+    "engine_metrics": (
+        "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
+    ),
+    "intervals": ("bootstrap_intervals", "slo_margin", "straddled_bounds",),
+    "metrics": ("Distribution", "Metrics", "compute_metrics", "finite", "meets_slo", "parse_slo", "slo_met",),
+    "records": ("RequestRecord",),
+    "search": (
+        "SearchResult", "bracket", "check_bounds", "next_concurrency", "next_rate", "search_rate", "verdict",
+    ),
+    "spec_workload": ("slo_bounds", "workload_factory",),
+    "vllm_format": ("vllm_result",),
+    "workloads": (
+        "Tokenizer", "Workload", "load_tokenizer", "parse_length", "prefix_workload", "random_workload",
+        "sharegpt_workload", "trace_workload",
+    ),
+})  # fmt: skip

@@ -29,6 +29,7 @@ from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
 from orchestrator.loadgen.workloads import Workload
+from orchestrator.verdict import Verdict
 
 #: Builds a workload of (at least) n requests; a trace ignores n and returns its own requests.
 WorkloadFactory = Callable[[int], Workload]
@@ -87,6 +88,11 @@ class PointResult:
     @property
     def passed(self) -> bool | None:
         return None if self.verdict is None else not self.verdict
+
+    @property
+    def judgement(self) -> Verdict:
+        """The verdict as a value: passed, failed, or unjudged (orchestrator/verdict.py)."""
+        return Verdict.of(self.passed, self.verdict)
 
     def to_dict(self) -> dict[str, Any]:
         return {

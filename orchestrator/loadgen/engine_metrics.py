@@ -2,14 +2,9 @@
 
 They explain a verdict: a layout whose TTFT p99 blows up with `waiting` climbing and KV usage at 100 %
 ran out of cache, one with preemptions recomputed sequences. vLLM and SGLang name the same gauges
-differently; each known name maps to one of our fields:
-
-  running      vllm:num_requests_running           sglang:num_running_reqs
-  waiting      vllm:num_requests_waiting           sglang:num_queue_reqs
-  kv_usage     vllm:kv_cache_usage_perc (0-1; older vllm:gpu_cache_usage_perc)   sglang:token_usage
-  preemptions  vllm:num_preemptions_total (counter)   sglang:num_retracted_requests_total (counter)
-  prefix_hit_rate  vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total (counters; older
-               vllm:gpu_prefix_cache_hit_rate)      sglang:cache_hit_rate
+differently; each engine maps its own names to our fields (`metrics` of orchestrator/engines/vllm.py,
+sglang.py; the simulated server speaks vLLM's): running, waiting, kv_usage (0-1), preemptions (a
+counter), prefix_hit_rate (vLLM: prefix-cache hits / queries, both counters).
 
 Several series of one name (vLLM's data-parallel ranks carry an `engine` label) are summed, except
 the usage and hit-rate fractions, where the fullest rank counts (max).
@@ -30,27 +25,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from orchestrator.engines import METRIC_FIELDS
+
 DEFAULT_INTERVAL_S = 0.5
 SCRAPE_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
 FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate")
 
-_NAMES: dict[str, str] = {
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:gpu_cache_usage_perc": "kv_usage",
-    "vllm:num_preemptions_total": "preemptions",
-    "vllm:num_preemptions": "preemptions",
-    "vllm:gpu_prefix_cache_hit_rate": "prefix_hit_rate",
-    "vllm:prefix_cache_hits_total": "_prefix_hits",
-    "vllm:prefix_cache_queries_total": "_prefix_queries",
-    "sglang:num_running_reqs": "running",
-    "sglang:num_queue_reqs": "waiting",
-    "sglang:token_usage": "kv_usage",
-    "sglang:num_retracted_requests_total": "preemptions",  # the counter; num_retracted_reqs is a gauge
-    "sglang:cache_hit_rate": "prefix_hit_rate",
-}
+_NAMES = METRIC_FIELDS  # each engine names its own metrics (orchestrator/engines/)
 _FRACTIONS = ("kv_usage", "prefix_hit_rate")
 
 T = TypeVar("T")
@@ -94,7 +76,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
             sums[field] = max(sums.get(field, value), value)
         else:
             sums[field] = sums.get(field, 0.0) + value
-    hits, queries = sums.pop("_prefix_hits", None), sums.pop("_prefix_queries", None)
+    hits, queries = sums.pop("prefix_hits", None), sums.pop("prefix_queries", None)
     if hits is not None and queries and "prefix_hit_rate" not in sums:
         sums["prefix_hit_rate"] = hits / queries
     return sums

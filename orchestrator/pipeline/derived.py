@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.objectives import MeasuredPoint, layout_objectives, pareto
+from orchestrator.pipeline.context import RunStore
 from orchestrator.selection import Selection
 from orchestrator.spec.models import SweepSpec
-from orchestrator.store.db import Store
+from orchestrator.store.extras import SideRecords
 
 
-def derive(store: Store, run_id: str, spec: SweepSpec, selection: Selection) -> dict[str, Any]:
+def derive(store: RunStore, run_id: str, spec: SweepSpec, selection: Selection) -> dict[str, Any]:
     gpus = {r.layout: r.gpus for r in store.layouts(run_id)}
     points = [
         MeasuredPoint(p.layout, p.label, p.rate, bool(p.passed), gpus.get(p.layout, 1), p.metrics)
@@ -34,6 +35,5 @@ def derive(store: Store, run_id: str, spec: SweepSpec, selection: Selection) -> 
         if any(p.layout == layout for p in points)
     }
     front = pareto(points, max_err)
-    store.set_extra(run_id, "objectives", objectives)
-    store.set_extra(run_id, "pareto", front)
+    SideRecords(store, run_id).set_derived(objectives, front)
     return {"objectives": objectives, "pareto": front}

@@ -8,6 +8,8 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orchestrator.verdict import Verdict
+
 # A load point is unreliable when clock restarts lost more than this share of the simulated time, or
 # when tokens went out late on average by more than MAX_LATE_SHARE of the tightest SLO bound (and at
 # least MIN_LATE_MS): epoll wakes timers up to 1 ms late, which is noise against a 100 ms bound but
@@ -70,8 +72,8 @@ def unreliable_because(
     late_limit = max(MIN_LATE_MS, MAX_LATE_SHARE * tightest_bound_ms) if tightest_bound_ms else MIN_LATE_MS
     if lost <= MAX_LOST_SHARE and late_ms <= late_limit:
         return None
-    return (
-        f"unreliable: the simulated servers lost {lost:.0%} of their clock and sent tokens {late_ms:.1f} ms "
+    return Verdict.unjudged(
+        f"the simulated servers lost {lost:.0%} of their clock and sent tokens {late_ms:.1f} ms "
         f"late on average (the machine is too busy at time scale {time_scale:g}); rerun on an idle machine "
         "or raise engine.time_scale toward 1"
-    )
+    ).text

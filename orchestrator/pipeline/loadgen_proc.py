@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 from orchestrator.errors import DeployError, OrchError
 from orchestrator.layout import Layout
@@ -29,6 +29,7 @@ from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.repeats import reseeded
 from orchestrator.pipeline.served import bench_point
+from orchestrator.pipeline.serving import Cancelled
 from orchestrator.spec.models import SweepSpec
 
 POLL_S = 0.2
@@ -36,11 +37,13 @@ PROGRESS_S = 0.25  # the worker's progress messages, at most this often per poin
 STOP_GRACE_S = 5.0
 
 
-class Cancelled(Exception):
-    """The wave is being stopped (Ctrl-C, or a failure that ends the sweep)."""
+class StopFlag(Protocol):
+    """Set when the point must stop (the serve step's Cancel; a threading.Event will do)."""
+
+    def is_set(self) -> bool: ...
 
 
-class _Forward:
+class ProgressForward:
     """The worker's progress: the point's completed requests go to the parent over the pipe (at most
     every PROGRESS_S, and the last one), where `LoadgenProcess.point` hands them to its caller."""
 
@@ -81,7 +84,8 @@ def _serve(
         point, num_requests, k = msg
         try:
             result, series = bench_point(
-                reseeded(spec, k), _Forward(conn), clients, layout, point, num_requests, scale, interval_s
+                reseeded(spec, k), ProgressForward(conn), clients, layout, point, num_requests, scale,
+                interval_s,
             )
         except (OrchError, OSError) as exc:
             conn.send(("failed", str(exc)))
@@ -119,7 +123,7 @@ class LoadgenProcess:
         point: LoadPoint,
         num_requests: int | None,
         k: int,
-        cancelled: threading.Event,
+        cancelled: StopFlag,
         on_progress: Callable[[str, int, int | None], None] | None = None,
     ) -> tuple[PointResult, dict[str, Any]]:
         """The load point measured with workload seed + k (k: the try, pipeline/repeats.py);
@@ -217,3 +221,16 @@ class OnMainThread:
         if not callable(attr):
             return attr
         return functools.partial(self._calls.call, attr)
+
+
+T = TypeVar("T")
+
+
+def on_main_thread(target: T, calls: MainThreadCalls) -> T:
+    """`target` as a layout's thread uses it: the same methods, each run on the main thread."""
+    return cast(T, OnMainThread(target, calls))
+
+
+__all__ = [
+    "Cancelled", "LoadgenProcess", "MainThreadCalls", "OnMainThread", "ProgressForward", "on_main_thread",
+]

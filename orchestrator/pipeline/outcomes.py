@@ -6,8 +6,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.pipeline.context import RunStore
 from orchestrator.selection import LayoutOutcome, PointOutcome
-from orchestrator.store.db import Store
+from orchestrator.store.extras import SideRecords
 
 FINAL_STATUSES = ("rejected", "failed", "measured", "pruned")
 _CONCURRENCY = re.compile(r"concurrency=(\d+)")  # loadgen.bench.LoadPoint.label of a closed loop
@@ -41,13 +42,13 @@ def point_outcome(
 
 
 def outcomes_from_store(
-    store: Store, run_id: str, layouts: Sequence[str] | None = None
+    store: RunStore, run_id: str, layouts: Sequence[str] | None = None
 ) -> list[LayoutOutcome]:
     rows = store.layouts(run_id)
     if layouts is not None:
         order = {name: i for i, name in enumerate(layouts)}
         rows = sorted((r for r in rows if r.layout in order), key=lambda r: order[r.layout])
-    searched = {k.removeprefix("capacity/") for k in store.extras(run_id, "capacity/")}
+    searched = set(SideRecords(store, run_id).capacities())
     out = []
     for r in rows:
         points = tuple(

@@ -40,7 +40,7 @@ TryFn = Callable[[int], tuple[PointResult, dict[str, Any]]]
 
 
 def unjudged(result: PointResult) -> bool:
-    return (result.verdict or "").startswith("unreliable")
+    return not result.judgement.judged
 
 
 def reseeded(spec: SweepSpec, k: int) -> SweepSpec:

@@ -1,25 +1,24 @@
-"""The served measurement of a load point: the load generator against real OpenAI servers over HTTP
-(vLLM, SGLang, or the simulated engine's server with `orch sweep --served`)."""
+"""The measure step: one load point against served OpenAI endpoints over HTTP (vLLM, SGLang, or the
+simulated engine's server with `orch sweep --served`), with the engines' /metrics scraped meanwhile.
+`bench_point` is the one function; `LocalBench` runs it in this process for the serve step's
+clients, and pipeline/loadgen_proc.py runs it in a process of its own (side by side)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from orchestrator.errors import DeployError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
-from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
+from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, with_engine_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.pipeline.harness import read_counters, unreliable_because
+from orchestrator.pipeline.repeats import reseeded
 from orchestrator.pipeline.timescale import unscale
 from orchestrator.spec.models import SweepSpec
-
-WARMUP_MAX_TOKENS = 8
 
 
 class Observer(Protocol):
@@ -61,7 +60,8 @@ def bench_point(
     )
     obs.point_start(str(layout), point.label, n)
     urls = [c.base_url for c in clients]
-    before = read_counters(urls) if spec.engine.name == "sim" else None
+    # A simulated server reports how it kept its clock (orch_sim_*); a real engine has no such counters.
+    before = read_counters(urls)
     wall_point = point if point.rate is None else LoadPoint(rate=point.rate / s)
     work = run_point(BenchRun(wall), workload_factory(w), wall_point, obs)
     interval_wall_s = engine_metrics_interval_s * s
@@ -76,18 +76,26 @@ def bench_point(
         max_error_rate=spec.slo.max_error_rate,
     )
     result = BenchRun(measure).measure(point, records)
-    if before is not None:
-        bounds = list(slo.values()) if slo else []
-        why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)
-        if why is not None:
-            result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
+    bounds = list(slo.values()) if slo else []
+    why = unreliable_because(read_counters(urls) - before, s, min(bounds) if bounds else None)
+    if why is not None:
+        result = replace(result, verdict=why)  # not a verdict on the layout: it never passes
     return result, series
 
 
-async def warm_up(clients: Sequence[ClientConfig]) -> None:
-    """One short request per endpoint: first requests after start are slow on real engines."""
-    specs = [RequestSpec(f"warmup-{i}", "warm up " * 8, WARMUP_MAX_TOKENS) for i in range(len(clients))]
-    recs = await run_open_loop(list(clients), specs, [0.0] * len(specs), balance="round_robin")
-    bad = [r.error for r in recs if r.error]
-    if bad:
-        raise DeployError(f"warm-up request failed: {bad[0]} (the engine is up but does not serve)")
+@dataclass(frozen=True)
+class LocalBench:
+    """`bench_point` in this process, for one served candidate's clients (pipeline/points.Bench)."""
+
+    spec: SweepSpec
+    obs: Observer
+    clients: tuple[ClientConfig, ...]
+    layout: Layout
+    scale: float
+    engine_metrics_interval_s: float = DEFAULT_INTERVAL_S
+
+    def point(self, point: LoadPoint, num_requests: int | None, k: int) -> tuple[PointResult, dict[str, Any]]:
+        """Try k of the point: measured with workload seed + k (pipeline/repeats.py)."""
+        return bench_point(reseeded(self.spec, k), self.obs, self.clients, self.layout, point, num_requests,
+                           self.scale, self.engine_metrics_interval_s)
+

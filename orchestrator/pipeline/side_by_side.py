@@ -9,7 +9,8 @@ Ray and Kubernetes the cluster's scheduler picks the devices, the share only dec
 together), its own free ports, and a thread that deploys it, waits for it, warms it up and runs its
 own load points (the spec's grid, or its own capacity search: layouts do not wait for each other).
 The store and the display are used from the main thread only. Every deployment of the wave is torn
-down on success, failure and Ctrl-C. Stored per layout (extra `placement/<layout>`): the wave, the
+down on success, failure and Ctrl-C: each runs through the serve step (pipeline/serving.py), which the
+main thread can cancel. Stored per layout (extra `placement/<layout>`): the wave, the
 layouts it shared the cluster with, and the nodes and GPU ids of each replica; each load point says
 which layouts were running beside it (`side_by_side_with`).
 
@@ -20,84 +21,70 @@ that loses its clock is marked unreliable and measured again, as alone).
 
 from __future__ import annotations
 
-import asyncio
-import copy
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
-from orchestrator.deploy.base import signals_deferred
+from orchestrator.candidate import Candidate
+from orchestrator.compile import placement
 from orchestrator.deploy.packing import Placed, nodes_held, pack
 from orchestrator.deploy.ray import RayTarget
 from orchestrator.deploy.targets import make_target
-from orchestrator.engines.base import PORT_STRIDE, Placement
-from orchestrator.engines.from_spec import is_cpu, placement
+from orchestrator.engines import Placement
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
-from orchestrator.layout import Layout
-from orchestrator.loadgen.bench import PointResult
-from orchestrator.loadgen.engine_metrics import summarize_series
+from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.metrics import finite
-from orchestrator.pipeline.capacity import load_point
-from orchestrator.pipeline.loadgen_proc import Cancelled, LoadgenProcess, MainThreadCalls, OnMainThread
-from orchestrator.pipeline.predict import predicted_metrics
-from orchestrator.pipeline.repeats import reseeded
-from orchestrator.pipeline.served import warm_up
-from orchestrator.pipeline.served_layout import Compiled, clients_of, compile_layout, ready_timeout_s
+from orchestrator.pipeline.context import Observer, SweepContext
+from orchestrator.pipeline.loadgen_proc import LoadgenProcess, MainThreadCalls, on_main_thread
+from orchestrator.pipeline.points import measure_candidate, plan_row, served_point_fn
+from orchestrator.pipeline.serving import Cancel, Cancelled, Launch, launch_for, port_block, serve
 from orchestrator.plan.planner import PlanRow
-from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.targets import RayTarget as RayTargetSpec
+from orchestrator.store.extras import CLUSTER, PLACEMENT, named
 
-if TYPE_CHECKING:
-    from orchestrator.deploy.base import Deployment
-    from orchestrator.pipeline.sweep import Sweep
-
-SideBySide = Literal["auto", "on", "off"]
 JOIN_S = 120.0  # per thread, after a cancel: its teardown is under way
 
 
-def side_by_side_on(spec: SweepSpec, served: bool, choice: SideBySide) -> bool:
-    """Whether layouts may share the cluster. Never in virtual time (layouts compete for nothing
-    there and the results stay exactly those of one at a time). `auto`: for real engines on GPUs on
-    the local or Ray target; not for the served simulator (its servers share this machine's CPU) nor
-    the cpu preset (its "GPUs" are cores of one host) nor Kubernetes (the scheduler, not orch, puts
-    pods on GPUs); `on` forces it for any served sweep, `off` never."""
-    if not served or choice == "off":
-        return False
-    if choice == "on":
-        return True
-    real_gpus = spec.engine.name != "sim" and not is_cpu(spec.hardware.gpu)
-    return real_gpus and spec.target.kind in ("local", "ray")
+def waves(ctx: SweepContext, candidates: Sequence[Candidate]) -> tuple[tuple[Candidate, ...], ...]:
+    """The candidates to measure in waves, each with its share of the cluster (`shares`); one per wave
+    unless side by side is on. A candidate the planner rejects (without --force) needs no GPUs: it
+    is recorded alone, as before."""
+    return tuple(tuple(c for c, _ in w) for w in placed_waves(ctx, candidates))
 
 
-def waves(sweep: Sweep, layouts: Sequence[Layout]) -> tuple[tuple[Placed, ...], ...]:
-    """The layouts to measure in waves; one layout per wave unless side by side is on. A layout the
-    planner rejects (without --force) needs no GPUs: it is recorded alone, as before."""
-    if not sweep.side_by_side or len(layouts) < 2:
-        return tuple((Placed(x, ()),) for x in layouts)
-    deployable: list[Layout] = []
-    alone: list[Layout] = []
-    for layout in layouts:
+def placed_waves(
+    ctx: SweepContext, candidates: Sequence[Candidate]
+) -> tuple[tuple[tuple[Candidate, Placed], ...], ...]:
+    """The waves, each candidate with its placement in the wave (deploy/packing.py)."""
+    if not ctx.side_by_side or len(candidates) < 2:
+        return tuple(((c, Placed(c.layout, ())),) for c in candidates)
+    deployable: list[Candidate] = []
+    alone: list[Candidate] = []
+    for c in candidates:
         try:
-            rejected = bool(sweep._plan(layout).rejected_because) and not sweep.opts.force
+            rejected = bool(plan_row(ctx, c).rejected_because) and not ctx.opts.force
         except SpecError:
             rejected = True
-        (alone if rejected else deployable).append(layout)
-    where = placement(sweep.spec)
+        (alone if rejected else deployable).append(c)
+    where = placement(ctx.spec)
     nodes = len(where.nodes)
-    if isinstance(sweep.spec.target, RayTargetSpec) and not where.on_cpu and len(deployable) > 1:
-        nodes = _ray_nodes(sweep, where, nodes)
-    packed = pack(deployable, nodes, where.gpus_per_node)
-    return tuple((Placed(x, ()),) for x in alone) + packed
+    if isinstance(ctx.spec.target, RayTargetSpec) and not where.on_cpu and len(deployable) > 1:
+        nodes = _ray_nodes(ctx, where, nodes)
+    by_layout = {c.layout: c for c in deployable}
+    packed = pack([c.layout for c in deployable], nodes, where.gpus_per_node)
+    return tuple(((c, Placed(c.layout, ())),) for c in alone) + tuple(
+        tuple((by_layout[p.layout], p) for p in wave) for wave in packed
+    )
 
 
-def _ray_nodes(sweep: Sweep, where: Placement, claimed: int) -> int:
+def _ray_nodes(ctx: SweepContext, where: Placement, claimed: int) -> int:
     """The nodes to pack for on the Ray target: the spec's, unless the cluster holds fewer nodes of
-    its size (stored, with one line the sweep prints: extra `cluster`). A cluster that does not
+    its size (stored, with one line the sweep prints: the `cluster` record). A cluster that does not
     answer is left to the first deploy, which says why."""
-    target = make_target(sweep.spec.target, sweep.workdir, where)
-    assert isinstance(target, RayTarget)
+    target = make_target(ctx.spec.target, ctx.workdir, where)
+    assert isinstance(target, RayTarget)  # the spec's target is Ray's
     try:
         ray = target.connect()
         node_gpus = [float(n["Resources"].get("GPU", 0.0)) for n in ray.nodes() if n.get("Alive")]
@@ -113,7 +100,7 @@ def _ray_nodes(sweep: Sweep, where: Placement, claimed: int) -> int:
         f"layouts share it as "
         f"{sized} x {gpn}"
     )
-    sweep.store.set_extra(sweep.run_id, "cluster", {
+    ctx.records.set_cluster({
         "source": "ray", "claimed_nodes": claimed, "gpus_per_node": gpn, "ray_node_gpus": node_gpus,
         "packed_nodes": sized, "note": note,
     })  # fmt: skip
@@ -122,128 +109,102 @@ def _ray_nodes(sweep: Sweep, where: Placement, claimed: int) -> int:
 
 @dataclass
 class _Run:
-    """One layout of a wave, run on its own thread."""
+    """One candidate of a wave, run on its own thread."""
 
-    layout: Layout
+    candidate: Candidate
     row: PlanRow
-    compiled: Compiled
-    others: tuple[str, ...]
+    launch: Launch
+    others: tuple[str, ...] = ()
     failed: str | None = None
     error: BaseException | None = None  # ends the sweep (a StoreError, or a bug) once the wave is down
+    cancel: Cancel = field(default_factory=Cancel)
+    worker: LoadgenProcess | None = None
 
-    def __post_init__(self) -> None:
-        self.cancelled = threading.Event()
-        self.lock = threading.Lock()
-        self.dep: Deployment | None = None
-        self.worker: LoadgenProcess | None = None
-
-    def hold(self, dep: Deployment) -> None:
-        with self.lock:
-            self.dep = dep
-        if self.cancelled.is_set():  # the wave was stopped while this one deployed
-            self.teardown()
-            raise Cancelled
-
-    def teardown(self) -> None:
-        with self.lock:
-            dep, self.dep = self.dep, None
-        if dep is not None:
-            self.compiled.target.teardown(dep)
-
-    def cancel(self) -> None:
-        self.cancelled.set()
+    def stop(self) -> None:
+        """From the main thread: stop its load generator and tear its deployment down now."""
+        self.cancel.cancel()
         if self.worker is not None:
             self.worker.stop()
-        self.teardown()
 
 
-def run_wave(sweep: Sweep, wave: Sequence[Placed], number: int) -> None:
-    """Deploy and measure the wave's layouts at once; see the module docstring."""
-    store, run_id, nodes = sweep.store, sweep.run_id, placement(sweep.spec).nodes
+@dataclass(frozen=True)
+class _ProcessBench:
+    """A load point through the candidate's own load generator process (pipeline/points.Bench), with
+    its progress forwarded to the display."""
+
+    run: _Run
+    obs: Observer
+
+    def point(self, point: LoadPoint, num_requests: int | None, k: int) -> tuple[PointResult, dict[str, Any]]:
+        worker, name = self.run.worker, self.run.candidate.name
+        assert worker is not None  # started before the first point
+        return worker.point(
+            point, num_requests, k, self.run.cancel,
+            lambda label, done, total: self.obs.request_progress(name, label, done, total),
+        )
+
+
+def run_wave(ctx: SweepContext, wave: Sequence[tuple[Candidate, Placed]], number: int) -> None:
+    """Deploy and measure the wave's candidates at once; see the module docstring."""
+    store, run_id, nodes = ctx.store, ctx.run_id, placement(ctx.spec).nodes
     runs: list[_Run] = []
     taken: set[int] = set()
-    for placed in wave:
-        layout, name = placed.layout, str(placed.layout)
-        sweep.obs.phase(name, f"compile (side by side, wave {number})")
-        row = sweep._plan(layout)
+    for candidate, placed in wave:
+        name = candidate.name
+        ctx.obs.phase(name, f"compile (side by side, wave {number})")
+        row = plan_row(ctx, candidate)
         try:
-            c = compile_layout(sweep, layout, placed.usable_gpus(len(nodes)), frozenset(taken))
+            launch = launch_for(ctx, candidate, placed.usable_gpus(len(nodes)), frozenset(taken))
         except (DeployError, OrchError, OSError) as exc:
-            store.set_layout(run_id, name, layout.gpus, "failed", reason=str(exc))
-            sweep.obs.layout_done(name, "failed", str(exc).splitlines()[0])
+            store.set_layout(run_id, name, candidate.gpus, "failed", reason=str(exc))
+            ctx.obs.layout_done(name, "failed", str(exc).splitlines()[0])
             continue
-        # The whole port block (every replica slot's http and side ports), not just the listed ports.
-        taken.update(range(c.where.base_port, c.where.base_port + PORT_STRIDE * max(layout.replicas, 1)))
-        store.set_layout(run_id, name, layout.gpus, "pending", plan=finite(row.to_dict()),
-                         launch=c.launch.to_dict())
-        runs.append(_Run(layout, row, c, ()))
+        taken |= port_block(launch)
+        store.set_layout(run_id, name, candidate.gpus, "pending", plan=finite(row.to_dict()),
+                         launch=launch.compiled.plan.to_dict())
+        runs.append(_Run(candidate, row, launch))
+    shares = {c.name: p for c, p in wave}
     for r in runs:
-        r.others = tuple(str(o.layout) for o in runs if o is not r)
-        placed = next(p for p in wave if p.layout == r.layout)
-        store.set_extra(run_id, f"placement/{r.layout}", {
-            "wave": number, "shared_cluster_with": list(r.others), **placed.to_dict(nodes)
+        r.others = tuple(o.candidate.name for o in runs if o is not r)
+        ctx.records.set_placement(r.candidate.name, {
+            "wave": number, "shared_cluster_with": list(r.others), **shares[r.candidate.name].to_dict(nodes)
         })
-    if any(isinstance(r.compiled.target, RayTarget) for r in runs):
-        next(r.compiled.target for r in runs if isinstance(r.compiled.target, RayTarget)).connect()
+    ray_targets = [r.launch.target for r in runs if isinstance(r.launch.target, RayTarget)]
+    if ray_targets:
+        ray_targets[0].connect()  # once, on the main thread, before the threads share the driver
     calls = MainThreadCalls()
-    threads = [threading.Thread(target=_layout_thread, args=(sweep, r, calls), daemon=True) for r in runs]
+    view = ctx.on_thread(on_main_thread(ctx.store, calls), on_main_thread(ctx.obs, calls))
+    threads = [threading.Thread(target=_candidate_thread, args=(view, r), daemon=True) for r in runs]
     try:
         for t in threads:
             t.start()
         calls.serve(threads)
     except BaseException:
-        with signals_deferred():  # a second Ctrl-C must not leave engines behind
-            calls.close()
-            for r in runs:
-                r.cancel()
-            for t in threads:
-                t.join(JOIN_S)
+        calls.close()
+        for r in runs:  # teardown with signals deferred (the serve step): a second Ctrl-C waits
+            r.stop()
+        for t in threads:
+            t.join(JOIN_S)
         raise
     for r in runs:
         if r.error is not None:
             raise r.error
 
 
-def _layout_thread(sweep: Sweep, r: _Run, calls: MainThreadCalls) -> None:
-    name, c, spec = str(r.layout), r.compiled, sweep.spec
-    view = copy.copy(sweep)  # the sweep as this thread sees it: its own engine series, store via main
-    view.store = OnMainThread(sweep.store, calls)  # type: ignore[assignment]
-    view.obs = OnMainThread(sweep.obs, calls)
-    view.engine_series = {}
-    t0, in_points = time.monotonic(), [0.0]
+def _candidate_thread(ctx: SweepContext, r: _Run) -> None:
+    """One candidate of a wave: the serve step and its load points, its store and display calls made
+    on the main thread (ctx is the thread's view)."""
+    name, spec, t0, spent = r.candidate.name, ctx.spec, time.monotonic(), 0.0
     try:
-        view.obs.phase(name, "deploy (side by side)")
-        r.hold(c.target.deploy(c.launch))
-        assert r.dep is not None
-        dep = r.dep
-        c.target.wait_ready(dep, ready_timeout_s(sweep))
-        clients = clients_of(dep.endpoints, c.model_name)
-        view.obs.phase(name, "warm-up")
-        asyncio.run(warm_up(clients))
-        r.worker = LoadgenProcess(spec, clients, r.layout, sweep.scale, sweep.opts.engine_metrics_interval_s)
-        if r.cancelled.is_set():
-            raise Cancelled
-
-        def point(load: float, k: int) -> tuple[PointResult, dict[str, Any]]:
-            assert r.worker is not None
-            t = time.monotonic()
-            lp, n = load_point(spec.workload, load), sweep.opts.num_requests
-            result, series = r.worker.point(
-                lp, n, k, r.cancelled,
-                lambda label, done, total: view.obs.request_progress(name, label, done, total),
-            )  # fmt: skip
-            in_points[0] += time.monotonic() - t
-            view.engine_series = series
-            c.target.check_alive(dep)
-            return result, {
-                "predicted": predicted_metrics(reseeded(spec, k), sweep.inputs, r.layout, lp.rate, n,
-                                               lp.concurrency),
-                "engine": summarize_series(series),
-                "side_by_side_with": list(r.others),
-            }
-
-        view._measure(r.layout, r.row, point)
-        view.obs.phase(name, "teardown")
+        with serve(r.launch.target, r.launch.compiled, ctx.ready_timeout_s, cancel=r.cancel,
+                   phase=lambda what: ctx.obs.phase(name, f"{what} (side by side)")) as served:
+            r.worker = LoadgenProcess(spec, served.clients, r.candidate.layout, ctx.scale,
+                                      ctx.opts.engine_metrics_interval_s)
+            if r.cancel.is_set():
+                raise Cancelled
+            point_fn = served_point_fn(ctx, r.candidate, served, _ProcessBench(r, ctx.obs),
+                                       beside={"side_by_side_with": list(r.others)})
+            spent = measure_candidate(ctx, r.candidate, r.row, point_fn)
     except Cancelled:
         return
     except StoreError as exc:
@@ -255,14 +216,13 @@ def _layout_thread(sweep: Sweep, r: _Run, calls: MainThreadCalls) -> None:
     finally:
         if r.worker is not None:
             r.worker.stop()
-        r.teardown()
-    sweep._layout_s.append(time.monotonic() - t0 - in_points[0])
+    ctx.tally.layout_s.append(time.monotonic() - t0 - spent)
     if r.error is not None:
         return
     status = "failed" if r.failed is not None else "measured"
     try:
-        view.store.set_layout(sweep.run_id, name, r.layout.gpus, status, reason=r.failed)
-        view.obs.layout_done(name, status, None if r.failed is None else r.failed.splitlines()[0])
+        ctx.store.set_layout(ctx.run_id, name, r.candidate.gpus, status, reason=r.failed)
+        ctx.obs.layout_done(name, status, None if r.failed is None else r.failed.splitlines()[0])
     except Cancelled:
         return
     except StoreError as exc:
@@ -270,18 +230,18 @@ def _layout_thread(sweep: Sweep, r: _Run, calls: MainThreadCalls) -> None:
 
 
 def placement_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
-    """`orch sweep`/`orch report`: which layouts shared the cluster, on which GPUs."""
+    """`orch sweep`/`orch report`: which layouts shared the cluster, on which GPUs (from a run's side
+    records, store.extras)."""
     by_wave: dict[int, list[str]] = {}
-    for key, p in extras.items():  # in the order stored: each wave in the order of the spec
-        if not key.startswith("placement/"):
-            continue
+    for name, p in named(extras, PLACEMENT).items():  # in the order stored: each wave in the spec's order
         gpus = ", ".join(
             "+".join(f"{b['node']} GPUs {_span(b['gpu_ids'])}" for b in blocks) for blocks in p["replicas"]
         )
-        by_wave.setdefault(int(p["wave"]), []).append(f"{key.removeprefix('placement/')} on {gpus}")
+        by_wave.setdefault(int(p["wave"]), []).append(f"{name} on {gpus}")
     lines = [f"  wave {w}: " + " | ".join(parts) for w, parts in sorted(by_wave.items())]
     head = "side by side (layouts that shared the cluster, measured at the same time):"
-    note = [str(extras["cluster"]["note"])] if "note" in extras.get("cluster", {}) else []
+    cluster = extras.get(CLUSTER) or {}
+    note = [str(cluster["note"])] if "note" in cluster else []
     return note + ([head, *lines] if lines else [])
 
 
@@ -290,3 +250,6 @@ def _span(ids: Sequence[int]) -> str:
     if ids and ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1:
         return f"{ids[0]}-{ids[-1]}"
     return ",".join(map(str, ids))
+
+
+__all__ = ["placed_waves", "placement_lines", "run_wave", "waves"]

@@ -8,8 +8,8 @@ import stat
 from pathlib import Path
 
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.engines.base import check_extra_args
-from orchestrator.engines.from_spec import engine_options, placement
+from orchestrator.compile import engine_options, placement
+from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
 from orchestrator.plan.experts import load_expert_stats

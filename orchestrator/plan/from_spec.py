@@ -7,7 +7,8 @@ from dataclasses import replace
 from orchestrator.catalog.constants import flatten_constants
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.catalog.profiles import Profile, spec_profile
-from orchestrator.catalog.types import GPUSpec
+from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.engines import EngineSettings, SettingsRequest, get_engine
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
@@ -17,7 +18,6 @@ from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.workload import TokenDistribution
 
 DEFAULT_INT4_GROUP_SIZE = 128
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the simulator's and vLLM's default step budget
 
 
 def mean_tokens(value: int | TokenDistribution) -> int:
@@ -68,7 +68,31 @@ def effective_constants(spec: SweepSpec) -> dict[str, float]:
     return out
 
 
-def plan_inputs(spec: SweepSpec) -> PlanInputs:
+def settings_request(spec: SweepSpec) -> SettingsRequest:
+    """What the spec says about the engine settings (None where it leaves them to the engine)."""
+    e = spec.engine
+    return SettingsRequest(
+        max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
+        gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
+        enable_chunked_prefill=e.enable_chunked_prefill, enable_prefix_caching=e.enable_prefix_caching,
+        max_model_len=spec.model.max_model_len,
+    )
+
+
+def engine_settings(spec: SweepSpec, gpu: GPUSpec | None = None, cfg: ModelConfig | None = None,
+                    engine: str | None = None, request: SettingsRequest | None = None) -> EngineSettings:
+    """The settings the spec's engine (or `engine`) runs with on the spec's GPU: resolved once here,
+    by the engine itself, and then read by the planner, the simulator, compile and the store.
+    `request` replaces what the spec asks for (e.g. the settings a run was measured with)."""
+    cfg = cfg or load_model(spec.model.name or spec.model.config_path or "")
+    return get_engine(engine or spec.engine.name).resolve_settings(
+        request or settings_request(spec), gpu or spec_gpu(spec), cfg
+    )
+
+
+def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> PlanInputs:
+    """What the cost model needs from the spec; `settings` replaces the spec's resolved ones (a
+    candidate with other settings)."""
     cfg = load_model(spec.model.name or spec.model.config_path or "")
     gpu = spec_gpu(spec)
     gpn = spec.hardware.gpus_per_node or gpu.gpus_per_node
@@ -85,16 +109,13 @@ def plan_inputs(spec: SweepSpec) -> PlanInputs:
         popularity = tuple(float(x) for x in stats.popularity())
     return PlanInputs(
         cfg=cfg, gpu=gpu, cluster=Cluster(spec.hardware.nodes, gpn),
+        settings=settings or engine_settings(spec, gpu, cfg),
         weight_dtype=spec.model.weight_dtype,
         # vLLM runs attention in FP8 only with an FP8 KV cache; fp8 weights alone keep it in bf16.
         fp8_attention=kv_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
         weight_bytes_per_value=weight_bytes_per_value(spec.model.weight_dtype, group),
         quant_group_size=group,
         kv_bytes_per_value=kv_bytes_per_value(kv_dtype if kv_dtype != "auto" else "bf16"),
-        max_model_len=spec.model.max_model_len or cfg.max_position_embeddings,
-        gpu_memory_utilization=spec.engine.gpu_memory_utilization,
-        max_num_seqs=spec.engine.max_num_seqs or 256,
-        max_num_batched_tokens=spec.engine.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
         assumptions=assumptions,
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.engines.settings import EngineSettings
 from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster, layout_problems
@@ -26,6 +27,7 @@ else:  # imported on first use: a dense model's plan never needs it (orchestrato
     np = lazy_module("numpy")
 
 GB = 1e9
+DEFAULT_BATCHES = (1, 16, 64, 256)  # the batch sizes `orch plan` shows decode estimates at
 
 
 @dataclass(frozen=True)
@@ -33,18 +35,36 @@ class PlanInputs:
     cfg: ModelConfig
     gpu: GPUSpec
     cluster: Cluster
+    settings: EngineSettings  # the engine's, resolved once (engines/settings.py); the simulator's too
     weight_dtype: str = "bf16"
     weight_bytes_per_value: float = 2.0
     quant_group_size: int = 128
     kv_bytes_per_value: float = 2.0
-    max_model_len: int = 4096
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192  # token budget of one engine step (chunked prefill)
     assumptions: Assumptions = field(default_factory=Assumptions)
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
     fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
+
+    def with_settings(self, settings: EngineSettings) -> PlanInputs:
+        """These inputs for an engine that runs `settings` (a candidate's own)."""
+        return self if settings == self.settings else replace(self, settings=settings)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.settings.max_model_len
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        return self.settings.gpu_memory_utilization
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.settings.max_num_seqs
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        """Token budget of one engine step (chunked prefill)."""
+        return self.settings.max_num_batched_tokens
 
     @property
     def counts(self) -> ParamCounts:
@@ -165,8 +185,8 @@ def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float
 
 
 def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
-                    kv_tokens: int, *, prompt_tokens: int = 0, output_tokens: int | None = None,
-                    step_budget_tokens: int = 8192) -> DecodeEstimate:
+                    kv_tokens: int, *, step_budget_tokens: int, prompt_tokens: int = 0,
+                    output_tokens: int | None = None) -> DecodeEstimate:
     """Tokens/s and ITL of `batch` sequences decoding at `context` tokens each.
 
     With `output_tokens` (per request) the prefill that keeps the batch full is charged as vLLM's
@@ -217,7 +237,7 @@ def _search_batches(max_batch: int) -> list[int]:
     return out
 
 
-def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] = (1, 16, 64, 256),
+def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] = DEFAULT_BATCHES,
                 context_tokens: int = 2048, prompt_tokens: int = 1024,
                 itl_bound_ms: float | None = None, output_tokens: int | None = None) -> PlanRow:
     """Score one layout. With `output_tokens` (per request) decode estimates charge the prefill of

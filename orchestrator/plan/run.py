@@ -5,16 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.engines import EngineSettings
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.enumerate import enumerate_layouts
 from orchestrator.plan.from_spec import mean_tokens, plan_inputs
 from orchestrator.plan.memory import kv_bytes_per_token
-from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout, rank_rows
+from orchestrator.plan.planner import DEFAULT_BATCHES, PlanInputs, PlanRow, plan_layout, rank_rows
 from orchestrator.spec.checks import MAX_TOKENS
 from orchestrator.spec.models import SweepSpec
-
-DEFAULT_BATCHES = (1, 16, 64, 256)
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,7 @@ class PlanResult:
                 "request_overhead_s": inp.gpu.request_overhead_s,
                 "gpu_memory_utilization": inp.gpu_memory_utilization,
             },
+            "engine_settings": inp.settings.to_dict(),
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -63,15 +63,17 @@ def itl_bound_ms(spec: SweepSpec) -> float | None:
 
 def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layouts: bool = False,
               batches: tuple[int, ...] = DEFAULT_BATCHES, context_tokens: int | None = None,
-              prompt_tokens: int | None = None, charge_prefill: bool = True) -> PlanResult:
+              prompt_tokens: int | None = None, charge_prefill: bool = True,
+              settings: EngineSettings | None = None) -> PlanResult:
     """Plan and rank. Decode throughput charges the workload's prefill (prompt/output tokens per
-    output token, as chunked prefill mixes them into decode steps) unless `charge_prefill` is off."""
+    output token, as chunked prefill mixes them into decode steps) unless `charge_prefill` is off.
+    `settings`: the engine settings to plan with (default: the spec's engine's, resolved)."""
     if any(b < 1 for b in batches):
         raise SpecError("--batch: batch sizes must be positive integers, e.g. --batch 1,64")
     for flag, tokens in (("--context", context_tokens), ("--prompt", prompt_tokens)):
         if tokens is not None and not 1 <= tokens <= MAX_TOKENS:
             raise SpecError(f"{flag} {tokens}: give a number of tokens from 1 to {MAX_TOKENS:,}")
-    inputs = plan_inputs(spec)
+    inputs = plan_inputs(spec, settings)
     prompt = prompt_tokens or mean_tokens(spec.workload.input_tokens)
     # Decode reads, on average, the prompt and half the answer of every sequence in the batch.
     context = context_tokens or prompt + mean_tokens(spec.workload.output_tokens) // 2
@@ -93,3 +95,6 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
             # than its EP ranks can hold) rejects the layout, not the whole plan.
             rows.append(PlanRow(lay, lay.gpus, (str(exc),), ()))
     return PlanResult(inputs, batches, context, prompt, bound, output, all_layouts, tuple(rank_rows(rows)))
+
+
+__all__ = ["DEFAULT_BATCHES", "PlanResult", "itl_bound_ms", "make_plan"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.store.db import Store
+from orchestrator.store.extras import SideRecords
 
 # (label, path into the metrics dict, higher is better, key in the stored intervals)
 COMPARED: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
@@ -96,7 +97,7 @@ def comparability(store: Store, run_a: str, run_b: str) -> list[str]:
             f"engines differ ({a.get('engine')} {a.get('engine_version')} vs "
             f"{b.get('engine')} {b.get('engine_version')})"
         )
-    modes = [((store.extras(r, "sweep").get("sweep") or {}).get("mode")) for r in (run_a, run_b)]
+    modes = [m.mode if (m := SideRecords(store, r).sweep()) else None for r in (run_a, run_b)]
     if modes[0] != modes[1]:
         out.append(f"measured differently ({modes[0] or 'served'} vs {modes[1] or 'served'})")
     virtual = modes == ["virtual", "virtual"]
@@ -112,10 +113,7 @@ def _capacity_changes(
     verdicts = [
         {v["layout"]: v for v in (store.run(r).selection or {}).get("verdicts", [])} for r in (run_a, run_b)
     ]
-    caps = [
-        {k.removeprefix("capacity/"): v for k, v in store.extras(r, "capacity/").items()}
-        for r in (run_a, run_b)
-    ]
+    caps = [SideRecords(store, r).capacities() for r in (run_a, run_b)]
     changes = []
     for layout in sorted(layouts):
         va, vb = verdicts[0].get(layout, {}), verdicts[1].get(layout, {})
@@ -167,7 +165,7 @@ def _capacity_changes(
 
 
 def compare_runs(store: Store, run_a: str, run_b: str, threshold: float) -> list[Change]:
-    searched = {k.removeprefix("capacity/") for r in (run_a, run_b) for k in store.extras(r, "capacity/")}
+    searched = {name for r in (run_a, run_b) for name in SideRecords(store, r).capacities()}
     before = {(p.layout, p.label): p for p in store.points(run_a) if p.layout not in searched}
     after = {(p.layout, p.label): p for p in store.points(run_b) if p.layout not in searched}
     changes: list[Change] = _capacity_changes(store, run_a, run_b, searched, threshold)

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.engines import ENGINES, get_engine
 from orchestrator.selection import LayoutOutcome, Selection
 from orchestrator.store.db import Store
+from orchestrator.verdict import Verdict
 
 Judged = Literal["pass", "fail", "unjudged"]
 CDF_POINTS = 200  # quantiles kept per CDF: enough for the eye, small enough for one file
@@ -65,7 +67,8 @@ class ReportData:
 
     @property
     def simulated(self) -> bool:
-        return self.run.get("engine") == "sim"
+        engine = str(self.run.get("engine"))
+        return engine in ENGINES and get_engine(engine).simulated
 
     @property
     def virtual_time(self) -> bool:
@@ -79,7 +82,7 @@ class ReportData:
 
 def judged(passed: bool | None, verdict: str | None) -> Judged:
     """Unjudged: no SLO, or the simulated clock slipped ("unreliable: ..."), so no verdict on the layout."""
-    if passed is None or (verdict or "").startswith("unreliable"):
+    if passed is None or not Verdict.of(passed, verdict).judged:
         return "unjudged"
     return "pass" if passed else "fail"
 

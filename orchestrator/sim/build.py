@@ -7,13 +7,11 @@ from orchestrator.layout import Layout
 from orchestrator.plan.planner import PlanInputs, kv_capacity_tokens, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
-
-def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | None = None,
-                    max_num_batched_tokens: int | None = None,
+def replica_engines(inputs: PlanInputs, layout: Layout, *,
                     reserve_whole_kv: bool = False) -> list[EngineCore]:
-    """One EngineCore per DP rank of one replica (a replica is one server)."""
+    """One EngineCore per DP rank of one replica (a replica is one server), with the engine settings
+    the planner used (inputs.settings)."""
     cost = layout_cost(inputs, layout)
     kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
     if kv_tokens <= 0:
@@ -21,8 +19,9 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *, max_num_seqs: int | N
                         f"in {usable / 1e9:.1f} GB usable; the planner rejects it (orch plan)")
     config = EngineConfig(
         kv_capacity_tokens=kv_tokens,
-        max_num_seqs=max_num_seqs or inputs.max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=inputs.settings.max_num_seqs,
+        max_num_batched_tokens=inputs.settings.max_num_batched_tokens,
+        block_tokens=inputs.settings.block_size,
         reserve_whole_kv=reserve_whole_kv,
     )
     return [EngineCore(cost, config) for _ in range(layout.dp)]

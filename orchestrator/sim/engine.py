@@ -19,21 +19,20 @@ implied by the step counter, and finishes come off a heap, so 100k-request runs 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from orchestrator.plan.cost import LayoutCost
 
-BLOCK_TOKENS = 16  # paged-KV block size; on average half a block per sequence is allocated but empty
-
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """One simulated engine's limits: its KV capacity and the resolved settings (engines/settings.py)."""
+
     kv_capacity_tokens: int
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_tokens: int = BLOCK_TOKENS
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
     reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
 
 
@@ -276,6 +275,3 @@ class EngineCore:
         if self.running.pop(seq.request_id, None) is not None and self.config.reserve_whole_kv:
             self.reserved_kv -= self._reservation(seq)
 
-
-def kv_blocks(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
-    return math.ceil(tokens / block_tokens)

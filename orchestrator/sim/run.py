@@ -61,8 +61,7 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
     engines: list[EngineCore] = []
     replica = Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
     for _ in range(layout.replicas):
-        engines += replica_engines(inputs, replica, max_num_seqs=spec.engine.max_num_seqs,
-                                   max_num_batched_tokens=spec.engine.max_num_batched_tokens,
+        engines += replica_engines(inputs, replica,
                                    reserve_whole_kv=spec.engine.sim_scheduler == "guaranteed-no-evict")
     return engines
 

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import SettingsRequest, get_engine
 from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
@@ -318,10 +319,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-dtype", default="bf16")
     p.add_argument("--quant-group-size", type=int, default=128)
     p.add_argument("--kv-cache-dtype", default="auto")
+    # Engine settings: unset ones take the simulated engine's defaults for the GPU (engines/sim.py), as
+    # a sweep resolves them; a sweep states every one of them.
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--gpu-memory-utilization", type=float, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--scheduler", choices=("vllm", "guaranteed-no-evict"), default="vllm",
                    help="admission: vLLM v1's (preempt and recompute) or TensorRT-LLM's guaranteed-no-evict")
     p.add_argument("--runtime-reserve-bytes", type=float, default=None)
@@ -357,20 +362,25 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
     assumptions = Assumptions()
     if args.runtime_reserve_bytes is not None:
         assumptions = replace(assumptions, runtime_reserve_bytes=args.runtime_reserve_bytes)
-    max_len = args.max_model_len or cfg.max_position_embeddings
+    request = SettingsRequest(
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching, max_model_len=args.max_model_len,
+    )
+    settings = get_engine("sim").resolve_settings(request, gpu, cfg)
+    max_len = settings.max_model_len
     inputs = PlanInputs(
         cfg=cfg, gpu=gpu, cluster=Cluster(args.nodes, args.gpus_per_node or gpu.gpus_per_node),
+        settings=settings,
         weight_dtype=args.weight_dtype,
         weight_bytes_per_value=weight_bytes_per_value(args.weight_dtype, args.quant_group_size),
         quant_group_size=args.quant_group_size,
         kv_bytes_per_value=kv_bytes_per_value(
             "bf16" if args.kv_cache_dtype == "auto" else args.kv_cache_dtype),
-        max_model_len=max_len, gpu_memory_utilization=args.gpu_memory_utilization,
-        max_num_seqs=args.max_num_seqs, assumptions=assumptions,
+        assumptions=assumptions,
         fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
     )
-    engines = replica_engines(inputs, layout, max_num_batched_tokens=args.max_num_batched_tokens,
-                              reserve_whole_kv=args.scheduler == "guaranteed-no-evict")
+    engines = replica_engines(inputs, layout, reserve_whole_kv=args.scheduler == "guaranteed-no-evict")
     if args.time_scale <= 0:
         raise SpecError("--time-scale must be > 0")
     server = SimServer(engines, model_name=args.served_model_name or args.model, time_scale=args.time_scale,

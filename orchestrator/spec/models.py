@@ -164,12 +164,30 @@ class EngineSpec(SpecModel):
 
     name: Literal["vllm", "sglang", "sim"] = Field("sim", description="Engine: vllm, sglang or sim.")
     version: str | None = Field(None, description="Expected engine version; checked when given.")
-    gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (0 < x <= 1)."
+    # Unset settings take the engine's own default for the GPU and version (engines/settings.py).
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Fraction of GPU memory the engine may use (0 < x <= 1); default: "
+        "the engine's (vLLM 0.92; SGLang's --mem-fraction-static rule for the GPU).",
     )
-    max_num_seqs: int | None = Field(None, gt=0, le=MAX_COUNT, description="Maximum sequences in one batch.")
+    max_num_seqs: int | None = Field(
+        None, gt=0, le=MAX_COUNT,
+        description="Maximum sequences in one batch of one engine; default: the engine's for the GPU.",
+    )
     max_num_batched_tokens: int | None = Field(
-        None, gt=0, le=MAX_TOKENS, description="Maximum tokens in one step."
+        None, gt=0, le=MAX_TOKENS,
+        description="Maximum tokens in one step (SGLang: the chunked-prefill size); default: the engine's.",
+    )
+    block_size: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Tokens per KV-cache block (SGLang: page size); default: "
+        "the engine's.",
+    )
+    enable_chunked_prefill: bool | None = Field(
+        None,
+        description="Split long prompts over steps within the token budget; default: the engine's (on).",
+    )
+    enable_prefix_caching: bool | None = Field(
+        None, description="Reuse the KV of shared prompt prefixes (SGLang: the radix cache); default: the "
+        "engine's (on).",
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
     extra_args: list[str] = Field(default_factory=list, description="Extra engine argv, passed verbatim.")

@@ -17,6 +17,7 @@ import yaml
 from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan, SecretEnv
 from tests.support.cli import orch
+from tests.support.engines import candidate
 
 SECRET_VAR = "ORCH_TEST_PLANTED_SECRET"
 
@@ -32,6 +33,7 @@ SPEC = {
     "layouts": ["tp1", "tp2"],
     "metadata": {"eval_run_id": "secret-test"},
 }
+
 
 
 def _orch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +108,7 @@ def test_local_target_gives_the_engine_the_value(tmp_path: Path) -> None:
         )
         proc = ProcessSpec(argv=("python", "-c", code, str(proof)),
                            secret_env=(SecretEnv("HF_TOKEN", SECRET_VAR, "hf-token", "token"),))
-        plan = LaunchPlan("sim", "tp1", (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://x/v1"),))
+        plan = LaunchPlan("sim", candidate("tp1", "sim"), (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://x/v1"),))
         target = LocalProcessTarget(tmp_path / "work", term_grace_s=5)
         dep = target.deploy(plan)
         try:

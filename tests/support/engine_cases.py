@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.compile import compile_layout
-from orchestrator.engines import get_engine
+from orchestrator.candidate import Candidate
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.compile import prepare
+from orchestrator.engines import SettingsRequest, get_engine, resolve_settings
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
 from orchestrator.engines.sglang import SGLangEngine
 from orchestrator.errors import SpecError
@@ -32,10 +34,13 @@ TWO_NODES = Placement(nodes=("10.0.0.1", "10.0.0.2"))
 CPU = Placement(gpus_per_node=4, on_cpu=True, bind_host="127.0.0.1", cpu_cores_per_node=2)
 BASE = EngineOptions(model="/models/tiny")
 KNOBS = replace(
-    BASE, served_model_name="tiny", max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
-    gpu_memory_utilization=0.85, kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
+    BASE, served_model_name="tiny", kv_cache_dtype="fp8", quantization="fp8", enforce_eager=True,
     extra_args=("--trust-remote-code",),
 )  # fmt: skip
+DEFAULTS = SettingsRequest()  # the engine's own values for everything
+KNOB_SETTINGS = SettingsRequest(max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=8192,
+                                gpu_memory_utilization=0.85, block_size=32, enable_prefix_caching=False)
+MODEL = load_model("qwen2.5-7b")
 MOE = replace(BASE, num_redundant_experts=8)
 MOE16 = replace(BASE, num_redundant_experts=16, a2a_backend="deepep_low_latency")
 
@@ -46,6 +51,13 @@ class Case:
     layout: str
     placement: Placement = ONE_NODE
     options: EngineOptions = BASE
+    request: SettingsRequest = DEFAULTS
+
+    def candidate(self, engine: str) -> Candidate:
+        """The layout with the engine's settings: its own defaults for an H100 (or this CPU) where the
+        case asks for nothing."""
+        gpu = load_gpu("cpu" if self.placement.on_cpu else "h100-sxm")
+        return Candidate(parse_layout(self.layout), resolve_settings(engine, gpu, MODEL, self.request))
 
 
 CASES = [
@@ -55,7 +67,7 @@ CASES = [
     Case("tp2pp2-cpu", "tp2pp2", CPU),
     Case("dp2-cpu", "dp2", CPU),
     Case("tp8", "tp8"),
-    Case("tp8-knobs", "tp8", options=KNOBS),
+    Case("tp8-knobs", "tp8", options=KNOBS, request=KNOB_SETTINGS),
     Case("tp4x2", "tp4x2"),
     Case("tp2x4", "tp2x4"),
     Case("tp8pp2-2nodes", "tp8pp2", TWO_NODES),
@@ -133,14 +145,14 @@ def spec_plan(key: str, engine: str) -> LaunchPlan:
         model = spec.model.model_copy(update={"path": "placeholder/model"})
         spec = spec.model_copy(update={"model": model})
     nodes = tuple(f"10.0.0.{i + 1}" for i in range(spec.hardware.nodes))
-    return compile_layout(spec, parse_layout(layout), engine, nodes).plan
+    return prepare(spec, parse_layout(layout), engine=engine, node_addrs=nodes).plan
 
 
 @cache
 def vllm_plans() -> dict[str, LaunchPlan]:
     """vLLM launch plans: every case, and every example spec's layout as `spec:<key>`."""
     engine = get_engine("vllm")
-    plans = {c.name: engine.launch_plan(parse_layout(c.layout), c.options, c.placement) for c in CASES}
+    plans = {c.name: engine.launch_plan(c.candidate("vllm"), c.options, c.placement) for c in CASES}
     # A spec that fails to compile fails its own test below, not the whole tier.
     for key in SPEC_LAYOUTS:
         with contextlib.suppress(SpecError):
@@ -152,7 +164,7 @@ def vllm_plans() -> dict[str, LaunchPlan]:
 def sglang_plans() -> dict[tuple[str, str], LaunchPlan]:
     """SGLang launch plans by (flavour, case), and the example specs' layouts as ("sglang", `spec:<key>`)."""
     plans = {
-        (flavour, c.name): engine.launch_plan(parse_layout(c.layout), c.options, c.placement)
+        (flavour, c.name): engine.launch_plan(c.candidate("sglang"), c.options, c.placement)
         for flavour, engine in SGLANG_ENGINES.items()
         for c in SGLANG_CASES
     }

@@ -6,13 +6,20 @@ when it is registered.
 
 from __future__ import annotations
 
+from orchestrator.candidate import Candidate
 from orchestrator.compile.k8s import K8sOptions
 from orchestrator.engines.base import PORT_STRIDE, LaunchPlan, ProcessSpec, ReplicaPlan
 from orchestrator.layout import Layout, parse_layout
+from tests.support.engines import candidate as engine_candidate
 
 MODEL = "/models/Qwen2.5-72B-Instruct"
 NODES = ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")
 GPUS_PER_NODE = 8
+
+
+def candidate(text: str, engine: str = "vllm") -> Candidate:
+    """The layout with the engine's own settings for an H100 and Qwen2.5-72B."""
+    return engine_candidate(text, engine, model="qwen2.5-72b")
 
 
 def _vllm_argv(layout: Layout, port: int, nnodes: int, rank: int, leader: str) -> tuple[str, ...]:
@@ -65,7 +72,7 @@ def vllm_plan(text: str, gpus_per_node: int = GPUS_PER_NODE) -> LaunchPlan:
         replicas.append(
             ReplicaPlan(tuple(procs), f"http://{leader}:{port}/health", f"http://{leader}:{port}/v1")
         )
-    return LaunchPlan("vllm", str(layout), tuple(replicas))
+    return LaunchPlan("vllm", candidate(text), tuple(replicas))
 
 
 def sglang_multi_node_plan(nnodes: int = 3) -> LaunchPlan:
@@ -80,7 +87,7 @@ def sglang_multi_node_plan(nnodes: int = 3) -> LaunchPlan:
         env = (("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"),)
         procs.append(ProcessSpec(argv, env, node_index=rank, gpu_ids=tuple(range(8)), ports=(30000, 30001)))
     rep = ReplicaPlan(tuple(procs), f"http://{NODES[0]}:30000/health", f"http://{NODES[0]}:30000/v1")
-    return LaunchPlan("sglang", f"tp{8 * nnodes}", (rep,))
+    return LaunchPlan("sglang", candidate(f"tp{8 * nnodes}", "sglang"), (rep,))
 
 
 def options(**kw: object) -> K8sOptions:
@@ -127,7 +134,7 @@ def real_plan(engine_name: str, text: str) -> LaunchPlan | None:
     if engine is None:
         return None
     placement = Placement(nodes=NODES[:2], gpus_per_node=GPUS_PER_NODE)
-    return engine.launch_plan(parse_layout(text), EngineOptions(model=MODEL), placement)
+    return engine.launch_plan(candidate(text, engine_name), EngineOptions(model=MODEL), placement)
 
 
 def real_vllm_plan(text: str) -> LaunchPlan | None:
@@ -151,4 +158,4 @@ def vllm_dp_plan(nnodes: int = 3, local: int = 8) -> LaunchPlan:
             ProcessSpec(tuple(argv), env, rank, tuple(range(local)), (8000, 8001) if not rank else ())
         )
     rep = ReplicaPlan(tuple(procs), f"http://{NODES[0]}:8000/health", f"http://{NODES[0]}:8000/v1")
-    return LaunchPlan("vllm", f"dp{nnodes * local}", (rep,))
+    return LaunchPlan("vllm", candidate(f"dp{nnodes * local}"), (rep,))

@@ -23,6 +23,7 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.virtual import SimRequest, simulate
+from tests.support.engines import fixed_settings
 from tests.support.ports import free_port
 
 MODEL = "qwen2.5-72b"
@@ -75,6 +76,6 @@ def poisson_workload(seed: int, n: int) -> tuple[list[float], list[int], list[in
 def simulate_virtual(requests: list[SimRequest]) -> list[RequestRecord]:
     """The same engine as the server's, in virtual time."""
     inputs = PlanInputs(cfg=load_model(MODEL), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                        max_model_len=8192)
+                        settings=fixed_settings(8192))
     records, _ = simulate(replica_engines(inputs, parse_layout("tp8")), requests)
     return records

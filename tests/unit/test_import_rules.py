@@ -13,16 +13,9 @@ from tests.support.paths import ROOT
 # Adding to sys.path by hand, in any spelling (also inside a child's `python -c` script).
 SYS_PATH_EDIT = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend)\s*\(|\[[^\]]*\]\s*=|\+=|=[^=])")
 
-# Private names imported across orch modules today, as (importer, source, name). Issue 24's seams work
-# (h-seams: public faces, the sweep as functions) removes them and empties this list; nothing may be
-# added to it.
-KNOWN_PRIVATE_IMPORTS = {
-    ("orchestrator.compile.ray_serve", "orchestrator.compile.k8s_ray", "_served_name"),
-    ("orchestrator.consistency.run", "orchestrator.pipeline.sweep", "_warm_up"),
-    ("orchestrator.deploy.ray", "orchestrator.deploy.local", "_healthy"),
-    ("orchestrator.deploy.ray", "orchestrator.deploy.ray_actor", "_ray"),
-    ("orchestrator.deploy.ray_actor", "orchestrator.deploy.local", "_argv"),
-}
+# Private names imported across orch modules, as (importer, source, name): none (issue 24 removed the
+# last); nothing may be added.
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str, str]] = set()
 
 
 def _module_name(path: Path) -> str:

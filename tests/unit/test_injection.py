@@ -8,10 +8,13 @@ import subprocess
 
 import pytest
 
-from orchestrator.compile import compile_layout, to_shell
+from orchestrator.candidate import Candidate
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.compile import prepare, to_shell
 from orchestrator.compile.helm_values import helm_values
 from orchestrator.compile.k8s import K8sOptions, build_objects
 from orchestrator.compile.shell import command_line, node_script
+from orchestrator.engines import resolve_settings
 from orchestrator.engines.base import (
     EngineOptions,
     LaunchPlan,
@@ -40,8 +43,12 @@ layouts: [tp8, tp8pp2]
 REF = SecretEnv("HF_TOKEN", "ORCH_HF_TOKEN", "hf-creds", "token")
 
 
+SETTINGS = resolve_settings("vllm", load_gpu("h100-sxm"), load_model("qwen2.5-7b"))
+CANDIDATE = Candidate(parse_layout("tp1"), SETTINGS)
+
+
 def _plan(proc: ProcessSpec) -> LaunchPlan:
-    return LaunchPlan("vllm", "tp1", (ReplicaPlan((proc,), "http://h:8000/health", "http://h:8000/v1"),))
+    return LaunchPlan("vllm", CANDIDATE, (ReplicaPlan((proc,), "http://h:8000/health", "http://h:8000/v1"),))
 
 
 @pytest.mark.parametrize("key", ["A;touch /tmp/pwned", "$(id)", "A B", "", "1A", "A\nB"])
@@ -74,7 +81,7 @@ def test_secret_is_a_reference_in_the_script_and_read_from_the_node_shell() -> N
 
 def test_comment_with_a_line_break_is_refused() -> None:
     proc = ProcessSpec(argv=("vllm",))
-    plan = LaunchPlan("vllm", "tp1", (ReplicaPlan((proc,), "http://h:1/health\ntouch /tmp/x", "http://h/v1"),))
+    plan = LaunchPlan("vllm", CANDIDATE, (ReplicaPlan((proc,), "http://h:1/health\ntouch /tmp/x", "http://h/v1"),))
     with pytest.raises(SpecError, match="line break"):
         node_script(plan, 0)
 
@@ -92,7 +99,7 @@ def test_placement_accepts_hosts(node: str) -> None:
 
 def test_compiled_spec_carries_references_only() -> None:
     spec = parse_spec(SPEC)
-    compiled = compile_layout(spec, parse_layout("tp8pp2"), None, ("10.0.0.1", "10.0.0.2"))
+    compiled = prepare(spec, parse_layout("tp8pp2"), node_addrs=("10.0.0.1", "10.0.0.2"))
     script = to_shell(compiled.plan, compiled.placement.nodes)
     assert script.count('HF_TOKEN="${ORCH_HF_TOKEN:?') == 2  # both nodes
     assert 'WANDB_API_KEY="${WANDB_API_KEY:?' in script  # env defaults to the variable's own name
@@ -125,7 +132,7 @@ def _env_of(obj: dict[str, object]) -> list[dict[str, object]]:
 @pytest.mark.parametrize("layout", ["tp8", "tp8pp2"])
 def test_kubernetes_objects_use_secret_key_refs(layout: str) -> None:
     spec = parse_spec(SPEC)
-    compiled = compile_layout(spec, parse_layout(layout), None, ("10.0.0.1", "10.0.0.2"))
+    compiled = prepare(spec, parse_layout(layout), node_addrs=("10.0.0.1", "10.0.0.2"))
     opts = K8sOptions(name="qwen", image="vllm/vllm-openai:v0.32.0")
     for obj in build_objects(compiled.plan, parse_layout(layout), opts):
         if obj["kind"] == "Service":
@@ -146,7 +153,7 @@ def test_kubernetes_objects_use_secret_key_refs(layout: str) -> None:
 
 def test_kubernetes_artifacts_need_the_secret_name() -> None:
     spec = parse_spec(SPEC.replace("WANDB_API_KEY: {secret: wandb}", "WANDB_API_KEY: {}"))
-    compiled = compile_layout(spec, parse_layout("tp8"), None, ("10.0.0.1", "10.0.0.2"))
+    compiled = prepare(spec, parse_layout("tp8"), node_addrs=("10.0.0.1", "10.0.0.2"))
     with pytest.raises(SpecError, match="WANDB_API_KEY: Kubernetes artifacts need 'secret'"):
         build_objects(compiled.plan, parse_layout("tp8"), K8sOptions(name="qwen", image="img:1"))
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.compile import compile_layout
+from orchestrator.compile import prepare
 from orchestrator.compile.helm_values import helm_values
 from orchestrator.compile.k8s import K8sOptions, build_objects
 from orchestrator.errors import NoLayoutMeetsSLO, SpecError
@@ -92,7 +92,7 @@ def test_winner_becomes_helm_values_manifests_commands_and_provenance(store: Sto
     assert done.layout == "tp4x2" and done.engine == "vllm"  # a sim run promotes for vLLM by default
     spec = SweepSpec.model_validate(SPEC)
     # The name the sim run was measured with; the GPU product label of the spec's preset; a pinned image.
-    plan = compile_layout(spec, parse_layout("tp4x2"), "vllm", served_model_name="qwen2.5-7b").plan
+    plan = prepare(spec, parse_layout("tp4x2"), engine="vllm", served_model_name="qwen2.5-7b").plan
     opts = K8sOptions(
         name="qwen2-5-7b-tp4x2", image="vllm/vllm-openai:v0.32.0", spec_hash="h" * 16,
         gpu_product="NVIDIA-H100-80GB-HBM3",

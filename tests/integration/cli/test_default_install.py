@@ -59,7 +59,8 @@ def test_each_command_needing_an_extra_names_it_in_one_line(tmp_path: Path, orch
         (["gc"], "k8s"),
         (["validate", k8s], "k8s"),
         (["sweep", k8s, "--store", str(tmp_path / "k.db")], "k8s"),
-        (["sweep", _spec(tmp_path, "ray", "target: {kind: ray}\n"), "--store", str(tmp_path / "r.db")], "ray"),
+        (["sweep", _spec(tmp_path, "ray", "target: {kind: ray}\n"), "--store", str(tmp_path / "r.db")],
+         "ray"),
     ]
     for args, extra in cases:
         out = orch(*args, cwd=tmp_path)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from orchestrator.compile import compile_layout
+from orchestrator.compile import prepare
 from orchestrator.compile.ray_serve import accelerator_type, llm_config, serve_app_config
 from orchestrator.layout import parse_layout
 from orchestrator.spec.models import SweepSpec
@@ -48,7 +48,7 @@ def _python_with_serve_llm() -> str | None:
 @pytest.mark.parametrize("layout", ["tp4x2", "tp8pp2", "tp2dp4ep"])
 def test_config_shape(layout: str) -> None:
     lay = parse_layout(layout)
-    plan = compile_layout(SPEC, lay, "vllm").plan
+    plan = prepare(SPEC, lay, engine="vllm").plan
     cfg = llm_config(plan, lay, accelerator_type("h100-sxm"))
     assert cfg["engine_kwargs"]["tensor_parallel_size"] == lay.tp
     assert cfg["engine_kwargs"]["pipeline_parallel_size"] == lay.pp
@@ -76,7 +76,7 @@ def test_ray_serve_llm_accepts_the_config() -> None:
             pytest.fail(f"ORCH_CI=1 but {why}; .ci/setup.d/55-ray-serve-llm.sh exports ORCH_RAY_SERVE_PYTHON")
         pytest.skip(why)
     lay = parse_layout("tp4x2")
-    cfg = llm_config(compile_layout(SPEC, lay, "vllm").plan, lay, "H100")
+    cfg = llm_config(prepare(SPEC, lay, engine="vllm").plan, lay, "H100")
     out = subprocess.run([exe, "-c", CHECK, json.dumps(cfg)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.splitlines()[-1]) == {"ok": True, "tp": 4}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.compile import compile_layout, to_shell
+from orchestrator.compile import prepare, to_shell
 from orchestrator.layout import parse_layout
 from orchestrator.spec import parse_spec
 from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
@@ -68,7 +68,7 @@ target: {{kind: local, host: 127.0.0.1, base_port: {port}}}
 workload: {{rates_per_s: [1], num_requests: 1}}
 layouts: [{layout}]
 """)
-    compiled = compile_layout(spec, parse_layout(layout), "vllm")
+    compiled = prepare(spec, parse_layout(layout), engine="vllm")
     script = tmp_path / "run.sh"
     script.write_text(to_shell(compiled.plan, compiled.placement.nodes))
     (replica,) = compiled.plan.replicas

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.compile import compile_layout
+from orchestrator.compile import prepare
 from orchestrator.compile.k8s import build_objects
 from orchestrator.layout import parse_layout
 from orchestrator.spec import load_spec
@@ -111,6 +111,6 @@ def test_the_nightly_spec_loads_and_targets_this_namespace(tmp_path: Path) -> No
     assert [str(x) for x in spec.layouts] == ["tp8", "tp4x2", "tp8pp2"]
     kinds = set()
     for text in ("tp8", "tp4x2", "tp8pp2"):
-        plan = compile_layout(spec, parse_layout(text), "vllm").plan
+        plan = prepare(spec, parse_layout(text), engine="vllm").plan
         kinds |= {o["kind"] for o in build_objects(plan, parse_layout(text), options())}
     assert kinds == {"Deployment", "LeaderWorkerSet", "Service"}

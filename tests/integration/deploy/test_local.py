@@ -15,10 +15,11 @@ import pytest
 from orchestrator.deploy.base import deployed, free_base_port, port_is_free, signals_deferred
 from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.deploy.ownership import foreign_listener
+from orchestrator.engines import SimOptions
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, ProcessSpec, ReplicaPlan
 from orchestrator.engines.sim import ENGINE as SIM
 from orchestrator.errors import DeployError, EngineDied
-from orchestrator.layout import parse_layout
+from tests.support.engines import candidate
 
 
 def _alive(pid: int) -> bool:
@@ -36,20 +37,8 @@ def _alive(pid: int) -> bool:
 
 def test_sim_replicas_become_healthy_and_are_torn_down(tmp_path: Path) -> None:
     base = free_base_port(2)
-    opts = EngineOptions(
-        model="qwen2.5-7b",
-        sim_args=(
-            "--model",
-            "qwen2.5-7b",
-            "--gpu",
-            "h100-sxm",
-            "--startup-s",
-            "0.5",
-            "--max-model-len",
-            "4096",
-        ),
-    )
-    plan = SIM.launch_plan(parse_layout("tp1x2"), opts, Placement(base_port=base, bind_host="127.0.0.1"))
+    opts = EngineOptions(model="qwen2.5-7b", sim=SimOptions("qwen2.5-7b", "h100-sxm", startup_s=0.5))
+    plan = SIM.launch_plan(candidate("tp1x2", "sim"), opts, Placement(base_port=base, bind_host="127.0.0.1"))
     target = LocalProcessTarget(tmp_path)
     with deployed(target, plan, timeout_s=60) as dep:
         assert len(dep.endpoints) == 2
@@ -68,7 +57,7 @@ def test_early_exit_reports_the_log_tail(tmp_path: Path) -> None:
         argv=(sys.executable, "-c", "import sys; print('model weights not found'); sys.exit(3)")
     )
     plan = LaunchPlan(
-        "sim", "tp1", (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),)
+        "sim", candidate("tp1", "sim"), (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),)
     )
     with (
         pytest.raises(EngineDied, match="model weights not found"),
@@ -85,7 +74,7 @@ def test_timeout_tears_down_the_whole_group(tmp_path: Path) -> None:
     )
     proc = ProcessSpec(argv=(sys.executable, "-c", code))
     plan = LaunchPlan(
-        "sim", "tp1", (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),)
+        "sim", candidate("tp1", "sim"), (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),)
     )
     target = LocalProcessTarget(tmp_path, term_grace_s=2)
     with pytest.raises(DeployError, match="not healthy after 1"), deployed(target, plan, timeout_s=1):
@@ -119,11 +108,8 @@ def _foreign_server(port: int) -> subprocess.Popen[str]:
 
 
 def _sim_plan(base: int) -> LaunchPlan:
-    opts = EngineOptions(
-        model="qwen2.5-7b",
-        sim_args=("--model", "qwen2.5-7b", "--gpu", "h100-sxm", "--max-model-len", "4096"),
-    )
-    return SIM.launch_plan(parse_layout("tp1"), opts, Placement(base_port=base, bind_host="127.0.0.1"))
+    opts = EngineOptions(model="qwen2.5-7b", sim=SimOptions("qwen2.5-7b", "h100-sxm"))
+    return SIM.launch_plan(candidate("tp1", "sim"), opts, Placement(base_port=base, bind_host="127.0.0.1"))
 
 
 def test_a_server_already_on_the_port_is_refused_before_launch(tmp_path: Path) -> None:
@@ -147,7 +133,7 @@ def test_a_health_answer_from_a_server_that_is_not_ours_is_detected(tmp_path: Pa
     proc = ProcessSpec(argv=(sys.executable, "-c", "import time; time.sleep(120)"))
     plan = LaunchPlan(
         "sim",
-        "tp1",
+        candidate("tp1", "sim"),
         (ReplicaPlan((proc,), f"http://127.0.0.1:{port}/health", f"http://127.0.0.1:{port}/v1"),),
     )
     target = LocalProcessTarget(tmp_path, term_grace_s=2)
@@ -191,13 +177,19 @@ def test_signals_during_teardown_are_held_until_it_is_done(sig: signal.Signals) 
 KILLED_PARENT = """
 import sys, time
 from orchestrator.deploy.local import LocalProcessTarget
+from orchestrator.candidate import Candidate
+from orchestrator.catalog.loader import load_gpu, load_model
+from orchestrator.engines import resolve_settings
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
+from orchestrator.layout import parse_layout
 engine = ("import os, subprocess, sys, time; "
           "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
           "print(os.getpid(), c.pid, flush=True); time.sleep(300)")
 replica = ReplicaPlan((ProcessSpec(argv=(sys.executable, "-c", engine)),), "http://127.0.0.1:9/health",
                       "http://127.0.0.1:9/v1")
-dep = LocalProcessTarget(sys.argv[1], term_grace_s=2).deploy(LaunchPlan("sim", "tp1", (replica,)))
+settings = resolve_settings("sim", load_gpu("h100-sxm"), load_model("qwen2.5-7b"))
+candidate = Candidate(parse_layout("tp1"), settings)
+dep = LocalProcessTarget(sys.argv[1], term_grace_s=2).deploy(LaunchPlan("sim", candidate, (replica,)))
 print(dep.handles[0].popen.pid, flush=True)
 time.sleep(300)
 """

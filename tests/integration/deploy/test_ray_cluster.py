@@ -14,6 +14,7 @@ from orchestrator.deploy.base import deployed, free_base_port
 from orchestrator.deploy.ray import RayReplica, RayTarget
 from orchestrator.engines.base import LaunchPlan, ProcessSpec, ReplicaPlan
 from orchestrator.errors import DeployError
+from tests.support.engines import candidate
 from tests.support.ray_cluster import free_gpus, free_port, leftovers, ray_or_skip
 
 pytestmark = pytest.mark.ray
@@ -43,6 +44,7 @@ def cluster() -> Iterator[Any]:
     c.shutdown()
 
 
+
 def _tp8pp2_plan(base: int) -> LaunchPlan:
     """Shaped like vLLM's tp8pp2 plan: a leader on node0 and a headless rank on node1, 8 GPUs each."""
     procs = tuple(
@@ -57,7 +59,7 @@ def _tp8pp2_plan(base: int) -> LaunchPlan:
         for rank in (0, 1)
     )
     return LaunchPlan(
-        "vllm", "tp8pp2", (ReplicaPlan(procs, f"http://node0:{base}/", f"http://node0:{base}/v1"),)
+        "vllm", candidate("tp8pp2", "vllm"), (ReplicaPlan(procs, f"http://node0:{base}/", f"http://node0:{base}/v1"),)
     )
 
 
@@ -89,7 +91,7 @@ def test_tp8pp2_spreads_one_bundle_per_node(cluster: Any, tmp_path: Path) -> Non
 def test_a_replica_wider_than_the_cluster_is_refused_up_front(cluster: Any, tmp_path: Path) -> None:
     proc = ProcessSpec(argv=("python", "-c", "pass"), node_index=0, gpu_ids=tuple(range(8)))
     procs = tuple(ProcessSpec(argv=proc.argv, node_index=n, gpu_ids=proc.gpu_ids) for n in range(3))
-    plan = LaunchPlan("vllm", "tp8pp3", (ReplicaPlan(procs, "http://node0:1/", "http://node0:1/v1"),))
+    plan = LaunchPlan("vllm", candidate("tp8pp3", "vllm"), (ReplicaPlan(procs, "http://node0:1/", "http://node0:1/v1"),))
     with pytest.raises(DeployError, match=r"needs 24 GPUs"):
         RayTarget(tmp_path, gpus_per_node=8).deploy(plan)
     assert leftovers(cluster) == ([], [])

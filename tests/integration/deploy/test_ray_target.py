@@ -11,15 +11,17 @@ import pytest
 
 from orchestrator.deploy.base import deployed, free_base_port, port_is_free
 from orchestrator.deploy.ray import RayReplica, RayTarget
+from orchestrator.engines import SimOptions
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, ProcessSpec, ReplicaPlan
 from orchestrator.engines.sim import ENGINE as SIM
 from orchestrator.errors import DeployError, EngineDied
 from orchestrator.layout import parse_layout
+from tests.support.engines import candidate
 from tests.support.ray_cluster import free_gpus, leftovers, ray_or_skip
 
 pytestmark = pytest.mark.ray
 
-SIM_ARGS = ("--model", "qwen2.5-7b", "--gpu", "h100-sxm", "--startup-s", "0.5", "--max-model-len", "4096")
+SIM_OPTIONS = SimOptions("qwen2.5-7b", "h100-sxm", startup_s=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +35,11 @@ def ray() -> Iterator[Any]:
     ray.shutdown()
 
 
+
 def _sim_plan(layout: str) -> LaunchPlan:
     where = Placement(base_port=free_base_port(parse_layout(layout).replicas), bind_host="127.0.0.1")
-    return SIM.launch_plan(parse_layout(layout), EngineOptions(model="qwen2.5-7b", sim_args=SIM_ARGS), where)
+    options = EngineOptions(model="qwen2.5-7b", sim=SIM_OPTIONS)
+    return SIM.launch_plan(candidate(layout, "sim"), options, where)
 
 
 def _replicas(dep: Any) -> list[RayReplica]:
@@ -72,7 +76,8 @@ def test_an_engine_that_dies_is_reported_with_its_log_and_cleaned_up(ray: Any, t
     port = free_base_port(1)
     code = "import sys; print('engine: out of memory'); sys.exit(7)"
     proc = ProcessSpec(argv=("python", "-c", code), ports=(port,))
-    plan = LaunchPlan("sim", "tp2", (ReplicaPlan((proc,), f"http://127.0.0.1:{port}/health", "x"),))
+    replica = ReplicaPlan((proc,), f"http://127.0.0.1:{port}/health", "x")
+    plan = LaunchPlan("sim", candidate("tp2", "sim"), (replica,))
     target = RayTarget(tmp_path, gpus_per_node=8)
     with pytest.raises(EngineDied, match=r"(?s)code 7.*out of memory"), deployed(target, plan, 60):
         pass

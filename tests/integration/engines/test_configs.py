@@ -148,7 +148,7 @@ def config_results(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPa
     for name, plan in vllm_plans().items():
         if name in NO_RAY:
             continue
-        layout = plan.layout_str
+        layout = str(plan.layout)
         for argv in engine_argvs(plan, VLLM_PROGRAM):
             add(f"host:{name}", layout, "", {"argv": _strip_eplb(argv)})
         for role, argv in [] if name in ON_CPU else pod_commands(plan, layout):
@@ -184,7 +184,7 @@ CONFIG_CASES = [c.name for c in CASES if c.name not in NO_RAY] + [f"spec:{k}" fo
 def test_vllm_engine_config_accepts_host_and_pod_commands(name: str, config_results: Keyed) -> None:
     plan = vllm_plans().get(name)
     assert plan is not None, f"{name}: does not compile (test_parsers.py says why)"
-    layout = parse_layout(plan.layout_str)
+    layout = plan.layout
     for where in ("host",) if name in ON_CPU else ("host", "pod"):
         configs = _ok(config_results[f"{where}:{name}"])
         assert configs, f"{where}: no vllm serve process"
@@ -206,7 +206,7 @@ def test_vllm_engine_config_accepts_host_and_pod_commands(name: str, config_resu
 @pytest.mark.parametrize("name", CONFIG_CASES)
 def test_vllm_engine_config_accepts_ray_serve_engine_kwargs(name: str, config_results: Keyed) -> None:
     plan = vllm_plans()[name]
-    layout = parse_layout(plan.layout_str)
+    layout = plan.layout
     for _, cfg in _ok(config_results[f"ray:{name}"]):
         assert (cfg["tensor_parallel_size"], cfg["pipeline_parallel_size"]) == (layout.tp, layout.pp)
         assert cfg["data_parallel_size"] == layout.dp and cfg["enable_expert_parallel"] == layout.ep
@@ -217,7 +217,7 @@ def sglang_pod_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, li
     python = venv_python("ORCH_SGLANG_PYTHON", "30-sglang-parser.sh")
     keys, argvs = [], []
     for (flavour, name), plan in sglang_plans().items():
-        for role, argv in pod_commands(plan, plan.layout_str):
+        for role, argv in pod_commands(plan, str(plan.layout)):
             assert tuple(argv[:3]) == SGLANG_PROGRAM, argv
             keys.append((f"{flavour}/{name}", role))
             argvs.append(argv[3:])
@@ -234,7 +234,7 @@ def test_sglang_parser_accepts_pod_commands(name: str, sglang_pod_results: dict[
     results = sglang_pod_results[f"sglang/{name}"]
     bad = [r["error"] for r in results if not r["ok"]]
     assert not bad, bad[0]
-    layout = parse_layout(sglang_plans()[("sglang", name)].layout_str)
+    layout = sglang_plans()[("sglang", name)].layout
     for r in results:
         args = r["args"]
         assert args["pp_size"] == layout.pp and args["ep_size"] == layout.ep_size

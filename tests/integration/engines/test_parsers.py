@@ -97,9 +97,20 @@ def test_vllm_parser_accepts(case: Case, vllm_results: dict[str, list[dict[str, 
         assert args["headless"] is (role == "headless")
     leader = parsed[0]
     assert leader["port"] == case.placement.base_port
+    # Every resolved setting is stated, and vLLM's own parser reads each one back.
+    settings = case.candidate("vllm").settings
+    for args in parsed:
+        assert (args["max_num_seqs"], args["max_num_batched_tokens"]) == (
+            settings.max_num_seqs, settings.max_num_batched_tokens)
+        assert (args["max_model_len"], args["block_size"]) == (settings.max_model_len, settings.block_size)
+        assert args["enable_chunked_prefill"] is settings.enable_chunked_prefill
+        assert args["enable_prefix_caching"] is settings.enable_prefix_caching
+        if not case.placement.on_cpu:
+            assert args["gpu_memory_utilization"] == settings.gpu_memory_utilization
     if case.options is KNOBS:
         assert leader["max_model_len"] == 4096 and leader["enforce_eager"] is True
         assert leader["kv_cache_dtype"] == "fp8" and leader["gpu_memory_utilization"] == 0.85
+        assert leader["enable_prefix_caching"] is False and leader["block_size"] == 32
 
 
 @pytest.mark.vllm_cpu
@@ -136,13 +147,22 @@ def test_sglang_parser_accepts(
         if case.options.num_redundant_experts:
             assert args["enable_eplb"] is True
             assert args["ep_num_redundant_experts"] == case.options.num_redundant_experts
+        # Every resolved setting is stated, and SGLang's own parser reads each one back (the running
+        # cap over all DP-attention ranks).
+        settings = case.candidate("sglang").settings
+        running = settings.max_num_seqs * (layout.dp if attention_dp else 1)
+        assert (args["max_running_requests"], args["chunked_prefill_size"]) == (
+            running, settings.max_num_batched_tokens)
+        assert (args["context_length"], args["page_size"]) == (settings.max_model_len, settings.block_size)
+        assert args["mem_fraction_static"] == settings.gpu_memory_utilization
+        assert args["disable_radix_cache"] is not settings.enable_prefix_caching
 
 
 @pytest.mark.vllm_cpu
 @pytest.mark.parametrize("key", SPEC_LAYOUTS)
 def test_vllm_parser_accepts_example_specs(key: str, vllm_results: dict[str, list[dict[str, Any]]]) -> None:
     plan = spec_plan(key, "vllm")  # raises the SpecError a spec that does not compile has
-    layout = parse_layout(plan.layout_str)
+    layout = plan.layout
     for args in _accepted(vllm_results[f"spec:{key}"]):
         assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (layout.tp, layout.pp)
         assert args["data_parallel_size"] == layout.dp and bool(args["enable_expert_parallel"]) == layout.ep
@@ -154,7 +174,7 @@ def test_sglang_parser_accepts_example_specs(
     key: str, sglang_results: dict[str, list[dict[str, Any]]]
 ) -> None:
     plan = spec_plan(key, "sglang")
-    layout = parse_layout(plan.layout_str)
+    layout = plan.layout
     for args in _accepted(sglang_results[f"sglang/spec:{key}"]):
         assert (args["tp_size"], args["pp_size"]) == (layout.tp * layout.dp, layout.pp)
         assert args["attn_dp_size"] == layout.dp and args["ep_size"] == layout.ep_size

@@ -12,10 +12,14 @@ from typing import Any
 
 import pytest
 
-from orchestrator.layout import Layout
+from orchestrator.candidate import Candidate
+from orchestrator.pipeline import sweep as sweep_module
+from orchestrator.pipeline.context import SweepContext
+from orchestrator.pipeline.points import Measured, PointFn, virtual_point_fn
 from orchestrator.pipeline.sweep import Sweep
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from orchestrator.store.extras import SideRecords
 from tests.support.cli import Orch
 from tests.support.sim_spec import SPEC, SimSpec
 
@@ -137,15 +141,13 @@ class Quiet:
 
 
 def _unreliable_at(bad: set[float], calls: list[float]) -> Any:
-    real = Sweep._virtual_point
+    def patched(ctx: SweepContext, candidate: Candidate) -> PointFn:
+        run = virtual_point_fn(ctx, candidate)
 
-    def patched(self: Sweep, layout: Layout) -> Any:
-        run = real(self, layout)
-
-        def point(load: float, k: int) -> Any:
+        def point(load: float, k: int) -> Measured:
             calls.append(load)
-            result, extra = run(load, k)
-            return (replace(result, verdict=UNRELIABLE), extra) if load in bad else (result, extra)
+            m = run(load, k)
+            return replace(m, result=replace(m.result, verdict=UNRELIABLE)) if load in bad else m
 
         return point
 
@@ -158,7 +160,7 @@ def test_an_unjudged_point_in_the_search_is_unknown_not_a_failure(
     spec_path = sim_spec(workload=OPEN, slo={"itl_p99_ms": 25}, layouts=["tp2"])
     clean = Sweep(load_spec(spec_path), Store(tmp_path / "clean.db"), Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
     clean.run()
-    first = clean.store.extras(clean.run_id, "capacity/")["capacity/tp2"]
+    first = SideRecords(clean.ctx.store, clean.run_id).capacities()["tp2"]
     loads = [p["rate"] for p in first["points"]]
     # the first bisection point: after it, the clean search went on from a pass and a failure
     judged_before = [(p["rate"], p["passed"]) for p in first["points"]]
@@ -166,10 +168,10 @@ def test_an_unjudged_point_in_the_search_is_unknown_not_a_failure(
     bad = loads[k]
 
     calls: list[float] = []
-    monkeypatch.setattr(Sweep, "_virtual_point", _unreliable_at({bad}, calls))
+    monkeypatch.setattr(sweep_module, "virtual_point_fn", _unreliable_at({bad}, calls))
     sweep = Sweep(load_spec(spec_path), Store(tmp_path / "bad.db"), Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
     result = sweep.run()
-    cap = sweep.store.extras(sweep.run_id, "capacity/")["capacity/tp2"]
+    cap = SideRecords(sweep.ctx.store, sweep.run_id).capacities()["tp2"]
     assert calls.count(bad) == 2  # measured again once, then left unknown
     assert cap["unjudged"] == [bad] and cap["bracket_per_s"][1] != bad
     assert calls[: k] == loads[: k] and calls[k + 2] != bad  # stepped around it, not stopped there

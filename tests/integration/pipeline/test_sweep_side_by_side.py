@@ -158,7 +158,7 @@ def test_a_layout_that_fails_in_a_wave_does_not_stop_the_other(tmp_path: Path, m
     started: list[int] = []
 
     def wait_ready(self: LocalProcessTarget, dep: Any, timeout_s: float) -> None:
-        if dep.layout_str == "tp4x2":  # as if one of its engines died while loading
+        if dep.name == "tp4x2":  # as if one of its engines died while loading
             started.extend(h.popen.pid for h in dep.handles)
             raise EngineDied("tp4x2-r1-p0 exited with code 1 before it was ready")
         real_wait(self, dep, timeout_s)

@@ -59,7 +59,7 @@ def test_no_layout_meets_an_impossible_slo_exit_3(tmp_path: Path, orch: Orch, si
 
 
 def test_resume_finishes_an_interrupted_run(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> None:
-    from orchestrator.pipeline.sweep import Sweep
+    from orchestrator.pipeline.sweep import Sweep, one_candidate
     from orchestrator.spec.load import load_spec
     from orchestrator.store.db import Store
 
@@ -80,7 +80,7 @@ def test_resume_finishes_an_interrupted_run(tmp_path: Path, orch: Orch, sim_spec
     store.create_run(
         run_id=sweep.run_id,
         spec_path=spec_path,
-        spec_json=sweep.spec.model_dump(mode="json"),
+        spec_json=sweep.ctx.spec.model_dump(mode="json"),
         spec_hash="h",
         engine="sim",
         engine_version=None,
@@ -90,7 +90,7 @@ def test_resume_finishes_an_interrupted_run(tmp_path: Path, orch: Orch, sim_spec
         hardware={},
         metadata={},
     )
-    sweep._one_layout(sweep.spec.layouts[0])
+    one_candidate(sweep.ctx, sweep.ctx.candidate(sweep.ctx.spec.layouts[0]))
     store.finish_run(sweep.run_id, "interrupted", None)
     first = store.points(sweep.run_id, "tp2")
     store.close()

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.layout import Layout
-from orchestrator.loadgen.bench import PointResult
+from orchestrator.candidate import Candidate
+from orchestrator.pipeline import sweep as sweep_module
+from orchestrator.pipeline.context import SweepContext
+from orchestrator.pipeline.points import Measured, PointFn, virtual_point_fn
 from orchestrator.pipeline.sweep import Sweep
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
@@ -24,41 +26,45 @@ class Quiet:
         return lambda *a, **k: None
 
 
-def _sweep(tmp_path: Path, bad_tries: dict[float, int]) -> tuple[Sweep, list[float]]:
+def _sweep(
+    tmp_path: Path, bad_tries: dict[float, int], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Sweep, list[float]]:
     """A virtual sweep whose first `bad_tries[rate]` measurements of a rate come back unreliable."""
     spec_path = write_spec(tmp_path, layouts=["tp2"])
     sweep = Sweep(load_spec(spec_path), Store(tmp_path / "r.db"), Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
-    real = sweep._virtual_point
     calls: list[float] = []
 
-    def patched(layout: Layout) -> Any:
-        run = real(layout)
+    def patched(ctx: SweepContext, candidate: Candidate) -> PointFn:
+        run = virtual_point_fn(ctx, candidate)
 
-        def point(rate: float, k: int) -> tuple[PointResult, dict[str, Any]]:
+        def point(rate: float, k: int) -> Measured:
             calls.append(rate)
-            result, extra = run(rate, k)
+            m = run(rate, k)
             if bad_tries.get(rate, 0) > 0:
                 bad_tries[rate] -= 1
-                result = replace(result, verdict=UNRELIABLE)
-            return result, extra
+                return replace(m, result=replace(m.result, verdict=UNRELIABLE))
+            return m
 
         return point
 
-    sweep._virtual_point = patched  # type: ignore[method-assign]
+    monkeypatch.setattr(sweep_module, "virtual_point_fn", patched)
     return sweep, calls
 
 
-def test_an_unreliable_point_is_measured_again_and_judged(tmp_path: Path) -> None:
-    sweep, calls = _sweep(tmp_path, {4.0: 1})
+def test_an_unreliable_point_is_measured_again_and_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep, calls = _sweep(tmp_path, {4.0: 1}, monkeypatch)
     result = sweep.run()
     assert calls == [4.0, 4.0]
     assert result.selection.sound and result.selection.winner == "tp2"
-    (point,) = sweep.store.points(sweep.run_id, "tp2")
+    (point,) = sweep.ctx.store.points(sweep.run_id, "tp2")
     assert point.passed and point.metrics["remeasured_because"] == UNRELIABLE
 
 
-def test_a_point_that_stays_unjudged_makes_the_decision_not_sound(tmp_path: Path) -> None:
-    sweep, calls = _sweep(tmp_path, {4.0: 2})
+def test_a_point_that_stays_unjudged_makes_the_decision_not_sound(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep, calls = _sweep(tmp_path, {4.0: 2}, monkeypatch)
     result = sweep.run()
     assert calls == [4.0, 4.0]
     assert not result.selection.sound and result.selection.unjudged == ("tp2 rate=4/s",)
@@ -71,13 +77,11 @@ def test_the_cli_says_which_points_and_exits_8(tmp_path: Path, monkeypatch: pyte
 
     from orchestrator.cli import main
 
-    real = Sweep._virtual_point
+    def always_unreliable(ctx: SweepContext, candidate: Candidate) -> PointFn:
+        run = virtual_point_fn(ctx, candidate)
+        return lambda rate, k: Measured(replace(run(rate, k).result, verdict=UNRELIABLE), {})
 
-    def always_unreliable(self: Sweep, layout: Layout) -> Any:
-        run = real(self, layout)
-        return lambda rate, k: (replace(run(rate, k)[0], verdict=UNRELIABLE), {})
-
-    monkeypatch.setattr(Sweep, "_virtual_point", always_unreliable)
+    monkeypatch.setattr(sweep_module, "virtual_point_fn", always_unreliable)
     monkeypatch.setattr(sys, "argv", ["orch", "sweep", write_spec(tmp_path, layouts=["tp2"]),
                                       "--store", str(tmp_path / "cli.db")])
     with pytest.raises(SystemExit) as exit_info:

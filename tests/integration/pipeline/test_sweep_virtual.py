@@ -123,9 +123,10 @@ def test_served_sweep_prunes_a_predicted_clear_loser_and_measure_all_forces_it(
 def test_an_interrupted_capacity_search_resumes_from_its_stored_points(
     tmp_path: Path, sim_spec: SimSpec
 ) -> None:
-    from orchestrator.pipeline.sweep import Sweep
+    from orchestrator.pipeline.sweep import Sweep, one_candidate
     from orchestrator.spec.load import load_spec
     from orchestrator.store.db import Store
+    from orchestrator.store.extras import SideRecords, SweepMode
 
     class Quiet:
         def __getattr__(self, name: str) -> object:
@@ -138,11 +139,12 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(
     store = Store(db)
     sweep = Sweep(load_spec(spec_path), store, Quiet(), spec_path=spec_path)  # type: ignore[arg-type]
     full = Sweep(load_spec(spec_path), Store(tmp_path / "full.db"), Quiet()).run()  # type: ignore[arg-type]
-    store.create_run(run_id=sweep.run_id, spec_path=spec_path, spec_json=sweep.spec.model_dump(mode="json"),
+    store.create_run(run_id=sweep.run_id, spec_path=spec_path,
+                     spec_json=sweep.ctx.spec.model_dump(mode="json"),
                      spec_hash="h", engine="sim", engine_version=None, model="qwen2.5-7b",
                      model_config_hash=None, orch_version="t", hardware={}, metadata={})
-    store.set_extra(sweep.run_id, "sweep", {"mode": "virtual"})
-    sweep._one_layout(sweep.spec.layouts[0])
+    SideRecords(store, sweep.run_id).set_sweep(SweepMode("virtual", "auto"))
+    one_candidate(sweep.ctx, sweep.ctx.candidate(sweep.ctx.spec.layouts[0]))
     first = [(p.label, p.metrics) for p in store.points(sweep.run_id, "tp2")]
     store.finish_run(sweep.run_id, "interrupted", None)
     store.close()

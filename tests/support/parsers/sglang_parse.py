@@ -17,6 +17,7 @@ FIELDS = (
     "ep_num_redundant_experts", "moe_a2a_backend", "nnodes", "node_rank", "dist_init_addr", "host", "port",
     "enable_metrics", "context_length", "max_running_requests", "chunked_prefill_size",
     "mem_fraction_static", "kv_cache_dtype", "quantization", "served_model_name", "base_gpu_id",
+    "page_size", "disable_radix_cache",
 )
 
 

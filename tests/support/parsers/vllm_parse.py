@@ -19,7 +19,8 @@ FIELDS = (
     "headless", "enable_expert_parallel", "enable_eplb", "eplb_config", "all2all_backend", "nnodes",
     "node_rank", "master_addr", "master_port", "distributed_executor_backend", "host", "port",
     "max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "kv_cache_dtype",
-    "quantization", "enforce_eager", "served_model_name",
+    "quantization", "enforce_eager", "served_model_name", "block_size", "enable_chunked_prefill",
+    "enable_prefix_caching",
 )
 
 

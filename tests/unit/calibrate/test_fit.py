@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.calibrate.fit import MeasuredPoint, predict_point
+from orchestrator.calibrate.fitting import MeasuredPoint, predict_point
 from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
@@ -165,14 +165,14 @@ def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
     # The profile applies on top of the preset, the spec's overrides on top of the profile.
     assert gpu.hbm_efficiency == hbm and gpu.step_overhead_s == 1e-3 and gpu.profile == "vllm-h100-sxm"
     # A simulated server deployed from the spec models the same hardware.
-    from orchestrator.engines.sim import sim_args_from_spec
+    from orchestrator.compile import sim_options
 
-    args = sim_args_from_spec(spec)
+    args = sim_options(spec).argv()
     assert f"hbm_efficiency={hbm!r}" in args and "step_overhead_s=0.001" in args
 
 
 def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, Path, str]) -> None:
-    from orchestrator.calibrate.fit import fit
+    from orchestrator.calibrate.fitting import fit
     from orchestrator.errors import SpecError
 
     tmp = measured[0]

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.catalog.loader import load_gpu
 from orchestrator.catalog.profiles import default_profile, load_profile, profile_names
-from orchestrator.engines.sim import sim_args_from_spec
+from orchestrator.compile import sim_options
 from orchestrator.plan.from_spec import constants_line, effective_constants, plan_inputs, resolved_profile
 from orchestrator.plan.run import make_plan
 from orchestrator.spec.models import SweepSpec
@@ -65,7 +65,7 @@ def test_no_profile_of_another_engine_applies(engine: str) -> None:
     assert plan_inputs(spec).gpu.hbm_efficiency == load_gpu("h100-sxm").hbm_efficiency
     assert effective_constants(spec) == {}
     if engine == "sim":
-        assert not any("hbm_efficiency" in a for a in sim_args_from_spec(spec))
+        assert not any("hbm_efficiency" in a for a in sim_options(spec).argv())
 
 
 def test_a_named_profile_wins_over_the_default() -> None:

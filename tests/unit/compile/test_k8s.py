@@ -25,6 +25,7 @@ from orchestrator.layout import parse_layout
 from orchestrator.spec.targets import KubernetesTarget
 from tests.support.k8s_plans import (
     MODEL,
+    candidate,
     options,
     real_vllm_plan,
     sglang_multi_node_plan,
@@ -159,7 +160,8 @@ def test_sglang_dist_init_addr_three_nodes() -> None:
 
 def test_sglang_probes_outwait_its_health_endpoint() -> None:
     # SGLang's health endpoints take at least 1 s (a real decode step): the probes must wait longer.
-    plan = SGLANG.launch_plan(parse_layout("tp8"), EngineOptions(model=MODEL), Placement(nodes=("10.0.0.1",)))
+    where = Placement(nodes=("10.0.0.1",))
+    plan = SGLANG.launch_plan(candidate("tp8", "sglang"), EngineOptions(model=MODEL), where)
     dep, _ = build_objects(plan, parse_layout("tp8"), options())
     c = dep["spec"]["template"]["spec"]["containers"][0]
     for probe in ("startupProbe", "readinessProbe"):
@@ -189,7 +191,7 @@ def test_workers_that_differ_otherwise_are_refused() -> None:
     odd = ProcessSpec((*p.argv, "--seed", "x"), p.env, p.node_index, p.gpu_ids, p.ports)
     bad = ReplicaPlan((*rep.processes[:2], odd), rep.health_url, rep.openai_base_url)
     with pytest.raises(SpecError, match="worker nodes of a replica differ"):
-        leader_worker_set(LaunchPlan("vllm", "dp24", (bad,)), parse_layout("dp24"), options())
+        leader_worker_set(LaunchPlan("vllm", candidate("dp24"), (bad,)), parse_layout("dp24"), options())
 
 
 def test_dollar_in_user_argv_stays_literal() -> None:
@@ -198,7 +200,7 @@ def test_dollar_in_user_argv_stays_literal() -> None:
     proc = rep.processes[0]
     odd = ProcessSpec((*proc.argv, "--chat-template", "x$(y)"), proc.env, 0, proc.gpu_ids, proc.ports)
     plan2 = LaunchPlan(
-        plan.engine, plan.layout_str, (ReplicaPlan((odd,), rep.health_url, rep.openai_base_url),)
+        plan.engine, plan.candidate, (ReplicaPlan((odd,), rep.health_url, rep.openai_base_url),)
     )
     dep = deployment(plan2, parse_layout("tp8"), options())
     assert dep["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "x$$(y)"
@@ -259,7 +261,7 @@ def test_replicas_that_differ_are_refused() -> None:
     p = r1.processes[0]
     changed = ProcessSpec((*p.argv, "--seed", "7"), p.env, p.node_index, p.gpu_ids, p.ports)
     bad = LaunchPlan(
-        plan.engine, plan.layout_str, (r0, ReplicaPlan((changed,), r1.health_url, r1.openai_base_url))
+        plan.engine, plan.candidate, (r0, ReplicaPlan((changed,), r1.health_url, r1.openai_base_url))
     )
     with pytest.raises(SpecError, match="replica 1 runs a different command"):
         deployment(bad, parse_layout("tp4x2"), options())

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from orchestrator.candidate import Candidate
 from orchestrator.cli import app
-from orchestrator.compile import compile_layout, to_json, to_shell
+from orchestrator.compile import engine_options, placement, prepare, to_json, to_shell
 from orchestrator.compile.shell import command_line, node_script
 from orchestrator.engines import get_engine
-from orchestrator.engines.base import EngineOptions, Placement, ProcessSpec
-from orchestrator.engines.from_spec import engine_options, placement
+from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement, ProcessSpec
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
+from orchestrator.plan.from_spec import engine_settings
 from orchestrator.spec import SweepSpec, parse_spec
 from tests.support.paths import ROOT
 
@@ -34,6 +35,16 @@ def spec(nodes: int = 1, model: str = "name: qwen2.5-72b") -> SweepSpec:
     return parse_spec(SPEC.replace("NODES", str(nodes)).replace("name: qwen2.5-72b", model))
 
 
+# The spec's settings, and vLLM 0.33's defaults for the rest, stated as flags.
+FLAGS = ("--max-model-len 8192 --max-num-seqs 128 --max-num-batched-tokens 8192 "
+         "--gpu-memory-utilization 0.92 --block-size 16 --enable-chunked-prefill --enable-prefix-caching")
+
+
+def launch(engine: str, layout: str, where: Placement | None = None) -> LaunchPlan:
+    candidate = Candidate(parse_layout(layout), engine_settings(spec(), engine=engine))
+    return get_engine(engine).launch_plan(candidate, EngineOptions(model="m"), where or Placement())
+
+
 def test_command_line_quotes_env_and_argv() -> None:
     proc = ProcessSpec(argv=("vllm", "serve", "m", "--eplb-config", '{"a": 1}'),
                        env=(("VLLM_CPU_OMP_THREADS_BIND", "0|1"), ("X", "a b")))  # fmt: skip
@@ -43,17 +54,17 @@ def test_command_line_quotes_env_and_argv() -> None:
 
 
 def test_single_process_node_runs_in_foreground() -> None:
-    plan = get_engine("vllm").launch_plan(parse_layout("tp8"), EngineOptions(model="m"), Placement())
+    plan = launch("vllm", "tp8")
     assert node_script(plan, 0, ("127.0.0.1",)) == (
         "# === vllm tp8: node 0 (127.0.0.1) ===\n"
         "# replica 0, leader: ready at http://127.0.0.1:8000/health, "
         "OpenAI API at http://127.0.0.1:8000/v1\n"
-        "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve m -tp 8 --host 0.0.0.0 --port 8000\n"
+        f"CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve m -tp 8 {FLAGS} --host 0.0.0.0 --port 8000\n"
     )
 
 
 def test_replicas_on_one_node_run_side_by_side() -> None:
-    plan = get_engine("vllm").launch_plan(parse_layout("tp4x2"), EngineOptions(model="m"), Placement())
+    plan = launch("vllm", "tp4x2")
     lines = node_script(plan, 0).splitlines()
     assert lines[0] == "# === vllm tp4x2: node 0 ==="
     assert lines[2].startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve") and lines[2].endswith(" &")
@@ -65,7 +76,7 @@ def test_replicas_on_one_node_run_side_by_side() -> None:
 
 def test_multi_node_script_has_one_block_per_node() -> None:
     nodes = ("10.0.0.1", "10.0.0.2")
-    plan = get_engine("vllm").launch_plan(parse_layout("tp8pp2"), EngineOptions(model="m"), Placement(nodes))
+    plan = launch("vllm", "tp8pp2", Placement(nodes))
     text = to_shell(plan, nodes)
     assert text.startswith("#!/usr/bin/env bash\n")
     assert "# === vllm tp8pp2: node 0 (10.0.0.1) ===" in text
@@ -75,7 +86,7 @@ def test_multi_node_script_has_one_block_per_node() -> None:
 
 
 def test_to_json_round_trips_argv() -> None:
-    plan = get_engine("sglang").launch_plan(parse_layout("dp8ep"), EngineOptions(model="m"), Placement())
+    plan = launch("sglang", "dp8ep")
     data = json.loads(json.dumps(to_json(plan, ("127.0.0.1",), ["a warning"])))
     assert data["engine"] == "sglang" and data["layout"] == "dp8ep"
     assert data["nodes"] == ["127.0.0.1"] and data["warnings"] == ["a warning"]
@@ -87,8 +98,7 @@ def test_to_json_round_trips_argv() -> None:
 def test_engine_options_from_spec() -> None:
     opts = engine_options(spec(), num_redundant_experts=0)
     assert opts == EngineOptions(
-        model="Qwen/Qwen2.5-72B-Instruct", max_model_len=8192, max_num_seqs=128, gpu_memory_utilization=0.9,
-        kv_cache_dtype="fp8", extra_args=("--trust-remote-code",),
+        model="Qwen/Qwen2.5-72B-Instruct", kv_cache_dtype="fp8", extra_args=("--trust-remote-code",),
     )  # fmt: skip
 
 
@@ -130,9 +140,9 @@ def test_engine_env_and_sim_model() -> None:
     assert engine_options(spec(model="name: my-own-model"), engine="sim").model == "my-own-model"
 
 
-def test_compile_layout_warns_for_sglang_on_cpu() -> None:
+def test_prepare_warns_for_sglang_on_cpu() -> None:
     text = SPEC.replace("gpu: h100-sxm", "gpu: cpu").replace("NODES", "1, gpus_per_node: 2")
-    out = compile_layout(parse_spec(text), parse_layout("tp2"), "sglang")
+    out = prepare(parse_spec(text), parse_layout("tp2"), engine="sglang")
     assert out.plan.engine == "sglang"
     assert any("cannot serve on CPU" in w for w in out.warnings)
 

@@ -13,10 +13,12 @@ from orchestrator.deploy.packing import Placed, nodes_held, pack
 from orchestrator.engines.base import Placement, assign_slots, placement_problems
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
-from orchestrator.pipeline.side_by_side import placement_lines, side_by_side_on, waves
+from orchestrator.pipeline.context import side_by_side_on
+from orchestrator.pipeline.side_by_side import placement_lines, waves
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import Store
+from orchestrator.store.extras import SideRecords
 
 Blocks = list[list[tuple[int, tuple[int, ...]]]]
 
@@ -164,7 +166,7 @@ def _sweep_waves(tmp_path: Path, nodes: int, served: bool) -> list[list[str]]:
     spec = _spec(nodes)
     sweep = Sweep(spec, Store(tmp_path / f"r{nodes}{served}.db"), _Quiet(),  # type: ignore[arg-type]
                   options=SweepOptions(served=served, side_by_side="on"))
-    return [[str(p.layout) for p in w] for w in waves(sweep, spec.layouts)]
+    return [[c.name for c in w] for w in waves(sweep.ctx, [sweep.ctx.candidate(x) for x in spec.layouts])]
 
 
 def test_a_sweep_on_one_node_stays_sequential(tmp_path: Path) -> None:
@@ -185,14 +187,18 @@ def test_placed_to_dict_names_nodes() -> None:
 
 
 def test_a_real_engine_is_pinned_to_its_share() -> None:
-    from orchestrator.engines import get_engine
+    from orchestrator.candidate import Candidate
+    from orchestrator.catalog.loader import load_gpu, load_model
+    from orchestrator.engines import get_engine, resolve_settings
     from orchestrator.engines.base import EngineOptions
 
     # tp4x2 on node1 of a wave whose tp8 holds node0: CUDA_VISIBLE_DEVICES per replica, on node1
     (wave,) = pack([parse_layout("tp8"), parse_layout("tp4x2")], 2, 8)
     where = Placement(("node0", "node1"), 8, base_port=20000, usable_gpus=wave[1].usable_gpus(2))
     for engine in ("vllm", "sglang"):
-        plan = get_engine(engine).launch_plan(parse_layout("tp4x2"), EngineOptions(model="m"), where)
+        settings = resolve_settings(engine, load_gpu("h100-sxm"), load_model("qwen2.5-7b"))
+        candidate = Candidate(parse_layout("tp4x2"), settings)
+        plan = get_engine(engine).launch_plan(candidate, EngineOptions(model="m"), where)
         procs = [p for r in plan.replicas for p in r.processes]
         assert [(p.node_index, p.env_dict["CUDA_VISIBLE_DEVICES"]) for p in procs] == [
             (1, "0,1,2,3"), (1, "4,5,6,7")
@@ -225,12 +231,13 @@ def _ray_sweep_waves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int
     spec = _spec(nodes, "vllm", kind="ray").model_copy(update={"layouts": [parse_layout(x) for x in layouts]})
     sweep = Sweep(spec, Store(tmp_path / f"r{len(node_gpus)}.db"), _Quiet(),  # type: ignore[arg-type]
                   options=SweepOptions(served=True, side_by_side="on", workdir=str(tmp_path / "w")))
-    sweep.store.create_run(
+    sweep.ctx.store.create_run(
         run_id=sweep.run_id, spec_path=None, spec_json=spec.model_dump(mode="json"), spec_hash="x",
         engine="vllm", engine_version=None, model="m", model_config_hash=None, orch_version="0",
         hardware={}, metadata={},
     )
-    return [[str(p.layout) for p in w] for w in waves(sweep, spec.layouts)], sweep
+    candidates = [sweep.ctx.candidate(x) for x in spec.layouts]
+    return [[c.name for c in w] for w in waves(sweep.ctx, candidates)], sweep
 
 
 def test_on_ray_the_waves_are_sized_from_the_cluster_when_it_has_less(
@@ -239,7 +246,8 @@ def test_on_ray_the_waves_are_sized_from_the_cluster_when_it_has_less(
     # The spec claims 3 nodes of 8; the cluster has two: tp4 waits for a second wave, and one line says why.
     got, sweep = _ray_sweep_waves(tmp_path, monkeypatch, 3, [8.0, 8.0], ("tp8", "tp4x2", "tp4"))
     assert got == [["tp8", "tp4x2"], ["tp4"]]
-    cluster = sweep.store.extras(sweep.run_id, "cluster")["cluster"]
+    cluster = SideRecords(sweep.ctx.store, sweep.run_id).cluster()
+    assert cluster is not None
     assert cluster["packed_nodes"] == 2 and cluster["ray_node_gpus"] == [8.0, 8.0]
     assert cluster["note"].startswith("side by side: the spec claims 3 x 8 GPUs, the Ray cluster at")
     assert "has 16 (2 nodes); layouts share it as 2 x 8" in cluster["note"]
@@ -251,6 +259,6 @@ def test_on_ray_a_cluster_as_big_as_the_spec_changes_nothing(
 ) -> None:
     got, sweep = _ray_sweep_waves(tmp_path, monkeypatch, 2, [16.0])
     assert got == [["tp8", "tp4x2"]]
-    assert sweep.store.extras(sweep.run_id, "cluster") == {}
+    assert SideRecords(sweep.ctx.store, sweep.run_id).cluster() is None
     got, _ = _ray_sweep_waves(tmp_path, monkeypatch, 2, [8.0, 0.0])  # 8 of the 16 claimed
     assert got == [["tp8"], ["tp4x2"]]

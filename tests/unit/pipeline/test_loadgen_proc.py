@@ -90,10 +90,10 @@ def test_a_closed_wave_cancels_pending_and_later_calls() -> None:
 def test_the_worker_forwards_per_request_progress_and_point_hands_it_on() -> None:
     import multiprocessing
 
-    from orchestrator.pipeline.loadgen_proc import LoadgenProcess, _Forward
+    from orchestrator.pipeline.loadgen_proc import LoadgenProcess, ProgressForward
 
     parent, child = multiprocessing.Pipe()
-    fwd = _Forward(child)
+    fwd = ProgressForward(child)
     fwd.begin("rate=2/s", 3)
     for _ in range(3):
         fwd.append(None)  # type: ignore[arg-type]  # the record itself is not sent, only the count
@@ -111,7 +111,7 @@ def test_the_worker_forwards_per_request_progress_and_point_hands_it_on() -> Non
     proc._conn = parent
     real_send = parent.send
     parent.send = lambda msg: sent.append(msg)  # type: ignore[method-assign]
-    result = proc.point("P", 3, 0, threading.Event(),  # type: ignore[arg-type]
+    result = proc.point("P", 3, 0, threading.Event(),  # type: ignore[arg-type]  # "P": any point will do
                         lambda label, done, total: heard.append((label, done, total)))
     parent.send = real_send  # type: ignore[method-assign]
     assert result == ("the result", {"series": 1})

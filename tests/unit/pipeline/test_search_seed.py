@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.layout import parse_layout
 from orchestrator.pipeline.capacity import GROWTH_FROM_PLANNER
+from orchestrator.pipeline.points import plan_row, planner_seed
 from orchestrator.pipeline.predict import PLANNER_CONCURRENCY_OVERESTIMATE, PLANNER_OVERESTIMATE
 from orchestrator.pipeline.sweep import Sweep
 from orchestrator.plan.run import make_plan
@@ -31,7 +32,7 @@ def test_the_sweeps_plan_is_orch_plans_and_seeds_the_search(tmp_path: Path) -> N
     spec = load_spec(ROOT / "layouts" / "qwen72b.yaml")
     sweep = Sweep(spec, Store(tmp_path / "r.db"), _Quiet())  # type: ignore[arg-type]
     layout = parse_layout("tp8")
-    row = sweep._plan(layout)
+    row = plan_row(sweep.ctx, sweep.ctx.candidate(layout))
     (planned,) = make_plan(spec, layouts=[layout]).rows
     assert row.best is not None and planned.best is not None
     assert row.best == planned.best  # same batch, same prefill-charged throughput and ITL
@@ -40,7 +41,7 @@ def test_the_sweeps_plan_is_orch_plans_and_seeds_the_search(tmp_path: Path) -> N
     (alone,) = make_plan(spec, layouts=[layout], charge_prefill=False).rows
     assert alone.best is not None
     assert alone.best.output_tokens_per_s_per_gpu > row.best.output_tokens_per_s_per_gpu
-    seed, source, growth = sweep._planner_seed(layout, row)
+    seed, source, growth = planner_seed(sweep.ctx, sweep.ctx.candidate(layout), row)
     # Requests/s: tokens/s per GPU x 8 GPUs / 256 mean output tokens (qwen72b.yaml), / 1.25.
     assert PLANNER_OVERESTIMATE == 1.25 and growth == GROWTH_FROM_PLANNER
     assert seed == pytest.approx(row.best.output_tokens_per_s_per_gpu * 8 / 256 / 1.25)
@@ -56,8 +57,8 @@ def test_a_closed_loops_seed_is_the_planners_best_batch_on_every_engine(tmp_path
     assert PLANNER_CONCURRENCY_OVERESTIMATE == 1.0
     for name, engines in (("tp8", 1), ("tp4x2", 2)):
         layout = parse_layout(name)
-        row = sweep._plan(layout)
+        row = plan_row(sweep.ctx, sweep.ctx.candidate(layout))
         assert row.best is not None
-        seed, source, growth = sweep._planner_seed(layout, row)
+        seed, source, growth = planner_seed(sweep.ctx, sweep.ctx.candidate(layout), row)
         assert seed == row.best.batch * engines and growth == GROWTH_FROM_PLANNER
         assert source.startswith("planner (best batch")

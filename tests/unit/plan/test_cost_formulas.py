@@ -14,6 +14,7 @@ from orchestrator.plan.comm import allreduce_time_s
 from orchestrator.plan.memory import stage_layer_counts
 from orchestrator.plan.params import count_params
 from orchestrator.plan.planner import PlanInputs, layout_cost
+from tests.support.engines import fixed_settings
 
 DSV3 = load_model("deepseek-v3")
 QWEN = load_model("qwen2.5-72b")
@@ -22,7 +23,7 @@ H200 = load_gpu("h200")
 
 def _ds(gpu=H200, **kw) -> PlanInputs:  # type: ignore[no-untyped-def]
     return PlanInputs(cfg=DSV3, gpu=gpu, cluster=Cluster(1, 8), weight_dtype="fp8",
-                      weight_bytes_per_value=1.0, max_model_len=8192, **kw)
+                      weight_bytes_per_value=1.0, settings=fixed_settings(8192), **kw)
 
 
 def test_mla_decode_attention_in_the_absorbed_form() -> None:
@@ -89,7 +90,7 @@ def test_moe_experts_have_their_own_efficiency() -> None:
 
 def test_fixed_step_overhead_beside_the_bandwidth_term() -> None:
     gpu = replace(load_gpu("h100-sxm"), step_overhead_s=2e-3)
-    inp = PlanInputs(cfg=QWEN, gpu=gpu, cluster=Cluster(1, 8), max_model_len=8192)
+    inp = PlanInputs(cfg=QWEN, gpu=gpu, cluster=Cluster(1, 8), settings=fixed_settings(8192))
     cost = layout_cost(inp, parse_layout("tp8"))
     for batch in (8, 500):
         p = cost.step(batch, batch * 1000, batch * 1000)

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.catalog.loader import load_gpu
 from orchestrator.catalog.types import override_keys
-from orchestrator.engines.sim import sim_args_from_spec
+from orchestrator.compile import sim_options
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
@@ -53,7 +53,7 @@ def test_every_constant_is_settable() -> None:
 
 def test_the_simulated_server_gets_the_same_hardware() -> None:
     spec = _spec("{intra_node: {bandwidth_bytes_per_s: 25.0e+9}, step_overhead_s: 3.0e-3}")
-    args = list(sim_args_from_spec(spec))
+    args = list(sim_options(spec).argv())
     assert "intra_node.bandwidth_bytes_per_s=25000000000.0" in args and "step_overhead_s=0.003" in args
     server = server_from_args(parse_args([*args, "--layout", "tp8", "--port", "1"]))
     gpu = server.engines[0].cost.gpu

@@ -65,9 +65,11 @@ def test_prefill_charge_by_hand() -> None:
     layout = parse_layout("tp8")
     cost = layout_cost(inputs, layout)
     kv = kv_capacity_tokens(inputs, cost)[0]
+    assert inputs.max_num_batched_tokens == 8192  # vLLM's default on an H100
     # 64 sequences at 4,250 context; 4,000-token prompts, 500-token answers, budget 8,192 tokens:
     # each prompt goes in one chunk of 4,000 tokens, and 64/500 = 12.8% of the steps carry one.
-    est = decode_estimate(cost, layout, 64, 4250, kv, prompt_tokens=4000, output_tokens=500)
+    est = decode_estimate(cost, layout, 64, 4250, kv, prompt_tokens=4000, output_tokens=500,
+                          step_budget_tokens=inputs.max_num_batched_tokens)
     decode_s = cost.decode_round_s(64, 4250)[1]
     pairs = 4000 * 4001 / 2
     chunk_s = cost.round_s(64 + 4000, 64 * 4250, 64 * 4250 + pairs, 65, prefill_pairs=pairs)
@@ -76,7 +78,7 @@ def test_prefill_charge_by_hand() -> None:
     assert est.itl_ms == pytest.approx(mean_s * 1e3)
     assert est.output_tokens_per_s_per_gpu == pytest.approx(64 / mean_s / 8)
     # Decode alone would claim ~4x the throughput: the 4,000-token chunk is ~200 ms of compute.
-    alone = decode_estimate(cost, layout, 64, 4250, kv)
+    alone = decode_estimate(cost, layout, 64, 4250, kv, step_budget_tokens=inputs.max_num_batched_tokens)
     assert alone.output_tokens_per_s_per_gpu > 2.4 * est.output_tokens_per_s_per_gpu
     assert math.isclose(alone.itl_ms, decode_s * 1e3)
     # A budget smaller than the prompt splits it into chunks of 2,048 - 64 = 1,984 tokens; the 512
@@ -87,7 +89,9 @@ def test_prefill_charge_by_hand() -> None:
     assert small.chunk_step_fraction == pytest.approx(512 / 1984)
     # Short answers need more prefill per step than one chunk: every step carries 64 x 32/4 = 512
     # tokens (several prompts); a batch that would need more than the budget cannot be kept full.
-    short = decode_estimate(cost, layout, 64, 40, kv, prompt_tokens=32, output_tokens=4)
+    short = decode_estimate(cost, layout, 64, 40, kv, prompt_tokens=32, output_tokens=4,
+                            step_budget_tokens=inputs.max_num_batched_tokens)
     assert short.chunk_step_fraction == 1.0 and short.prefill_chunk_tokens == 512
-    capped = decode_estimate(cost, layout, 256, 4250, kv, prompt_tokens=4000, output_tokens=100)
+    capped = decode_estimate(cost, layout, 256, 4250, kv, prompt_tokens=4000, output_tokens=100,
+                             step_budget_tokens=inputs.max_num_batched_tokens)
     assert capped.decoding == 8192 // 41

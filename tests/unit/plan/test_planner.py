@@ -15,6 +15,7 @@ from orchestrator.plan.enumerate import enumerate_layouts
 from orchestrator.plan.memory import kv_bytes_per_token, stage_layer_counts
 from orchestrator.plan.params import count_params
 from orchestrator.plan.planner import PlanInputs, layout_cost, plan_layout
+from tests.support.engines import fixed_settings
 
 QWEN = load_model("qwen2.5-72b")
 H100 = load_gpu("h100-sxm")
@@ -22,7 +23,7 @@ H100_IDEAL = load_gpu("h100-sxm", {"hbm_efficiency": 1.0, "compute_efficiency": 
 
 
 def _inputs(cfg=QWEN, gpu=H100, nodes=1, **kw) -> PlanInputs:  # type: ignore[no-untyped-def]
-    return PlanInputs(cfg=cfg, gpu=gpu, cluster=Cluster(nodes, 8), max_model_len=8192, **kw)
+    return PlanInputs(cfg=cfg, gpu=gpu, cluster=Cluster(nodes, 8), settings=fixed_settings(8192), **kw)
 
 
 def test_kv_bytes_per_token_anchor() -> None:
@@ -85,7 +86,7 @@ def test_rejections_name_the_reason() -> None:
     int4 = replace(inp, weight_dtype="int4", weight_bytes_per_value=0.5 + 2 / 128)
     reasons = plan_layout(int4, parse_layout("tp8")).rejected_because
     assert any("29568/8 = 3696 is not a multiple of 128" in r for r in reasons)
-    short = replace(inp, max_model_len=2_000_000)
+    short = replace(inp, settings=fixed_settings(2_000_000))
     assert "less than max_model_len" in plan_layout(short, parse_layout("tp8")).rejected_because[0]
 
 
@@ -173,7 +174,7 @@ def test_best_batch_respects_itl_bound() -> None:
 def test_redundant_experts_lower_the_ep_imbalance() -> None:
     ds = load_model("deepseek-v3")
     inp = PlanInputs(cfg=ds, gpu=load_gpu("h200"), cluster=Cluster(1, 8), weight_dtype="fp8",
-                     weight_bytes_per_value=1.0, max_model_len=8192)
+                     weight_bytes_per_value=1.0, settings=fixed_settings(8192))
     plain = layout_cost(inp, parse_layout("dp8ep"))
     eplb = layout_cost(replace(inp, num_redundant_experts=16), parse_layout("dp8ep"))
     assert eplb.expert_imbalance < plain.expert_imbalance

@@ -21,15 +21,16 @@ from orchestrator.sim.run import simulate_point
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.load import load_spec
 from tests.support.cli import Orch
+from tests.support.engines import LIMITS, fixed_settings
 from tests.support.paths import ROOT
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=8192)
+                    settings=fixed_settings(8192))
 
 
 def _engines(k: int = 1) -> list[EngineCore]:
     cost = layout_cost(INPUTS, parse_layout("tp8"))
-    return [EngineCore(cost, EngineConfig(kv_capacity_tokens=500_000)) for _ in range(k)]
+    return [EngineCore(cost, EngineConfig(kv_capacity_tokens=500_000, **LIMITS)) for _ in range(k)]
 
 
 def _max_in_flight(recs: list[RequestRecord]) -> int:

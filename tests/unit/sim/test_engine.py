@@ -15,14 +15,15 @@ from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan
 from orchestrator.sim.virtual import SimRequest, simulate
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=8192)
+                    settings=fixed_settings(8192))
 
 
 def _engine(layout: str = "tp8", **cfg: int) -> EngineCore:
     cost = layout_cost(INPUTS, parse_layout(layout))
-    config = EngineConfig(kv_capacity_tokens=cfg.pop("kv", 500_000), **cfg)
+    config = EngineConfig(kv_capacity_tokens=cfg.pop("kv", 500_000), **(LIMITS | cfg))
     return EngineCore(cost, config)
 
 
@@ -125,7 +126,7 @@ def test_littles_law_holds() -> None:
             return dt
 
     cost = layout_cost(INPUTS, parse_layout("tp8"))
-    eng = Counting(cost, EngineConfig(kv_capacity_tokens=500_000))
+    eng = Counting(cost, EngineConfig(kv_capacity_tokens=500_000, **LIMITS))
     recs, _ = simulate([eng], _poisson(800, 3.0, 800, 200))
     start, end = min(r.sent_s for r in recs), max(r.done_s or 0 for r in recs)
     queue_length = eng.weighted / (end - start)
@@ -141,7 +142,7 @@ def test_throughput_saturates_near_the_planned_capacity() -> None:
     span = max(r.done_s or 0 for r in recs) - min(r.sent_s for r in recs)
     measured = sum(r.output_tokens or 0 for r in recs) / span
     kv = kv_capacity_tokens(INPUTS, eng.cost)[0]
-    estimate = decode_estimate(eng.cost, parse_layout("tp8"), 64, 512 + 128, kv)
+    estimate = decode_estimate(eng.cost, parse_layout("tp8"), 64, 512 + 128, kv, step_budget_tokens=8192)
     planned = estimate.output_tokens_per_s_per_replica
     # Prefill steps take time that pure decode does not, so the simulated engine stays below the plan.
     assert 0.6 * planned < measured < planned
@@ -223,7 +224,7 @@ def test_kv_bound_burst_keeps_the_planned_throughput_with_few_preemptions() -> N
     from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens
 
     inputs = PlanInputs(cfg=load_model("llama-3.1-70b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                        max_model_len=8192)
+                        settings=fixed_settings(8192))
     layout = parse_layout("tp4")
     n, prompt, out = 1000, 4000, 1000
     eng = replica_engines(inputs, layout)[0]
@@ -234,7 +235,7 @@ def test_kv_bound_burst_keeps_the_planned_throughput_with_few_preemptions() -> N
     span = max(r.done_s or 0 for r in recs)
     simulated = n * out / span
     batch = min(kv // (prompt + out // 2), eng.config.max_num_seqs)
-    decode = decode_estimate(eng.cost, layout, batch, prompt + out // 2, kv)
+    decode = decode_estimate(eng.cost, layout, batch, prompt + out // 2, kv, step_budget_tokens=8192)
     prefill_s = eng.cost.step(prompt, 0, prompt * (prompt + 1) / 2).total_s
     planned = n * out / (n * prefill_s + n * out / batch * decode.itl_ms / 1e3)
     assert 0.8 * planned < simulated < 1.1 * planned

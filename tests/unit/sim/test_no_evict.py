@@ -13,9 +13,10 @@ from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore, StepPlan
 from orchestrator.sim.virtual import SimRequest, simulate
 from orchestrator.spec.models import SweepSpec
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("llama-3.1-8b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=4096)
+                    settings=fixed_settings(4096))
 CAPACITY, PROMPT, OUTPUT = 10_000, 1_000, 1_000
 
 
@@ -34,7 +35,7 @@ class Watching(EngineCore):
 
 def _run(reserve: bool) -> tuple[Watching, list[RequestRecord], int]:
     eng = Watching(layout_cost(INPUTS, parse_layout("tp1")),
-                   EngineConfig(kv_capacity_tokens=CAPACITY, reserve_whole_kv=reserve))
+                   EngineConfig(kv_capacity_tokens=CAPACITY, reserve_whole_kv=reserve, **LIMITS))
     recs, summary = simulate([eng], [SimRequest(str(i), 0.0, PROMPT, OUTPUT) for i in range(8)])
     return eng, recs, summary.preemptions
 
@@ -59,7 +60,7 @@ def test_vllm_policy_admits_on_the_first_chunk_and_preempts_as_sequences_grow() 
 
 
 def test_the_spec_selects_the_policy() -> None:
-    from orchestrator.engines.sim import sim_args_from_spec
+    from orchestrator.compile import sim_options
     from orchestrator.plan.from_spec import plan_inputs
     from orchestrator.sim.run import spec_engines
 
@@ -71,5 +72,5 @@ def test_the_spec_selects_the_policy() -> None:
     })
     engines = spec_engines(spec, plan_inputs(spec), parse_layout("tp1"))
     assert all(e.config.reserve_whole_kv for e in engines)
-    args = sim_args_from_spec(spec)
+    args = sim_options(spec).argv()
     assert args[args.index("--scheduler") + 1] == "guaranteed-no-evict"

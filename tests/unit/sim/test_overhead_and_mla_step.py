@@ -22,6 +22,7 @@ from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
 from orchestrator.spec.load import load_spec
+from tests.support.engines import LIMITS, fixed_settings
 from tests.support.paths import ROOT
 
 H100 = load_gpu("h100-sxm")
@@ -30,7 +31,7 @@ LLAMA8B = load_model("llama-3.1-8b")
 
 def _inputs(request_overhead_s: float) -> PlanInputs:
     gpu = replace(H100, request_overhead_s=request_overhead_s)
-    return PlanInputs(cfg=LLAMA8B, gpu=gpu, cluster=Cluster(1, 8), max_model_len=8192)
+    return PlanInputs(cfg=LLAMA8B, gpu=gpu, cluster=Cluster(1, 8), settings=fixed_settings(8192))
 
 
 # -- the per-request overhead ------------------------------------------------------------------------
@@ -90,7 +91,7 @@ def test_closed_loop_client_holds_its_slot_through_the_overhead() -> None:
 
 def test_a_request_too_long_for_the_cache_is_refused_after_the_overhead() -> None:
     cost = layout_cost(_inputs(3e-3), parse_layout("tp1"))
-    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=1000))
+    eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=1000, **LIMITS))
     records, summary = closed_loop([eng], [SimRequest("big", 0.0, 5000, 10), SimRequest("ok", 0.0, 100, 1)],
                                    1)
     big, ok = records
@@ -130,10 +131,10 @@ H200 = load_gpu("h200")
 
 def test_mixed_step_charges_mla_decodes_in_the_absorbed_form() -> None:
     inputs = PlanInputs(cfg=DSV3, gpu=H200, cluster=Cluster(1, 8), weight_dtype="fp8",
-                        weight_bytes_per_value=1.0, max_model_len=16384)
+                        weight_bytes_per_value=1.0, settings=fixed_settings(16384))
     cost = layout_cost(inputs, parse_layout("tp8"))
     eng = EngineCore(cost, EngineConfig(kv_capacity_tokens=10**6, max_num_seqs=64,
-                                        max_num_batched_tokens=200_000))
+                                        max_num_batched_tokens=200_000, block_tokens=16))
     for i in range(16):
         eng.add(Seq(f"d{i}", 8000, 100, 0.0))
     eng.complete(eng.schedule())  # all 16 prompts in one step; each has emitted its first token

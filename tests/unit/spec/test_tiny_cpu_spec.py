@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.engines.from_spec import is_cpu
+from orchestrator.compile import is_cpu
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import plan_layout
 from orchestrator.spec.load import load_spec

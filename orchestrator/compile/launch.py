@@ -1,13 +1,24 @@
-"""A SweepSpec becomes the engine-neutral EngineOptions and Placement (used by compile, sweep and sim)."""
+"""The one launch plan: a spec and a candidate (or a layout) become the engine's LaunchPlan on a
+placement, with the warnings to print. Every caller uses `prepare`: `orch compile`, the sweep (one
+layout at a time and side by side), consistency and promote. Pure: no cluster access.
+
+The spec's model and engine sections become the engine-neutral EngineOptions, its hardware and target
+the Placement; the engine turns them and the candidate (layout + resolved settings) into argv.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from orchestrator.engines.base import EngineOptions, Placement, SecretEnv
-from orchestrator.errors import SpecError
+from orchestrator.candidate import Candidate
+from orchestrator.engines import EngineOptions, LaunchPlan, Placement, SecretEnv, SimOptions, get_engine
+from orchestrator.errors import DeployError, SpecError
+from orchestrator.layout import Layout
+from orchestrator.plan.from_spec import effective_constants, engine_settings
 from orchestrator.spec.models import ModelSpec, SweepSpec
 from orchestrator.spec.targets import LocalTarget
 
@@ -44,7 +55,7 @@ def model_ref(model: ModelSpec, engine: str = "vllm") -> str:
 
     The sim loads no weights, so for it any name will do and nothing is checked on disk.
     """
-    if engine == "sim":
+    if get_engine(engine).simulated:
         return model.path or model.name or model.config_path or "model"
     if model.path:
         ref = model.path
@@ -71,6 +82,21 @@ def _engine_field(spec: SweepSpec, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def sim_options(spec: SweepSpec) -> SimOptions:
+    """The model shapes and hardware the simulated server models, from the spec."""
+    hw, model, e = spec.hardware, spec.model, spec.engine
+    return SimOptions(
+        model=model.name or model.config_path or "", gpu=hw.gpu, nodes=hw.nodes,
+        gpus_per_node=hw.gpus_per_node,
+        weight_dtype=model.weight_dtype, kv_cache_dtype=model.kv_cache_dtype,
+        quant_group_size=model.quant_group_size, time_scale=e.time_scale, scheduler=e.sim_scheduler,
+        runtime_reserve_bytes=e.runtime_reserve_bytes,
+        # The simulated load time is a tenth of the time allowed for readiness (at least 0.5 s, at most 5).
+        startup_s=None if e.startup_s is None else min(max(e.startup_s / 10, 0.5), 5.0),
+        gpu_overrides=tuple(sorted(effective_constants(spec).items())),
+    )
+
+
 def engine_options(
     spec: SweepSpec,
     *,
@@ -79,12 +105,14 @@ def engine_options(
     executor: Literal["mp", "ray"] | None = None,
     a2a_backend: str | None = None,
     extra_env: tuple[tuple[str, str], ...] = (),
+    served_model_name: str | None = None,
 ) -> EngineOptions:
     """EngineOptions from the spec's model and engine sections; keyword arguments override the spec.
 
     `engine` names the engine that will load the model (default: the spec's engine.name).
     """
     model, engine_spec = spec.model, spec.engine
+    name = engine or engine_spec.name
     quantization = None
     if model.weight_dtype == "fp8":
         quantization = "fp8"  # online FP8 of a bf16 checkpoint; int4 checkpoints declare their own method
@@ -99,11 +127,9 @@ def engine_options(
         # Only refines checks and the SGLang dp mapping; an unknown model is the planner's error to report.
         routed = load_model(model.name or model.config_path or "").num_routed_experts
     return EngineOptions(
-        model=model_ref(model, engine or engine_spec.name),
-        max_model_len=model.max_model_len,
-        max_num_seqs=engine_spec.max_num_seqs,
-        max_num_batched_tokens=engine_spec.max_num_batched_tokens,
-        gpu_memory_utilization=engine_spec.gpu_memory_utilization,
+        model=model_ref(model, name),
+        # The name clients ask for: a promoted layout keeps the one its run was measured with.
+        served_model_name=served_model_name,
         kv_cache_dtype=None if model.kv_cache_dtype == "auto" else model.kv_cache_dtype,
         quantization=quantization,
         enforce_eager=engine_spec.enforce_eager,
@@ -115,6 +141,7 @@ def engine_options(
         # The spec's engine.env first; variables given here win.
         extra_env=tuple(sorted((dict(engine_spec.env) | dict(extra_env)).items())),
         secret_env=secret_env(spec),
+        sim=sim_options(spec) if get_engine(name).simulated else None,
     )
 
 
@@ -160,3 +187,74 @@ def placement(spec: SweepSpec, node_addrs: tuple[str, ...] | None = None) -> Pla
         on_cpu=is_cpu(hw.gpu),
         bind_host=bind,
     )
+
+
+def to_json(
+    plan: LaunchPlan, nodes: Sequence[str] | None = None, warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The plan as a JSON-ready dict (`orch compile --format json`); with the node addresses and any
+    warnings when given."""
+    out = plan.to_dict()
+    if nodes is not None:
+        out["nodes"] = list(nodes)
+    if warnings:
+        out["warnings"] = list(warnings)
+    return out
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A candidate's launch plan on its placement, the options it came from and what to warn about."""
+
+    plan: LaunchPlan
+    placement: Placement
+    options: EngineOptions
+    warnings: tuple[str, ...]  # it compiles, but will not serve as expected (printed, not fatal)
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.plan.candidate
+
+    @property
+    def model_name(self) -> str:
+        """What the clients ask for."""
+        return self.options.served_model_name or self.options.model
+
+
+def prepare(
+    spec: SweepSpec,
+    what: Candidate | Layout,
+    where: Placement | None = None,
+    *,
+    engine: str | None = None,
+    node_addrs: tuple[str, ...] | None = None,
+    num_redundant_experts: int | None = None,
+    executor: Literal["mp", "ray"] | None = None,
+    a2a_backend: str | None = None,
+    served_model_name: str | None = None,
+    to_serve: bool = False,
+) -> Compiled:
+    """The launch plan of one candidate of a spec for its engine (or `engine`), on `where` (default: the
+    spec's placement, with `node_addrs` when given). A bare layout runs the engine's settings resolved
+    from the spec. `to_serve`: refuse (DeployError) what the engine can compile but not serve here."""
+    eng = get_engine(engine or spec.engine.name)
+    if isinstance(what, Candidate):
+        candidate = what
+    else:
+        candidate = Candidate(what, engine_settings(spec, engine=eng.name))
+    if candidate.settings.engine != eng.name:
+        raise SpecError(f"{candidate}: its settings are {candidate.settings.engine}'s, not {eng.name}'s; "
+                        "resolve them for the engine that runs it")
+    where = where or placement(spec, node_addrs)
+    layout = candidate.layout
+    if to_serve and (reasons := eng.unsupported(layout, where)):
+        raise DeployError(f"{eng.name} cannot run {layout}: " + "; ".join(reasons))
+    options = engine_options(
+        spec, engine=eng.name, num_redundant_experts=num_redundant_experts, executor=executor,
+        a2a_backend=a2a_backend, served_model_name=served_model_name,
+    )
+    plan = eng.launch_plan(candidate, options, where)
+    notes = eng.warnings(layout, where)
+    notes += [r for r in eng.unsupported(layout, where) if r not in notes]
+    return Compiled(plan=plan, placement=where, options=options, warnings=tuple(notes))
+

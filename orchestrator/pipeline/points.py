@@ -1,0 +1,249 @@
+"""A candidate's load points, as plain functions of the sweep's context: its plan row, the point
+function that measures one load point (in virtual time, or against a served deployment), and the one
+loop over load points (the spec's rate grid, or the capacity search of pipeline/capacity.py) that
+stores every point as it is measured. The same loop runs a lone candidate and each candidate of a
+side-by-side wave; only the point function differs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from orchestrator.candidate import Candidate
+from orchestrator.loadgen.bench import LoadPoint, PointResult
+from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
+from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
+from orchestrator.loadgen.metrics import finite
+from orchestrator.loadgen.spec_workload import slo_bounds
+from orchestrator.pipeline.capacity import (
+    GROWTH_FROM_PLANNER,
+    GROWTH_FROM_SIMULATOR,
+    Probe,
+    load_axis,
+    load_grid,
+    load_label,
+    load_point,
+    search_capacity,
+)
+from orchestrator.pipeline.context import SweepContext
+from orchestrator.pipeline.outcomes import point_outcome
+from orchestrator.pipeline.predict import (
+    planned_capacity_concurrency,
+    planned_capacity_rate,
+    predicted_metrics,
+    virtual_point,
+)
+from orchestrator.pipeline.repeats import measure_point, reseeded
+from orchestrator.pipeline.serving import Served
+from orchestrator.plan.from_spec import mean_tokens
+from orchestrator.plan.planner import PlanRow, plan_layout
+from orchestrator.plan.run import itl_bound_ms
+from orchestrator.selection import LayoutOutcome
+from orchestrator.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measurement of a load point: the result, what is stored beside it, and the engines' gauges
+    over it (stored after the point: the point comes first)."""
+
+    result: PointResult
+    extra: dict[str, Any]
+    series: dict[str, Any] = field(default_factory=dict)
+
+
+#: (load, try number k: measured with workload seed + k) -> the measurement
+PointFn = Callable[[float, int], Measured]
+
+
+class Bench(Protocol):
+    """Runs one load point against served endpoints (in this process, or in a load generator process
+    of its own side by side): the result and the scraped engine series."""
+
+    def point(
+        self, point: LoadPoint, num_requests: int | None, k: int
+    ) -> tuple[PointResult, dict[str, Any]]: ...
+
+
+def plan_row(ctx: SweepContext, candidate: Candidate) -> PlanRow:
+    """The candidate's row of `orch plan`, with the workload's prompt and answer lengths."""
+    w = ctx.spec.workload
+    prompt, output = mean_tokens(w.input_tokens), mean_tokens(w.output_tokens)
+    return plan_layout(
+        ctx.inputs.with_settings(candidate.settings), candidate.layout, prompt_tokens=prompt,
+        context_tokens=prompt + output // 2, itl_bound_ms=itl_bound_ms(ctx.spec),
+        output_tokens=output,  # charge the prefill, as `orch plan` does
+    )
+
+
+def virtual_point_fn(ctx: SweepContext, candidate: Candidate) -> PointFn:
+    """The candidate's point function in virtual time: the simulated engine, deterministic for a seed,
+    with its own gauges sampled as a served run scrapes /metrics."""
+    interval_s = ctx.opts.engine_metrics_interval_s
+    inputs = ctx.inputs.with_settings(candidate.settings)
+
+    def run(load: float, k: int) -> Measured:
+        point = load_point(ctx.spec.workload, load)
+        sp = virtual_point(reseeded(ctx.spec, k), inputs, candidate.layout, point.rate,
+                           ctx.opts.num_requests, point.concurrency, sample_interval_s=interval_s)
+        s = sp.summary
+        sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
+               "virtual_s": s.virtual_s}
+        series = series_to_dict(list(s.engine_samples), interval_s)
+        extra = {"measured_in": "virtual time", "sim": sim, "engine": summarize_series(series)}
+        return Measured(sp.result, extra, series)
+
+    return run
+
+
+def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, bench: Bench,
+                    beside: Mapping[str, Any] | None = None) -> PointFn:
+    """The candidate's point function on a served deployment: the load point through `bench`, the
+    engines checked alive after it, and the simulator's prediction of the same point stored beside it
+    (`beside`: more to store, e.g. which layouts ran alongside)."""
+
+    inputs = ctx.inputs.with_settings(candidate.settings)
+
+    def run(load: float, k: int) -> Measured:
+        point, n = load_point(ctx.spec.workload, load), ctx.opts.num_requests
+        result, series = bench.point(point, n, k)
+        served.check_alive()
+        extra = {
+            "predicted": predicted_metrics(reseeded(ctx.spec, k), inputs, candidate.layout, point.rate, n,
+                                           point.concurrency),
+            "engine": summarize_series(series),
+            **(beside or {}),
+        }
+        return Measured(result, extra, series)
+
+    return run
+
+
+def judge(ctx: SweepContext, result: PointResult, gpus: int) -> dict[str, Any]:
+    """The point's bootstrap intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
+    slo = slo_bounds(ctx.spec.slo)
+    iv = bootstrap_intervals(result.records, warmup_s=ctx.spec.workload.warmup_s, gpus=gpus, slo=slo,
+                             seed=ctx.spec.workload.seed)
+    return {"intervals": finite(iv), "slo_margin": slo_margin(iv, slo) if slo else None}
+
+
+def probe_of(result: PointResult, load: float) -> Probe:
+    v = result.judgement
+    return Probe(load, v.passed, v.text, judged=v.judged)
+
+
+def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, point_fn: PointFn) -> float:
+    """Measure and store the candidate's load points (the grid, or the capacity search with its
+    stored points reused); returns the seconds spent in load points."""
+    name, spec, gpus = candidate.name, ctx.spec, candidate.layout.gpus
+    stored = {p.label: p for p in ctx.store.points(ctx.run_id, name)}
+    by = load_axis(spec.workload)
+    spent = [0.0]
+
+    def probe(load: float) -> Probe:
+        label = load_label(by, load)
+        prior = stored.get(label)
+        if prior is not None:
+            v = Verdict.of(prior.passed, prior.verdict)
+            return Probe(load, v.passed, v.text, judged=v.judged,
+                         sure=prior.metrics.get("slo_margin") != "close")
+        ctx.obs.phase(name, f"bench {label}")
+        t0 = time.monotonic()
+        series: list[dict[str, Any]] = [{}]
+
+        def attempt(k: int) -> tuple[PointResult, dict[str, Any]]:
+            m = point_fn(load, k)
+            series[0] = m.series
+            return m.result, m.extra
+
+        # measured again when unjudged, repeated when close to the SLO (pipeline/repeats.py)
+        result, extra, judged = measure_point(
+            attempt, lambda r: judge(ctx, r, gpus), spec, gpus,
+            lambda what: ctx.obs.phase(name, f"bench {label} {what}"),
+        )
+        elapsed = time.monotonic() - t0
+        ctx.tally.point_s.append(elapsed)
+        spent[0] += elapsed
+        metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
+        rate = load if by == "rate" else None
+        # The point first: if the store fails, the journal has the measurement itself.
+        ctx.store.add_point(ctx.run_id, name, label, rate, result.passed, result.verdict, metrics,
+                            result.records)
+        if series[0]:
+            ctx.store.add_engine_metrics(ctx.run_id, name, label, series[0])
+        ctx.obs.point_done(name, result)
+        p = probe_of(result, load)
+        return Probe(p.load, p.passed, p.verdict, p.judged, sure=judged.get("slo_margin") != "close")
+
+    grid = load_grid(spec.workload, ctx.opts.rates)
+    if grid:
+        for load in grid:
+            probe(load)
+        return spent[0]
+    seed, source, growth = search_seed(ctx, candidate, row)
+    cap = search_capacity(name, probe, spec.workload.search, seed, source, growth, by)
+    ctx.records.set_capacity(name, cap.to_dict())
+    return spent[0]
+
+
+def predict_outcome(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> LayoutOutcome:
+    """The candidate's load points (grid or capacity search) through the simulator, not stored; its
+    predicted capacity is kept for the served search to start from."""
+    name, run = candidate.name, virtual_point_fn(ctx, candidate)
+    results: dict[float, PointResult] = {}
+    by = load_axis(ctx.spec.workload)
+
+    def probe(load: float) -> Probe:
+        results[load] = run(load, 0).result
+        return probe_of(results[load], load)
+
+    grid = load_grid(ctx.spec.workload, ctx.opts.rates)
+    if grid:
+        for load in grid:
+            probe(load)
+    else:
+        seed, source, growth = planner_seed(ctx, candidate, row)
+        cap = search_capacity(name, probe, ctx.spec.workload.search, seed, source, growth, by)
+        ctx.tally.predicted_capacity[name] = cap.capacity
+    gpus = candidate.layout.gpus
+    points = tuple(
+        point_outcome(r.point.label, r.point.rate, r.passed, r.verdict, finite(r.metrics.to_dict()), gpus)
+        for r in results.values()
+    )
+    return LayoutOutcome(name, gpus, "measured", None, points, searched=not grid)
+
+
+def search_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple[float, str, float]:
+    """Where a capacity search starts: served runs from the simulator's own capacity search (seconds
+    in virtual time, so the real engine spends its minutes near the answer), virtual runs from the
+    planner's estimate."""
+    if not ctx.served:
+        return planner_seed(ctx, candidate, row)
+    if candidate.name not in ctx.tally.predicted_capacity:
+        predict_outcome(ctx, candidate, row)
+    cap = ctx.tally.predicted_capacity.get(candidate.name)
+    if cap is None:
+        return planner_seed(ctx, candidate, row)
+    return cap, "simulator (virtual-time capacity search)", GROWTH_FROM_SIMULATOR
+
+
+def planner_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple[float, str, float]:
+    w, layout = ctx.spec.workload, candidate.layout
+    search = w.search
+    if load_axis(w) == "concurrency":
+        conc = planned_capacity_concurrency(row, layout.replicas * layout.dp)
+        if conc is None:
+            return search.min_concurrency * 8, "search bounds", GROWTH_FROM_PLANNER
+        return conc, "planner (best batch within the ITL bound, all engines)", GROWTH_FROM_PLANNER
+    planned = planned_capacity_rate(row, mean_tokens(w.output_tokens))
+    if planned is None:
+        return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
+    return planned, "planner (throughput within the ITL bound, prefill charged)", GROWTH_FROM_PLANNER
+
+
+__all__ = [
+    "Bench", "Measured", "PointFn", "measure_candidate", "plan_row", "planner_seed", "predict_outcome",
+    "search_seed", "served_point_fn", "virtual_point_fn",
+]
