@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.client import run_closed_loop as run_closed_loop
     from orchestrator.loadgen.client import run_open_loop as run_open_loop
     from orchestrator.loadgen.client import send_request as send_request
+    from orchestrator.loadgen.columns import GapSet as GapSet
+    from orchestrator.loadgen.columns import RequestColumns as RequestColumns
+    from orchestrator.loadgen.columns import columns_from_records as columns_from_records
     from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
     from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
     from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.metrics import compute_metrics as compute_metrics
     from orchestrator.loadgen.metrics import finite as finite
     from orchestrator.loadgen.metrics import meets_slo as meets_slo
+    from orchestrator.loadgen.metrics import metrics_of as metrics_of
     from orchestrator.loadgen.metrics import parse_slo as parse_slo
     from orchestrator.loadgen.metrics import slo_met as slo_met
     from orchestrator.loadgen.records import RequestRecord as RequestRecord
@@ -72,11 +76,15 @@ __getattr__, __all__ = lazy_face(__name__, {
         "Arrival", "ClientConfig", "Endpoint", "RequestSpec", "arrival_offsets", "run_closed_loop",
         "run_open_loop", "send_request",
     ),
+    "columns": ("GapSet", "RequestColumns", "columns_from_records",),
     "engine_metrics": (
         "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
     ),
     "intervals": ("bootstrap_intervals", "slo_margin", "straddled_bounds",),
-    "metrics": ("Distribution", "Metrics", "compute_metrics", "finite", "meets_slo", "parse_slo", "slo_met",),
+    "metrics": (
+        "Distribution", "Metrics", "compute_metrics", "finite", "meets_slo", "metrics_of", "parse_slo",
+        "slo_met",
+    ),
     "records": ("RequestRecord",),
     "search": (
         "SearchResult", "bracket", "check_bounds", "next_concurrency", "next_rate", "search_rate", "verdict",

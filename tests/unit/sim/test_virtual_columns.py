@@ -14,15 +14,17 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.virtual import SimRequest, closed_loop, closed_loop_columns, simulate, simulate_columns
+from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
-                    max_model_len=8192)
+                    settings=fixed_settings(8192))
 SLO = {"ttft_p99_ms": 400.0, "itl_p99_ms": 30.0, "itl_token_p50_ms": 25.0, "tpot_p90_ms": 28.0}
 
 
 def _engines(n: int, kv: int) -> list[EngineCore]:
     cost = layout_cost(INPUTS, parse_layout("tp8"))
-    return [EngineCore(cost, EngineConfig(kv_capacity_tokens=kv, max_num_seqs=16)) for _ in range(n)]
+    limits = LIMITS | {"max_num_seqs": 16}
+    return [EngineCore(cost, EngineConfig(kv_capacity_tokens=kv, **limits)) for _ in range(n)]
 
 
 def _requests(n: int, rate: float, seed: int) -> list[SimRequest]:
