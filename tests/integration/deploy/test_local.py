@@ -226,7 +226,8 @@ def test_an_engine_log_flood_is_bounded_and_keeps_its_last_lines(tmp_path: Path)
             "print('the last words', flush=True); sys.exit(3)")
     proc = ProcessSpec(argv=(sys.executable, "-c", code))
     plan = LaunchPlan(
-        "sim", "tp1", (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),)
+        "sim", candidate("tp1", "sim"),
+        (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),),
     )
     with (
         pytest.raises(EngineDied, match="the last words"),
