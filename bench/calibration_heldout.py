@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.calibrate.fit import METRICS, fit, points_from_store, predict_point
+from orchestrator.calibrate.fitting import METRICS, fit, points_from_store, predict_point
 from orchestrator.store.db import Store
 
 

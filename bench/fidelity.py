@@ -15,6 +15,9 @@ Columns, each a summary of its own:
 - held-out: k-fold cross-validation per GPU and engine: each case predicted with constants fitted on
             the other folds only (bench/fit_profiles.py --folds K writes bench/fidelity_heldout.json;
             this script only re-predicts with the cached constants);
+- by-source: each case predicted with its GPU and engine's constants fitted on the other sources' cases
+            only (bench/fit_profiles.py --by-source): how a profile does on a publisher it never saw.
+            Summaries per source follow the table;
 - after:    `--calibration PROFILE`, the same cases with the spec naming that profile.
 
 Run: PYTHONPATH=. /work/venv/bin/python bench/fidelity.py [--only SUBSTRING] [--json] [--calibration P]
@@ -41,11 +44,11 @@ import yaml
 from orchestrator.catalog.profiles import NO_PROFILE, default_profile
 from orchestrator.errors import OrchError
 from orchestrator.layout import parse_layout
-from orchestrator.loadgen.metrics import Metrics, compute_metrics
+from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import spec_engines
-from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
+from orchestrator.sim.virtual import SimRequest, closed_loop, simulate, single_request_s
 from orchestrator.spec.models import HardwareSpec, SweepSpec
 
 CASES = Path(__file__).with_name("fidelity_cases.yaml")
@@ -151,6 +154,7 @@ def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
     layout = parse_layout(case.layout)
     engines = spec_engines(spec, plan_inputs(spec), layout)
     n, inp, out = case.requests, case.input_tokens, case.output_tokens
+    warmup = 0.0
     if case.mode == "offline":
         reqs = [SimRequest(str(i), 0.0, inp, out) for i in range(n)]
         records, _ = simulate(engines, reqs)
@@ -160,12 +164,16 @@ def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
         t = np.concatenate([[0.0], np.cumsum(gaps)[:-1]])
         records, _ = simulate(engines, [SimRequest(str(i), float(t[i]), inp, out) for i in range(n)])
     else:
+        # As the tools that publish closed-loop numbers run them: clients ramped up over one
+        # request's time, measured in the steady state past every client's first request.
         assert case.concurrency is not None
+        ramp = single_request_s(engines[0], inp, out)
         records, _ = closed_loop(engines, [SimRequest(str(i), 0.0, inp, out) for i in range(n)],
-                                 case.concurrency)
+                                 case.concurrency, ramp_s=ramp)
+        warmup = max(ramp, closed_loop_warmup_s(records, case.concurrency))
     if "itl_mean_ms" not in case.measured:
         records = [_first_and_last(r) for r in records]
-    return _named(compute_metrics(records, gpus=layout.gpus))
+    return _named(compute_metrics(records, gpus=layout.gpus, warmup_s=warmup))
 
 
 def _first_and_last(r: RequestRecord) -> RequestRecord:
@@ -250,6 +258,38 @@ def heldout_column(cases: list[Case], sources: dict[str, dict[str, Any]],
     return column, notes
 
 
+def by_source_column(cases: list[Case], sources: dict[str, dict[str, Any]],
+                     path: Path = HELDOUT) -> tuple[Column | None, list[str]]:
+    """Each case predicted with its group's constants fitted on the other sources only
+    (bench/fit_profiles.py --by-source); notes for groups with one source or a stale fit."""
+    if not path.is_file():
+        return None, []
+    doc = json.loads(path.read_text()).get("by_source", {})
+    if not doc:
+        return None, ["by-source: not fitted; run bench/fit_profiles.py --by-source"]
+    notes: list[str] = []
+    by_case: dict[str, dict[str, float]] = {}
+    for key, group in doc.items():
+        members = [c for c in cases if group_key(c, sources[c.source]) == key]
+        if not members:
+            continue
+        if group.get("table_hash") != table_hash(members, sources):
+            notes.append(f"by-source: {key} is stale (its cases changed); "
+                         "rerun bench/fit_profiles.py --by-source")
+            continue
+        for fit in group.get("sources", {}).values():
+            for cid in fit["held_out"]:
+                by_case[cid] = fit["constants"]
+        if group.get("note"):
+            notes.append(f"by-source: {key}: {group['note']}")
+
+    def column(case: Case, source: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+        got = by_case.get(case.id)
+        return None if got is None else (NO_PROFILE, got)
+
+    return column, notes
+
+
 def standard_columns(cases: list[Case], sources: dict[str, dict[str, Any]],
                      calibration: str | None) -> tuple[dict[str, Column], list[str]]:
     columns: dict[str, Column] = {
@@ -261,6 +301,10 @@ def standard_columns(cases: list[Case], sources: dict[str, dict[str, Any]],
                  "--write), so that column is in-sample; held-out is the estimate for cases not fitted")
     if heldout is not None:
         columns["held-out"] = heldout
+    by_source, source_notes = by_source_column(cases, sources)
+    notes += source_notes
+    if by_source is not None:
+        columns["by-source"] = by_source
     if calibration is not None:
         columns["after"] = lambda case, source: (calibration, {})
     return columns, notes
@@ -284,7 +328,8 @@ def evaluate(cases: list[Case], sources: dict[str, dict[str, Any]],
             except OrchError as exc:  # e.g. the layout does not fit: a failed prediction, shown as such
                 runs[label] = str(exc)
         for metric, measured in case.measured.items():
-            row: dict[str, Any] = {"case": case.id, "mode": case.mode, "gpu": case.gpu, "metric": metric,
+            row: dict[str, Any] = {"case": case.id, "source": case.source, "mode": case.mode, "gpu": case.gpu,
+                                   "metric": metric,
                                    "measured": measured, "engine": source.get("engine"),
                                    "engine_family": source.get("engine_family"), "profiles": profiles}
             for label, got in runs.items():
@@ -296,6 +341,15 @@ def evaluate(cases: list[Case], sources: dict[str, dict[str, Any]],
                     row[f"{label}_error"] = rel_error(got[metric], measured)
             rows.append(row)
     return rows
+
+
+def per_source(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[str, Any]]:
+    """Median |error| per source and column, TTFT apart from the rest."""
+    out: dict[str, dict[str, Any]] = {}
+    for src in sorted({r["source"] for r in rows}):
+        mine = [r for r in rows if r["source"] == src]
+        out[src] = {label: summaries(mine, label) for label in labels}
+    return out
 
 
 def summaries(rows: list[dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
@@ -341,6 +395,15 @@ def _print(rows: list[dict[str, Any]], labels: list[str], wall_s: float, cpu_s: 
                   f"within 10%: {p['within_10pct']:3}  within 25%: {p['within_25pct']:3}")
         if s["failed_predictions"]["n"]:
             print(f"{label:8} failed predictions: {s['failed_predictions']['n']}")
+    print("\nper source, median |error| (n) TTFT / throughput-TPOT-ITL:")
+    for src, by_label in per_source(rows, labels).items():
+        cells = []
+        for label in labels:
+            t, r = by_label[label]["ttft"], by_label[label]["rest"]
+            cell = " / ".join("-" if x["n"] == 0 else f"{x['median_abs_error'] * 100:.0f}% ({x['n']})"
+                              for x in (t, r))
+            cells.append(f"{label} {cell}")
+        print(f"  {src}: " + "; ".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = list(columns)
     if args.json:
         print(json.dumps({"rows": rows, "summary": {lb: summaries(rows, lb) for lb in labels},
+                          "per_source": per_source(rows, labels),
                           "notes": notes, "wall_s": wall, "cpu_s": cpu}, indent=2))
     else:
         _print(rows, labels, wall, cpu, len(cases), notes)

@@ -8,7 +8,7 @@ bench/fidelity_cases.yaml): a profile is for one GPU and one engine. Per group, 
 when a case is MoE; only hbm_efficiency and step_overhead_s where the group has too few numbers for
 more) are fitted to every published number of the group's cases, each case run in its source's mode
 (bench/fidelity.py run_case), by the Levenberg-Marquardt of `orch calibrate`
-(orchestrator/calibrate/fit.py fit_constants), starting from the GPU preset.
+(orchestrator/calibrate/fitting.py fit_constants), starting from the GPU preset.
 
 - `--write`: fit on all of a group's cases (in-sample) and store the profile as
   orchestrator/catalog/profiles/<trtllm|vllm>-<gpu>.yaml.
@@ -17,6 +17,10 @@ more) are fitted to every published number of the group's cases, each case run i
   fold the constants are fitted on the other folds only, from the preset (`--fold-iterations`
   Levenberg-Marquardt iterations). The folds' constants go to bench/fidelity_heldout.json, and
   bench/fidelity.py predicts every case with the constants of the fit that did not see it.
+
+- `--by-source`: for each source of a group, the constants fitted on the group's cases from the other
+  sources only (`--fold-iterations` iterations); bench/fidelity.py predicts the source's cases with
+  them (its by-source column and per-source summary): a profile's error on a publisher it never saw.
 
 `--cap F` (default 2): an error beyond a factor F counts as F, so one case the model gets
 structurally wrong (a TTFT 10x off) does not drag every constant to a bound.
@@ -44,7 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fidelity  # noqa: E402  (bench/fidelity.py, beside this file)
 
-from orchestrator.calibrate.fit import DEFAULT_CONSTANTS, MOE_CONSTANTS, fit_constants  # noqa: E402
+from orchestrator.calibrate.fitting import DEFAULT_CONSTANTS, MOE_CONSTANTS, fit_constants  # noqa: E402
 from orchestrator.catalog.loader import load_gpu, load_model  # noqa: E402
 from orchestrator.catalog.profiles import NO_PROFILE, write_profile  # noqa: E402
 from orchestrator.errors import OrchError  # noqa: E402
@@ -140,13 +144,40 @@ def cross_validate(group: list[Any], sources: dict[str, Any], gpu: str, key: str
             "table_hash": fidelity.table_hash(group, sources), "folds": folds, "note": "; ".join(notes)}
 
 
-def _store_heldout(key: str, entry: dict[str, Any]) -> None:
+def by_source(group: list[Any], sources: dict[str, Any], gpu: str, key: str, *, cap: float,
+              iterations: int) -> dict[str, Any]:
+    """Per source of the group: constants fitted on the other sources' cases only."""
+    fits: dict[str, Any] = {}
+    notes: list[str] = []
+    names_in_group = sorted({c.source for c in group})
+    if len(names_in_group) < 2:
+        notes.append(f"one source ({names_in_group[0]}): nothing else to fit on")
+    else:
+        for src in names_in_group:
+            held = [c for c in group if c.source == src]
+            train = [c for c in group if c.source != src]
+            names = constants_for(train)
+            if names is None:
+                notes.append(f"{src}: the other sources have too few numbers to fit")
+                continue
+            t0 = time.perf_counter()
+            fitted, _ = fit_group(train, sources, gpu, names, cap=cap, iterations=iterations,
+                                  label=f"{key} without {src}")
+            print(f"{key} without {src}: trained on {len(train)} cases in {time.perf_counter() - t0:.0f} s: "
+                  + ", ".join(f"{n} {v:.4g}" for n, v in fitted.items()), flush=True)
+            fits[src] = {"held_out": [c.id for c in held], "trained_on": len(train),
+                         "constants": {n: float(f"{v:.4g}") for n, v in fitted.items()}}
+    return {"cap": cap, "iterations": iterations, "table_hash": fidelity.table_hash(group, sources),
+            "sources": fits, "note": "; ".join(notes)}
+
+
+def _store_heldout(key: str, entry: dict[str, Any], section: str = "groups") -> None:
     """Read-modify-write of one group's entry; several groups may be fitted in parallel."""
     path = fidelity.HELDOUT
     with open(Path(tempfile.gettempdir()) / "orch-fidelity-heldout.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         doc = json.loads(path.read_text()) if path.is_file() else {}
-        doc.setdefault("groups", {})[key] = entry
+        doc.setdefault(section, {})[key] = entry
         doc["written_by"] = "bench/fit_profiles.py --folds"
         path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
@@ -157,6 +188,8 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="fit on all cases, write the bundled profiles")
     ap.add_argument("--folds", type=int, default=0,
                     help="K-fold cross-validation (writes the held-out cache)")
+    ap.add_argument("--by-source", action="store_true",
+                    help="per source: fit on the group's other sources (writes the held-out cache)")
     ap.add_argument("--iterations", type=int, default=4, help="of the full (in-sample) fit")
     ap.add_argument("--fold-iterations", type=int, default=3, help="of each cross-validation fit")
     ap.add_argument("--cap", type=float, default=2.0, help="errors beyond this factor count as it")
@@ -173,6 +206,9 @@ def main() -> None:
         if args.folds > 1:
             _store_heldout(key, cross_validate(group, sources, gpu, key, k=args.folds, cap=args.cap,
                                                iterations=args.fold_iterations))
+        if args.by_source:
+            _store_heldout(key, by_source(group, sources, gpu, key, cap=args.cap,
+                                          iterations=args.fold_iterations), section="by_source")
         if not args.write:
             continue
         names = constants_for(group)
@@ -201,7 +237,11 @@ def main() -> None:
         write_profile(PROFILES / f"{PREFIX[family]}-{gpu}.yaml", gpu=gpu, engine=family, constants=rounded,
                       source=f"fitted by bench/fit_profiles.py --write to the {len(group)} {key} cases of "
                       "bench/fidelity_cases.yaml (in-sample): " + "; ".join(docs),
-                      extra={"started_from": {n: float(getattr(load_gpu(gpu), n)) for n in names},
+                      extra={"regime": {"input_tokens": [min(c.input_tokens for c in group),
+                                                          max(c.input_tokens for c in group)],
+                                        "output_tokens": [min(c.output_tokens for c in group),
+                                                          max(c.output_tokens for c in group)]},
+                             "started_from": {n: float(getattr(load_gpu(gpu), n)) for n in names},
                              "cases": [c.id for c in group], "fit": fit})
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from orchestrator.catalog.constants import check_constant, check_number, flatten_constants
+from orchestrator.catalog.hf_config import model_from_hf_config
 from orchestrator.catalog.types import (
     GPU_CONSTANTS,
     LINK_CONSTANTS,
@@ -20,6 +21,8 @@ from orchestrator.catalog.types import (
     LinkSpec,
     ModelConfig,
 )
+
+__all__ = ["canonical_gpu", "gpu_names", "load_gpu", "load_model", "model_from_hf_config", "model_names"]
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import MAX_DATA_FILE_BYTES, read_user_text
 
@@ -40,130 +43,6 @@ def _unknown(kind: str, name: str, known: list[str]) -> SpecError:
 def model_names() -> list[str]:
     """Names of the bundled model presets, sorted."""
     return sorted(p.stem for p in _MODELS_DIR.glob("*.json"))
-
-
-def _first(d: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return None
-
-
-def _int_field(d: dict[str, Any], where: str, keys: tuple[str, ...], *, required: bool, default: int = 0,
-               allow_zero: bool = False) -> int:
-    value = _first(d, keys)
-    if value is None:
-        if required:
-            raise SpecError(f"{where}: missing field {keys[0]!r}")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{where}: field {keys[0]!r} must be an integer, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise SpecError(f"{where}: field {keys[0]!r} must be positive, got {value}")
-    return value
-
-
-def model_from_hf_config(d: dict[str, Any], name: str, where: str | None = None) -> ModelConfig:
-    """Map an HF config.json dict (Llama, Qwen2, Qwen3(-MoE), Mixtral, DeepSeek-V2/V3) to a ModelConfig.
-
-    `where` names the source in error messages (defaults to `name`).
-    """
-    where = where or name
-    if not isinstance(d, dict):
-        raise SpecError(f"{where}: config must be a JSON object")
-
-    def req(*keys: str) -> int:
-        return _int_field(d, where, keys, required=True)
-
-    def opt(*keys: str, default: int = 0) -> int:
-        return _int_field(d, where, keys, required=False, default=default, allow_zero=True)
-
-    num_layers = req("num_hidden_layers", "n_layer", "num_layers")
-    hidden = req("hidden_size", "n_embd", "d_model")
-    heads = req("num_attention_heads", "n_head")
-    kv_heads = _int_field(d, where, ("num_key_value_heads", "num_kv_heads"), required=False, default=heads)
-    vocab = req("vocab_size")
-    max_pos = req("max_position_embeddings", "max_seq_len", "n_positions")
-
-    experts = opt("n_routed_experts", "num_local_experts", "num_experts")
-    top_k = opt("num_experts_per_tok", "moe_topk")
-    moe_inter = opt("moe_intermediate_size")
-    # A dense intermediate_size is needed unless every layer is MoE.
-    first_dense = opt("first_k_dense_replace")
-    if experts and "intermediate_size" not in d and first_dense == 0:
-        inter = 0
-    else:
-        inter = req("intermediate_size", "ffn_dim", "n_inner")
-    if experts:
-        if top_k == 0:
-            raise SpecError(f"{where}: MoE config (experts={experts}) missing field 'num_experts_per_tok'")
-        if top_k > experts:
-            raise SpecError(f"{where}: num_experts_per_tok={top_k} exceeds the {experts} routed experts")
-        if moe_inter == 0:
-            # Mixtral: each expert is a full-width MLP.
-            moe_inter = inter
-        if moe_inter == 0:
-            raise SpecError(f"{where}: MoE config missing field 'moe_intermediate_size'")
-
-    n_shared = opt("n_shared_experts")
-    shared_inter = opt("shared_expert_intermediate_size")
-    if shared_inter and not n_shared:
-        n_shared = 1  # Qwen2-MoE: one shared expert of the given width
-    if n_shared and not shared_inter:
-        shared_inter = n_shared * moe_inter  # DeepSeek: n_shared experts of the routed width
-
-    kv_lora = opt("kv_lora_rank")
-    q_lora = opt("q_lora_rank")
-    rope_dim = opt("qk_rope_head_dim")
-    nope_dim = opt("qk_nope_head_dim")
-    v_dim = opt("v_head_dim")
-    if kv_lora:
-        mla_dims = (("qk_rope_head_dim", rope_dim), ("qk_nope_head_dim", nope_dim), ("v_head_dim", v_dim))
-        for key, val in mla_dims:
-            if val == 0:
-                raise SpecError(f"{where}: MLA config (kv_lora_rank={kv_lora}) missing field {key!r}")
-        head_dim = nope_dim + rope_dim
-    else:
-        head_dim = opt("head_dim")
-        if head_dim == 0:
-            if hidden % heads:
-                raise SpecError(f"{where}: no 'head_dim' and hidden_size {hidden} is not divisible by "
-                                f"num_attention_heads {heads}")
-            head_dim = hidden // heads
-    if heads % kv_heads:
-        raise SpecError(f"{where}: num_attention_heads {heads} not divisible by "
-                        f"num_key_value_heads {kv_heads}")
-
-    model_type = str(d.get("model_type", ""))
-    bias = d.get("attention_bias")
-    attention_bias = bool(bias) if bias is not None else model_type == "qwen2"
-    moe_freq = _int_field(d, where, ("moe_layer_freq", "decoder_sparse_step"), required=False, default=1)
-
-    return ModelConfig(
-        name=name,
-        num_layers=num_layers,
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        max_position_embeddings=max_pos,
-        attention_bias=attention_bias,
-        num_routed_experts=experts,
-        num_experts_per_token=top_k if experts else 0,
-        moe_intermediate_size=moe_inter if experts else 0,
-        num_shared_experts=n_shared if experts else 0,
-        shared_expert_intermediate_size=shared_inter if experts else 0,
-        first_k_dense_layers=min(first_dense, num_layers) if experts else 0,
-        moe_layer_freq=moe_freq,
-        q_lora_rank=q_lora if kv_lora else 0,
-        kv_lora_rank=kv_lora,
-        qk_rope_head_dim=rope_dim if kv_lora else 0,
-        qk_nope_head_dim=nope_dim if kv_lora else 0,
-        v_head_dim=v_dim if kv_lora else 0,
-    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -6,10 +6,11 @@ A profile is YAML: `kind: orch-calibration-profile`, `gpu`, `engine`, `constants
 Bundled profiles live in catalog/profiles/<name>.yaml and are named without the suffix.
 
 Defaults: a spec without `hardware.calibration` gets the bundled profile fitted for its GPU and its
-engine (`default_profile`), if there is one; `calibration: none` keeps the raw preset. A profile is
-matched on its `engine` field exactly: a TensorRT-LLM profile never applies to a vLLM spec, and the
-simulated engine (`sim`) models no particular engine, so a `sim` spec uses the preset unless it names
-a profile.
+engine's family (`engine_family`): vLLM's for `vllm`; for `sim`, the family whose scheduler it runs
+(vLLM's by default, TensorRT-LLM's with `sim_scheduler: guaranteed-no-evict`); for `sglang`, SGLang's,
+and where none is bundled, vLLM's (the nearest engine), said in the prediction's constants line.
+`calibration: none` keeps the raw preset. A profile records the regime it was fitted in (`regime`:
+prompt and output lengths); a spec outside it gets a warning (plan/from_spec.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Profile:
     engine: str
     constants: dict[str, float]  # flat dotted keys
     source: str
+    regime: dict[str, tuple[int, int]] | None = None  # {input_tokens: (min, max), output_tokens: (...)}
 
 
 def profile_names() -> list[str]:
@@ -72,8 +74,13 @@ def load_profile(ref: str) -> Profile:
         if key not in data:
             raise SpecError(f"{path}: calibration profile misses {key!r}")
     constants = flatten_constants(data["constants"] or {}, f"{path}: constants")
+    regime = None
+    raw = data.get("regime")
+    if isinstance(raw, dict):
+        regime = {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()
+                  if isinstance(v, list | tuple) and len(v) == 2}
     return Profile(name=path.stem, gpu=canonical_gpu(str(data["gpu"])), engine=str(data["engine"]),
-                   constants=constants, source=str(data.get("source", str(path))))
+                   constants=constants, source=str(data.get("source", str(path))), regime=regime)
 
 
 def default_profile(gpu: str, engine: str) -> Profile | None:
@@ -93,12 +100,42 @@ def _bundled() -> tuple[Profile, ...]:
     return tuple(load_profile(name) for name in profile_names())
 
 
-def spec_profile(calibration: str | None, gpu: str, engine: str) -> tuple[Profile | None, str]:
+# The engine whose profile stands in where an engine has none bundled (said where it is used).
+FALLBACK_FAMILY = {"sglang": "vllm"}
+
+
+def engine_family(engine: str, sim_scheduler: str = "vllm") -> str:
+    """The engine a spec's predictions are calibrated as: the simulator as the engine whose scheduler
+    it runs (engine.sim_scheduler)."""
+    if engine == "sim":
+        return "tensorrt-llm" if sim_scheduler == "guaranteed-no-evict" else "vllm"
+    return engine
+
+
+def family_profile(gpu: str, engine: str, sim_scheduler: str = "vllm") -> tuple[Profile | None, str]:
+    """The bundled profile for this GPU and engine family, else the fallback family's; and a note
+    saying which (empty when the engine's own family matched)."""
+    family = engine_family(engine, sim_scheduler)
+    prof = default_profile(gpu, family)
+    if prof is not None:
+        note = "" if family == engine else f"the {engine} engine runs {family}'s scheduler"
+        return prof, note
+    fallback = FALLBACK_FAMILY.get(family)
+    if fallback is not None and (prof := default_profile(gpu, fallback)) is not None:
+        return prof, f"no {family} profile for {canonical_gpu(gpu)}: the {fallback} one, the nearest engine"
+    return None, f"no {family} profile for {canonical_gpu(gpu)}"
+
+
+def spec_profile(calibration: str | None, gpu: str, engine: str,
+                 sim_scheduler: str = "vllm") -> tuple[Profile | None, str]:
     """The profile a spec's hardware uses and why: ('spec') named by `hardware.calibration`,
-    ('default') the bundled one of its GPU + engine, ('none') the raw preset."""
+    ('default') the bundled one of its GPU + engine family, ('fallback') another family's
+    (family_profile), ('none') the raw preset."""
     if calibration is None:
-        prof = default_profile(gpu, engine)
-        return prof, ("default" if prof is not None else "none")
+        prof, note = family_profile(gpu, engine, sim_scheduler)
+        if prof is None:
+            return None, "none"
+        return prof, ("fallback" if note.startswith("no ") else "default")
     if calibration.strip().lower() == NO_PROFILE:
         return None, "none"
     return profile_for(calibration, gpu), "spec"

@@ -4,6 +4,62 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# What one decoder layer mixes tokens with. Attention kinds hold KV that grows with the context
+# (full), up to a window (sliding), or up to the current chunk (chunked, Llama-4's local attention);
+# state kinds hold a fixed state per sequence (linear: Gated DeltaNet; mamba: Mamba-1 as in Jamba).
+FULL, SLIDING, CHUNKED, LINEAR, MAMBA = "full", "sliding", "chunked", "linear", "mamba"
+ATTENTION_KINDS = (FULL, SLIDING, CHUNKED)
+STATE_KINDS = (LINEAR, MAMBA)
+LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS)
+
+
+@dataclass(frozen=True)
+class LinearAttentionShape:
+    """Gated DeltaNet layers (Qwen3-Next's `linear_*` fields)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    ssm_state_bytes_per_value: float = 0.0  # config's mamba_ssm_dtype; 0: the KV-cache dtype
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True)
+class MambaShape:
+    """Mamba-1 mixer layers (Jamba's `mamba_*` fields)."""
+
+    inner_size: int  # d_inner = expand * hidden
+    state_size: int  # d_state
+    conv_kernel: int
+    dt_rank: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+    inner_norms: bool = False  # Jamba's dt/B/C RMSNorms
+    ssm_state_bytes_per_value: float = 0.0  # 0: the KV-cache dtype (vLLM's mamba_ssm_cache_dtype auto)
+
+
+@dataclass(frozen=True)
+class CheckpointQuant:
+    """What a checkpoint's `quantization_config` says its weights are (catalog/quant.py reads it)."""
+
+    method: str  # quant_method as written (fp8, compressed-tensors, fbgemm_fp8, mxfp4, modelopt, awq, gptq)
+    weight_dtype: str  # what orch prices: fp8, mxfp4, nvfp4, int4
+    group_size: int = 0  # elements sharing one scale along the input dimension; 0 per channel/tensor
+    block_shape: tuple[int, int] | None = None  # fp8 block-wise (block_n, block_k)
+    attention_quantized: bool = True  # False: attention projections stay 16-bit
+    dense_quantized: bool = True  # dense MLPs and shared experts
+    experts_quantized: bool = True  # routed experts
+    unquantized_modules: tuple[str, ...] = ()  # patterns as written, for the record
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -34,6 +90,26 @@ class ModelConfig:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # Layer structure (empty/None: every layer full attention, MoE layers by the two fields above)
+    model_type: str = ""
+    layer_kinds: tuple[str, ...] = ()  # one of LAYER_KINDS per layer
+    sliding_window: int = 0  # tokens a sliding layer keeps
+    attention_chunk_size: int = 0  # tokens a chunked layer attends to (Llama-4)
+    moe_layer_indices: tuple[int, ...] | None = None  # explicit MoE layers (interleaving, mlp_only_layers)
+    # Small per-layer parts some families have
+    attention_out_bias: bool = False  # o_proj bias (gpt-oss; Llama with attention_bias)
+    attention_sinks: bool = False  # one learned logit per head (gpt-oss)
+    qk_norm: bool = False  # per-head q/k RMSNorms (Qwen3, Gemma-3, GLM-4.5)
+    attn_output_gate: bool = False  # q_proj also emits a gate (Qwen3-Next full attention)
+    norms_per_layer: int = 2  # RMSNorms of d per layer (Gemma-2/3: 4)
+    expert_bias: bool = False  # biases in the expert MLPs (gpt-oss)
+    router_bias: bool = False  # router bias / score-correction bias (gpt-oss, DeepSeek-V3, GLM-4.5)
+    shared_expert_gate: bool = False  # Qwen2-MoE/Qwen3-Next: a d x 1 gate on the shared expert
+    linear_attention: LinearAttentionShape | None = None
+    mamba: MambaShape | None = None
+    mtp_layers: int = 0  # multi-token-prediction layers: counted apart, not served
+    vision_params: int = 0  # vision tower + projector of a multimodal config: stated apart
+    quantization: CheckpointQuant | None = None  # the checkpoint's own quantization_config
 
     @property
     def is_moe(self) -> bool:
@@ -42,6 +118,14 @@ class ModelConfig:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    def layer_kind(self, index: int) -> str:
+        return self.layer_kinds[index] if self.layer_kinds else FULL
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layer is not full attention (window, chunk or state)."""
+        return any(k != FULL for k in self.layer_kinds)
 
 
 @dataclass(frozen=True)

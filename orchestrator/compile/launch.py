@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from orchestrator.candidate import Candidate
+from orchestrator.catalog.checkpoint import launch_quantization
 from orchestrator.engines import EngineOptions, LaunchPlan, Placement, SecretEnv, SimOptions, get_engine
 from orchestrator.errors import DeployError, SpecError
 from orchestrator.layout import Layout
@@ -113,9 +114,9 @@ def engine_options(
     """
     model, engine_spec = spec.model, spec.engine
     name = engine or engine_spec.name
-    quantization = None
-    if model.weight_dtype == "fp8":
-        quantization = "fp8"  # online FP8 of a bf16 checkpoint; int4 checkpoints declare their own method
+    # The engines' rule, in one place: the flag only for online FP8 of an unquantized checkpoint.
+    quantization = launch_quantization(model.weight_dtype, "weight_dtype" in model.model_fields_set,
+                                       model.name or model.config_path or "", model.path)
     redundant = _engine_field(spec, "num_redundant_experts", 0)
     if num_redundant_experts is not None:
         redundant = num_redundant_experts

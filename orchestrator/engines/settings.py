@@ -58,6 +58,11 @@ class EngineSettings:
     sources: tuple[tuple[str, str], ...] = ()  # (setting, where its value came from)
 
     def __post_init__(self) -> None:
+        # One spelling of the same sources: in SETTINGS order, the spec's own values left implicit.
+        given = dict(self.sources)
+        object.__setattr__(self, "sources", tuple(
+            (name, given[name]) for name in SETTINGS if given.get(name, FROM_SPEC) != FROM_SPEC
+        ))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len"):
             if getattr(self, name) < 1:
                 raise SpecError(f"engine {name}: must be >= 1, got {getattr(self, name)}")
@@ -92,14 +97,6 @@ class EngineSettings:
         """`name=value` of each setting that differs from `other`'s (a candidate's name shows them)."""
         return tuple(f"{name}={_text(getattr(self, name))}" for name in SETTINGS
                      if getattr(self, name) != getattr(other, name))
-
-    def line(self) -> str:
-        """One line for people: every value, with the defaults marked."""
-        parts = []
-        for name, value in self.values().items():
-            mark = "" if self.source(name) == FROM_SPEC else "*"
-            parts.append(f"{name}={_text(value)}{mark}")
-        return f"{self.engine} {self.engine_version}: " + ", ".join(parts) + " (* the engine's default)"
 
 
 def _text(value: object) -> str:

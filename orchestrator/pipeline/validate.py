@@ -13,6 +13,7 @@ from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
 from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.from_spec import engine_settings
 from orchestrator.spec.load import LoadedSpec, load_spec_lines
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.workload import TokenDistribution
@@ -89,6 +90,11 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
         placement(spec)
     except SpecError as exc:
         raise loaded.error("hardware", str(exc)) from None
+    try:
+        engine_settings(spec)  # what the engine cannot run with is refused before anything runs
+    except SpecError as exc:
+        field = str(exc).split(":", 1)[0] if str(exc).startswith("engine.") else "engine"
+        raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
     if not full:
         return []
     try:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from orchestrator.plan.params import count_params as count_params
     from orchestrator.plan.planner import PlanInputs as PlanInputs
     from orchestrator.plan.planner import PlanRow as PlanRow
+    from orchestrator.plan.planner import kv_capacity as kv_capacity
     from orchestrator.plan.planner import kv_capacity_tokens as kv_capacity_tokens
     from orchestrator.plan.planner import layout_cost as layout_cost
     from orchestrator.plan.planner import plan_layout as plan_layout
@@ -51,6 +52,6 @@ __getattr__, __all__ = lazy_face(__name__, {
     ),
     "moe": ("touched_fraction",),
     "params": ("count_params",),
-    "planner": ("PlanInputs", "PlanRow", "kv_capacity_tokens", "layout_cost", "plan_layout",),
+    "planner": ("PlanInputs", "PlanRow", "kv_capacity", "kv_capacity_tokens", "layout_cost", "plan_layout",),
     "run": ("DEFAULT_BATCHES", "PlanResult", "itl_bound_ms", "make_plan",),
 })  # fmt: skip

@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from orchestrator.catalog.types import GPUSpec, LinkSpec, ModelConfig
+from orchestrator.catalog.types import LINEAR, MAMBA, GPUSpec, LinkSpec, ModelConfig
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.comm import allreduce_time_s, p2p_time_s
+from orchestrator.plan.kv import KVCacheShape, kv_cache_shape
 from orchestrator.plan.memory import (
     EMBEDDING_BYTES_PER_VALUE,
-    kv_bytes_per_token_per_gpu,
+    WeightFormat,
     split_stages,
     weight_bytes_per_gpu,
 )
@@ -64,6 +65,23 @@ class StageCost:
     lookup_bytes: float = 0.0  # input embedding table on this GPU: held, but a step reads only B rows
     lookup_row_bytes: float = 0.0  # one embedding row's share on this GPU (d * 2 / tp)
     decode_attn_flops_per_pair: float = 0.0  # MLA decode runs the absorbed form: more FLOPs per pair
+    # Hybrid layers (plan/kv.py). kv_bytes_per_token and attn_flops_per_pair above are the full-attention
+    # layers'; window layers attend to at most their window; state layers update a fixed state.
+    kv_shape: KVCacheShape | None = None
+    has_side_kv: bool = False  # window or state layers: their reads are not per context token
+    window_attn_flops_per_pair: tuple[tuple[float, int], ...] = ()  # (FLOPs per pair, window) per kind
+    state_flops_per_token: float = 0.0
+
+    def side_read_bytes(self, kv_tokens: float, sequences: float) -> float:
+        """KV bytes beside the full layers': window layers' (at most their window per sequence) and
+        state layers' state."""
+        shape = self.kv_shape
+        if shape is None:
+            return 0.0
+        return shape.read_bytes(kv_tokens, sequences) - shape.full_bytes_per_token * kv_tokens
+
+    def window_attn_flops(self, tokens: float, attn_pairs: float) -> float:
+        return sum(f * min(attn_pairs, tokens * w) for f, w in self.window_attn_flops_per_pair)
 
 
 def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
@@ -100,16 +118,22 @@ class LayoutCost:
 
     def _stage(self, st: StageCost, tokens: float, kv_tokens: float, attn_pairs: float,
                touched: float, moe_tokens_per_rank: float,
-               prefill_pairs: float) -> tuple[float, float, float, float, float]:
+               prefill_pairs: float, sequences: float) -> tuple[float, float, float, float, float]:
         """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage."""
         lookup = min(st.lookup_bytes, tokens * st.lookup_row_bytes)
         w = (st.dense_weight_bytes - st.lookup_bytes + lookup
              + st.expert_weight_bytes * touched) / self.hbm_bytes_per_s
-        kv = st.kv_bytes_per_token * kv_tokens / self.hbm_bytes_per_s
+        kv_bytes = st.kv_bytes_per_token * kv_tokens
+        if st.has_side_kv:
+            kv_bytes += st.side_read_bytes(kv_tokens, sequences)
+        kv = kv_bytes / self.hbm_bytes_per_s
         decode_pairs = max(attn_pairs - prefill_pairs, 0.0)
         attn = (st.attn_flops_per_pair * min(prefill_pairs, attn_pairs)
                 + (st.decode_attn_flops_per_pair or st.attn_flops_per_pair) * decode_pairs)
+        if st.window_attn_flops_per_pair:
+            attn += st.window_attn_flops(tokens, attn_pairs)
         comp = (st.dense_flops_per_token * tokens / self.flops_per_s
+                + st.state_flops_per_token * tokens / self.flops_per_s
                 + attn / (self.attn_flops_per_s or self.flops_per_s)
                 + st.expert_flops_per_routed_token * moe_tokens_per_rank * self.expert_imbalance
                 / (self.expert_flops_per_s or self.flops_per_s))
@@ -124,14 +148,15 @@ class LayoutCost:
         return w, kv, comp, tp, ep
 
     def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
-                      prefill_pairs: float = 0.0) -> tuple[float, ...]:
+                      prefill_pairs: float = 0.0, sequences: float | None = None) -> tuple[float, ...]:
         """Time of each stage for one step of `tokens` new tokens (used by the simulator for PP)."""
         moe_tokens, per_rank = self._moe_tokens(tokens)
         touched = self.touched_fraction(moe_tokens)
+        seqs = tokens if sequences is None else sequences
         out = []
         for st in self.stages:
             w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
-                                              prefill_pairs)
+                                              prefill_pairs, seqs)
             out.append(max(w + kv, comp) + tp + ep)
         return tuple(out)
 
@@ -146,20 +171,22 @@ class LayoutCost:
 
     # -- whole replica -----------------------------------------------------------------------------
     def step(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
-             prefill_pairs: float = 0.0) -> StepParts:
+             prefill_pairs: float = 0.0, sequences: float | None = None) -> StepParts:
         """One step of one micro-batch through all stages, plus the fixed step overhead.
 
         tokens: new tokens computed (decodes + prefill chunk); kv_tokens: context tokens whose KV is
         read; attn_pairs: sum over new tokens of the context each attends to; prefill_pairs: the part of
-        attn_pairs that belongs to prefill chunks (MLA runs those in the cheaper non-absorbed form).
+        attn_pairs that belongs to prefill chunks (MLA runs those in the cheaper non-absorbed form);
+        sequences: how many sequences the tokens belong to (default: one token each, a decode step).
         """
         moe_tokens, per_rank = self._moe_tokens(tokens)
         touched = self.touched_fraction(moe_tokens)
+        seqs = tokens if sequences is None else sequences
         sw = skv = sc = stp = sep = total = 0.0
         slowest, bound = -1.0, "memory"
         for st in self.stages:
             w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
-                                              prefill_pairs)
+                                              prefill_pairs, seqs)
             t = max(w + kv, comp) + tp + ep
             sw, skv, sc, stp, sep, total = sw + w, skv + kv, sc + comp, stp + tp, sep + ep, total + t
             if t > slowest:
@@ -202,8 +229,9 @@ class LayoutCost:
         moe_tokens, per_rank = self._moe_tokens(t)
         touched = self.touched_fraction(moe_tokens)
         total = slowest = 0.0
+        seqs = sequences / m
         for st in self.stages:
-            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank, pf)
+            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank, pf, seqs)
             s = (w + k if w + k > comp else comp) + tp + ep
             total += s
             if s > slowest:
@@ -217,13 +245,14 @@ class LayoutCost:
     def prefill(self, prompt_tokens: int) -> StepParts:
         """One prompt prefilled alone (TTFT without queueing): causal attention over T(T+1)/2 pairs."""
         pairs = prompt_tokens * (prompt_tokens + 1) / 2
-        return self.step(prompt_tokens, 0, pairs, prefill_pairs=pairs)
+        return self.step(prompt_tokens, 0, pairs, prefill_pairs=pairs, sequences=1)
 
 
 def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layout: Layout, *,
                       gpus_per_node: int, weight_bytes_per_value: float, kv_bytes_per_value: float,
                       fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
-                      fp8_attention: bool = False) -> LayoutCost:
+                      fp8_attention: bool = False, weight_format: WeightFormat | None = None,
+                      max_model_len: int | None = None) -> LayoutCost:
     if layout.pp > counts.num_layers:
         raise SpecError(f"layout {layout}: {layout.pp} pipeline stages for {counts.num_layers} layers")
     tp = layout.tp
@@ -236,9 +265,21 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
     decode_dims = (2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim) if cfg.is_mla else 0
     stages = []
     split = split_stages(cfg, counts, layout.pp)
+    fmt = weight_format or WeightFormat.uniform(weight_bytes_per_value)
     for i, sp in enumerate(split):
-        dense_b, expert_b = weight_bytes_per_gpu(sp, weight_bytes_per_value=weight_bytes_per_value, tp=tp,
-                                                 expert_ranks=expert_ranks)
+        dense_b, expert_b = weight_bytes_per_gpu(sp, weight_format=fmt, tp=tp, expert_ranks=expert_ranks)
+        if layout.ep and cfg.num_routed_experts % expert_ranks:
+            # vLLM's uneven expert split: the busiest rank holds ceil(E / ranks) experts.
+            per_rank = math.ceil(cfg.num_routed_experts / expert_ranks)
+            expert_b *= per_rank * expert_ranks / cfg.num_routed_experts
+        shape = kv_cache_shape(cfg, sp.layer_range, kv_bytes_per_value=kv_bytes_per_value, tp=tp,
+                               max_model_len=max_model_len)
+        full_layers = sum(1 for g in shape.groups if g.kind == "full" for _ in range(g.layers))
+        pair_flops = 2.0 * cfg.num_heads * (d_qk + d_v) / tp  # one attention layer
+        window_counts: dict[int, int] = {}
+        for g in shape.groups:
+            if g.kind in ("sliding", "chunked"):
+                window_counts[g.window_tokens] = window_counts.get(g.window_tokens, 0) + g.layers
         routed_active = sp.moe_layers * counts.top_k * counts.routed_expert
         first, last = i == 0, i == len(split) - 1
         # The input embedding is a lookup of B rows, unless the same matrix is the LM head here.
@@ -247,15 +288,20 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         stages.append(StageCost(
             dense_weight_bytes=dense_b,
             expert_weight_bytes=expert_b,
-            kv_bytes_per_token=kv_bytes_per_token_per_gpu(cfg, kv_bytes_per_value, tp=tp, layers=sp.layers),
+            kv_bytes_per_token=shape.full_bytes_per_token,
             dense_flops_per_token=2.0 * (sp.flop_params - routed_active) / tp,
             expert_flops_per_routed_token=2.0 * counts.routed_expert * sp.moe_layers / expert_ranks,
-            attn_flops_per_pair=2.0 * cfg.num_heads * (d_qk + d_v) * sp.layers / tp,
+            attn_flops_per_pair=pair_flops * full_layers,
             allreduces=2 * sp.layers if tp > 1 else 0,
             moe_layers=sp.moe_layers,
             lookup_bytes=lookup,
             lookup_row_bytes=cfg.hidden_size * EMBEDDING_BYTES_PER_VALUE / tp if lookup_only else 0.0,
-            decode_attn_flops_per_pair=2.0 * cfg.num_heads * decode_dims * sp.layers / tp,
+            decode_attn_flops_per_pair=2.0 * cfg.num_heads * decode_dims * full_layers / tp,
+            kv_shape=shape,
+            has_side_kv=bool(shape.window_bytes_per_token or shape.state_bytes_per_sequence),
+            window_attn_flops_per_pair=tuple((pair_flops * n, w) for w, n in sorted(window_counts.items())),
+            state_flops_per_token=sum(state_flops_per_token(cfg, cfg.layer_kind(j), tp)
+                                      for j in sp.layer_range),
         ))
     has_fp8 = gpu.fp8_flops_per_s > 0
     peak = gpu.fp8_flops_per_s if fp8_compute and has_fp8 else gpu.bf16_flops_per_s
@@ -277,3 +323,15 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         step_overhead_s=gpu.step_overhead_s,
         request_overhead_s=gpu.request_overhead_s,
     )
+
+
+def state_flops_per_token(cfg: ModelConfig, kind: str, tp: int) -> float:
+    """FLOPs a state layer spends per token beside its projections (counted in the parameters):
+    Gated DeltaNet reads and updates a d_k x d_v state per value head and reads it out (about 6 d_k
+    d_v); a Mamba-1 selective scan about 6 d_inner d_state. Split over TP like the heads."""
+    if kind == LINEAR and cfg.linear_attention is not None:
+        la = cfg.linear_attention
+        return 6.0 * la.num_value_heads * la.key_head_dim * la.value_head_dim / tp
+    if kind == MAMBA and cfg.mamba is not None:
+        return 6.0 * cfg.mamba.inner_size * cfg.mamba.state_size / tp
+    return 0.0

@@ -6,18 +6,18 @@ from dataclasses import replace
 
 from orchestrator.catalog.constants import flatten_constants
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.catalog.profiles import Profile, spec_profile
+from orchestrator.catalog.profiles import Profile, family_profile, spec_profile
+from orchestrator.catalog.quant import DEFAULT_INT4_GROUP_SIZE, served_weight_dtype
 from orchestrator.catalog.types import GPUSpec, ModelConfig
 from orchestrator.engines import EngineSettings, SettingsRequest, get_engine
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.memory import WeightFormat
 from orchestrator.plan.planner import PlanInputs
-from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.models import ModelSpec, SweepSpec
 from orchestrator.spec.workload import TokenDistribution
-
-DEFAULT_INT4_GROUP_SIZE = 128
 
 
 def mean_tokens(value: int | TokenDistribution) -> int:
@@ -27,7 +27,8 @@ def mean_tokens(value: int | TokenDistribution) -> int:
 def resolved_profile(spec: SweepSpec) -> tuple[Profile | None, str]:
     """The calibration profile the spec's predictions use, and why: 'spec' (named), 'default' (the
     bundled profile of the spec's GPU and engine) or 'none' (the raw preset)."""
-    return spec_profile(spec.hardware.calibration, spec.hardware.gpu, spec.engine.name)
+    return spec_profile(spec.hardware.calibration, spec.hardware.gpu, spec.engine.name,
+                        spec.engine.sim_scheduler)
 
 
 def spec_gpu(spec: SweepSpec) -> GPUSpec:
@@ -37,10 +38,32 @@ def spec_gpu(spec: SweepSpec) -> GPUSpec:
     if prof is None:
         return load_gpu(hw.gpu, dict(hw.overrides))
     gpu = load_gpu(hw.gpu, dict(hw.overrides), profile=prof.constants, profile_name=prof.name)
-    if why == "default":  # say it, since the spec did not ask for it
-        gpu = replace(gpu, source=f"{gpu.source} (the bundled default for {gpu.name} + {spec.engine.name}; "
-                      "hardware.calibration: none for the preset)")
+    if why in ("default", "fallback"):  # say it, since the spec did not ask for it
+        _, note = family_profile(hw.gpu, spec.engine.name, spec.engine.sim_scheduler)
+        gpu = replace(gpu, source=f"{gpu.source} (the bundled default for {gpu.name} + {spec.engine.name}"
+                      f"{'; ' + note if note else ''}; hardware.calibration: none for the preset)")
+    outside = regime_warning(prof, spec)
+    if outside:
+        gpu = replace(gpu, source=f"{gpu.source}; warning: {outside}")
     return gpu
+
+
+def regime_warning(prof: Profile, spec: SweepSpec) -> str:
+    """A warning when the spec's mean prompt or answer lies outside what the profile was fitted on (a
+    profile fitted at 32-token prompts says little about 4,000-token ones); empty otherwise."""
+    if not prof.regime:
+        return ""
+    w = spec.workload
+    outside = []
+    means = (("input_tokens", mean_tokens(w.input_tokens)), ("output_tokens", mean_tokens(w.output_tokens)))
+    for name, value in means:
+        lo_hi = prof.regime.get(name)
+        if lo_hi and not lo_hi[0] <= value <= lo_hi[1]:
+            outside.append(f"{name} {value} (fitted {lo_hi[0]}-{lo_hi[1]})")
+    if not outside:
+        return ""
+    return (f"profile {prof.name} was fitted outside this workload: {', '.join(outside)}; expect larger "
+            "errors than docs/fidelity.md reports in-regime")
 
 
 GUESSED_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
@@ -66,6 +89,22 @@ def effective_constants(spec: SweepSpec) -> dict[str, float]:
     out = dict(prof.constants) if prof is not None else {}
     out.update(flatten_constants(dict(hw.overrides), "hardware.overrides"))
     return out
+
+
+def weight_format(model: ModelSpec, cfg: ModelConfig) -> tuple[str, int, float, WeightFormat]:
+    """(served dtype, quantization group size, bytes per quantized weight, bytes per matrix kind).
+
+    A checkpoint that declares its format (quantization_config) sets dtype, group and which matrices
+    stay 16-bit; a spec that names another dtype is refused (catalog/quant.py)."""
+    quant = cfg.quantization
+    dtype = served_weight_dtype(model.weight_dtype, "weight_dtype" in model.model_fields_set, quant)
+    group = model.quant_group_size or (quant.group_size if quant and quant.group_size
+                                       else DEFAULT_INT4_GROUP_SIZE)
+    if quant is not None and quant.weight_dtype == "int4" and quant.group_size == 0:
+        per_value = 0.5  # one scale per output channel (GPTQ group_size -1): negligible
+    else:
+        per_value = weight_bytes_per_value(dtype, group)
+    return dtype, group, per_value, WeightFormat.of_checkpoint(per_value, quant)
 
 
 def settings_request(spec: SweepSpec) -> SettingsRequest:
@@ -96,7 +135,7 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
     cfg = load_model(spec.model.name or spec.model.config_path or "")
     gpu = spec_gpu(spec)
     gpn = spec.hardware.gpus_per_node or gpu.gpus_per_node
-    group = spec.model.quant_group_size or DEFAULT_INT4_GROUP_SIZE
+    dtype, group, per_value, fmt = weight_format(spec.model, cfg)
     kv_dtype = spec.model.kv_cache_dtype
     assumptions = Assumptions()
     if spec.engine.runtime_reserve_bytes is not None:
@@ -110,13 +149,29 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
     return PlanInputs(
         cfg=cfg, gpu=gpu, cluster=Cluster(spec.hardware.nodes, gpn),
         settings=settings or engine_settings(spec, gpu, cfg),
-        weight_dtype=spec.model.weight_dtype,
+        weight_dtype=dtype,
         # vLLM runs attention in FP8 only with an FP8 KV cache; fp8 weights alone keep it in bf16.
         fp8_attention=kv_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
-        weight_bytes_per_value=weight_bytes_per_value(spec.model.weight_dtype, group),
+        weight_bytes_per_value=per_value,
+        weight_format=fmt,
         quant_group_size=group,
         kv_bytes_per_value=kv_bytes_per_value(kv_dtype if kv_dtype != "auto" else "bf16"),
         assumptions=assumptions,
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,
+        engine=spec.engine.name,
+        itl_tail_fraction=itl_tail_fraction(spec),
     )
+
+
+def itl_tail_fraction(spec: SweepSpec) -> float:
+    """1 - percentile/100 of the tightest per-token bound when it is an ITL percentile (itl_p99_ms:
+    0.01); 0 when it is on TPOT, which averages a request's gaps (plan/planner.py itl_within)."""
+    bounds = [(v, metric, pct) for (metric, pct), v in spec.slo.bounds_ms().items()
+              if metric in ("itl", "tpot")]
+    if not bounds:
+        return 0.0
+    _, metric, pct = min(bounds)
+    if metric != "itl" or not pct.startswith("p"):
+        return 0.0
+    return max(0.0, 1.0 - float(pct[1:]) / 100.0)

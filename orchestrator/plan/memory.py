@@ -1,19 +1,44 @@
-"""Memory formulas: PP stage split, weight bytes per GPU, KV bytes per token, KV capacity.
+"""Memory formulas: PP stage split, weight bytes per GPU, KV bytes per token.
 
 Symbols as in DESIGN.md: L layers, h_kv KV heads, d_head head dim, b bytes per value, n TP degree.
+KV per layer kind and the hybrid allocator's layout are in plan/kv.py.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from orchestrator.catalog.types import ModelConfig
-from orchestrator.plan.params import ParamCounts, is_moe_layer, stage_params
+from orchestrator.catalog.types import CheckpointQuant, ModelConfig
+from orchestrator.plan import kv
+from orchestrator.plan.params import ParamCounts, stage_params
 
-# Embedding and LM head stay in 16-bit even in fp8/int4 checkpoints (vLLM and the common quantizers
-# leave them unquantized).
+# Embedding, LM head, norms and routers stay in 16-bit in every checkpoint format orch reads (vLLM and
+# the common quantizers leave them unquantized).
 EMBEDDING_BYTES_PER_VALUE = 2.0
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """Bytes per weight for the three kinds of matrices a checkpoint may quantize differently (gpt-oss:
+    MXFP4 routed experts, bf16 attention)."""
+
+    attention: float
+    dense: float  # dense MLPs and shared experts
+    experts: float  # routed experts
+
+    @classmethod
+    def uniform(cls, bytes_per_value: float) -> WeightFormat:
+        return cls(bytes_per_value, bytes_per_value, bytes_per_value)
+
+    @classmethod
+    def of_checkpoint(cls, quantized_bytes: float, quant: CheckpointQuant | None) -> WeightFormat:
+        """`quantized_bytes` for the matrices the checkpoint quantizes, 16-bit for the ones it keeps."""
+        if quant is None:
+            return cls.uniform(quantized_bytes)
+        keep = EMBEDDING_BYTES_PER_VALUE
+        return cls(attention=quantized_bytes if quant.attention_quantized else keep,
+                   dense=quantized_bytes if quant.dense_quantized else keep,
+                   experts=quantized_bytes if quant.experts_quantized else keep)
 
 
 def stage_layer_counts(num_layers: int, stages: int) -> tuple[int, ...]:
@@ -42,10 +67,14 @@ class StageParams:
 
     layers: int
     moe_layers: int
-    total: int  # everything the stage holds
+    total: int  # everything the stage holds (vision tower not included)
     embedding: int  # the part that is embedding / LM head (kept in 16 bit)
     routed_experts: int  # the part that is routed experts (what EP shards)
     flop_params: int  # parameters each token multiplies by (no input embedding; top-k experts only)
+    mixer: int = 0  # attention / linear-attention / Mamba mixers
+    small: int = 0  # norms and routers (16 bit)
+    vision: int = 0  # the vision tower, on the first stage (16 bit)
+    layer_range: range = range(0)
 
 
 def split_stages(cfg: ModelConfig, counts: ParamCounts, stages: int) -> tuple[StageParams, ...]:
@@ -54,42 +83,40 @@ def split_stages(cfg: ModelConfig, counts: ParamCounts, stages: int) -> tuple[St
     for i, layers in enumerate(ranges):
         first, last = i == 0, i == len(ranges) - 1
         total = stage_params(counts, layers, first=first, last=last, cfg=cfg)
-        moe = sum(1 for j in layers if is_moe_layer(cfg, j))
+        lps = [counts.layers[j] for j in layers]
         emb = (counts.embedding if first else 0)
         if last:
             emb += counts.lm_head if counts.lm_head else (0 if first else counts.embedding)
-        routed = moe * counts.routed_experts_per_layer
-        dense_layers = len(layers) - moe
-        flop = (dense_layers * counts.dense_layer + moe * counts.moe_layer_active
-                + ((counts.lm_head or counts.embedding) if last else 0))
-        out.append(StageParams(len(layers), moe, total, emb, routed, flop))
+        flop = sum(lp.active for lp in lps) + ((counts.lm_head or counts.embedding) if last else 0)
+        out.append(StageParams(
+            layers=len(layers), moe_layers=sum(1 for lp in lps if lp.moe), total=total, embedding=emb,
+            routed_experts=sum(lp.routed for lp in lps), flop_params=flop,
+            mixer=sum(lp.mixer for lp in lps),
+            small=sum(lp.small for lp in lps) + (counts.final_norm if last else 0),
+            vision=counts.vision if first else 0, layer_range=layers))
     return tuple(out)
 
 
-def weight_bytes_per_gpu(stage: StageParams, *, weight_bytes_per_value: float, tp: int,
+def weight_bytes_per_gpu(stage: StageParams, *, weight_format: WeightFormat, tp: int,
                          expert_ranks: int) -> tuple[float, float]:
     """(non-expert bytes, routed-expert bytes) one GPU of the stage holds.
 
-    Non-expert weights are split over TP; routed experts over the EP ranks (tp*dp) with EP, over TP
-    without it (each DP rank then holds every expert, sharded by TP).
+    Non-expert weights (and the vision tower) are split over TP; routed experts over the EP ranks
+    (tp*dp) with EP, over TP without it (each DP rank then holds every expert, sharded by TP).
     """
-    quantized = stage.total - stage.embedding - stage.routed_experts
-    dense = (quantized * weight_bytes_per_value + stage.embedding * EMBEDDING_BYTES_PER_VALUE) / tp
-    experts = stage.routed_experts * weight_bytes_per_value / expert_ranks
-    return dense, experts
+    sixteen = stage.embedding + stage.small + stage.vision
+    dense = stage.total - stage.embedding - stage.routed_experts - stage.mixer - stage.small
+    nonexpert = (stage.mixer * weight_format.attention + dense * weight_format.dense
+                 + sixteen * EMBEDDING_BYTES_PER_VALUE) / tp
+    experts = stage.routed_experts * weight_format.experts / expert_ranks
+    return nonexpert, experts
 
 
 def kv_values_per_token_per_layer(cfg: ModelConfig, tp: int) -> int:
-    """Values one GPU stores per token per layer: 2 ceil(h_kv/n) d_head, or MLA's replicated latent."""
-    if cfg.is_mla:
-        return cfg.kv_lora_rank + cfg.qk_rope_head_dim  # the latent is not split by TP
-    return 2 * math.ceil(cfg.num_kv_heads / tp) * cfg.head_dim
+    """Values one GPU stores per token per attention layer: 2 ceil(h_kv/n) d_head, or MLA's latent."""
+    return round(kv.attention_bytes_per_token(cfg, 1.0, tp))
 
 
 def kv_bytes_per_token(cfg: ModelConfig, kv_bytes_per_value: float) -> float:
-    """kappa for the whole model on one GPU: 2 L h_kv d_head b (MLA: L (kv_lora_rank + rope_dim) b)."""
-    return cfg.num_layers * kv_values_per_token_per_layer(cfg, 1) * kv_bytes_per_value
-
-
-def kv_bytes_per_token_per_gpu(cfg: ModelConfig, kv_bytes_per_value: float, *, tp: int, layers: int) -> float:
-    return layers * kv_values_per_token_per_layer(cfg, tp) * kv_bytes_per_value
+    """kappa for the whole model on one GPU, full-attention layers only (plan/kv.py)."""
+    return kv.kv_bytes_per_token(cfg, kv_bytes_per_value)

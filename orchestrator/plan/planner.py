@@ -10,13 +10,15 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.catalog.types import GPUSpec, ModelConfig
+from orchestrator.catalog.types import CheckpointQuant, GPUSpec, ModelConfig
 from orchestrator.engines.settings import EngineSettings
 from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
 from orchestrator.plan.experts import imbalance, lognormal_popularity, place_redundant
+from orchestrator.plan.kv import KVCacheShape
+from orchestrator.plan.memory import WeightFormat
 from orchestrator.plan.params import ParamCounts, count_params
 
 if TYPE_CHECKING:
@@ -44,6 +46,19 @@ class PlanInputs:
     expert_popularity: tuple[float, ...] | None = None  # measured; else the lognormal assumption
     num_redundant_experts: int = 0  # EPLB slots spread over the EP ranks
     fp8_attention: bool = False  # attention at the FP8 peak (FP8 KV cache); else bf16 even for fp8 weights
+    # Bytes per weight by matrix kind when the checkpoint keeps some 16-bit (gpt-oss: MXFP4 experts,
+    # bf16 attention); None: weight_bytes_per_value for all of them.
+    weight_format: WeightFormat | None = None
+    engine: str = "vllm"  # whose load-time rules the checks apply where engines differ (sglang or vLLM's)
+    # The ITL bound's tail: 1 - percentile/100 of the binding ITL bound (0.01 for itl_p99_ms), 0 when the
+    # binding bound is on TPOT (a per-request mean). Steps that carry a prompt chunk are the ITL tail.
+    itl_tail_fraction: float = 0.0
+
+    @property
+    def checkpoint_quant(self) -> CheckpointQuant | None:
+        """The checkpoint's declared format when the weights are served in it."""
+        q = self.cfg.quantization
+        return q if q is not None and q.weight_dtype == self.weight_dtype else None
 
     def with_settings(self, settings: EngineSettings) -> PlanInputs:
         """These inputs for an engine that runs `settings` (a candidate's own)."""
@@ -95,12 +110,16 @@ class DecodeEstimate:
     prefill_chunk_tokens: int = 0
     chunk_step_fraction: float = 0.0
     chunk_step_ms: float = 0.0
+    # The ITL at the SLO's percentile (itl_tail_fraction): the step carrying the prompts that arrive
+    # together at that tail (0 when not asked for).
+    itl_tail_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch": self.batch, "context_tokens": self.context_tokens, "itl_ms": self.itl_ms,
             "decoding": self.decoding, "prefill_chunk_tokens": self.prefill_chunk_tokens,
             "chunk_step_fraction": self.chunk_step_fraction, "chunk_step_ms": self.chunk_step_ms,
+            "itl_tail_ms": self.itl_tail_ms,
             "microbatches": self.microbatches, "parts": self.parts.to_ms_dict(),
             "output_tokens_per_s_per_replica": self.output_tokens_per_s_per_replica,
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
@@ -151,7 +170,11 @@ class PlanRow:
 def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     """The cost model of one layout; the simulator uses this too."""
     imb = 1.0
-    if layout.ep and inputs.cfg.is_moe and inputs.cfg.num_routed_experts % layout.ep_size == 0:
+    experts = inputs.cfg.num_routed_experts
+    if layout.ep and inputs.cfg.is_moe and experts % layout.ep_size:
+        # vLLM's uneven split: the busiest rank holds ceil(E / ranks) experts
+        imb = math.ceil(experts / layout.ep_size) / (experts / layout.ep_size)
+    elif layout.ep and inputs.cfg.is_moe:
         redundant = inputs.num_redundant_experts
         if redundant and redundant % layout.ep_size == 0:
             imb = place_redundant(inputs.popularity(), ep_ranks=layout.ep_size,
@@ -162,31 +185,69 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
         fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
-        fp8_attention=inputs.fp8_attention,
+        fp8_attention=inputs.fp8_attention, weight_format=inputs.weight_format,
+        max_model_len=inputs.max_model_len,
     )
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """The KV cache of one engine rank: the room each PP stage's GPUs keep after weights and reserve,
+    and how the hybrid allocator fills it (plan/kv.py). Every stage holds KV for the same sequences,
+    so the tightest stage bounds the rank."""
+
+    rooms: tuple[float, ...]  # bytes per GPU left for KV, per stage (negative: weights do not fit)
+    shapes: tuple[KVCacheShape, ...]
+    heaviest_weight_bytes: float
+    usable_bytes: float
+
+    @property
+    def tokens(self) -> int:
+        """Context tokens the rank holds in its growing (full-attention) KV, no side blocks counted;
+        negative when the weights alone do not fit."""
+        if min(self.rooms) < 0:
+            return math.floor(min(self.rooms))
+        return min(sh.capacity_tokens(r) for sh, r in zip(self.shapes, self.rooms, strict=True))
+
+    def sequences(self, context_tokens: int) -> int:
+        """Sequences of `context_tokens` each the rank holds."""
+        if min(self.rooms) < 0:
+            return 0
+        return min(sh.sequences(r, context_tokens) for sh, r in zip(self.shapes, self.rooms, strict=True))
+
+    def side_tokens(self, context_tokens: int) -> int:
+        """A sequence's window and state blocks, in full-attention tokens (what the simulator charges)."""
+        return max(sh.side_tokens(context_tokens) for sh in self.shapes)
+
+    def max_len_shortfall(self, max_model_len: int, step_budget_tokens: int) -> float:
+        """Bytes by which one max_model_len request does not fit (vLLM's start check); <= 0 fits."""
+        return max(sh.max_len_bytes(max_model_len, step_budget_tokens) + sh.bytes_per_block - r
+                   for sh, r in zip(self.shapes, self.rooms, strict=True))
+
+
+def kv_capacity(inputs: PlanInputs, cost: LayoutCost) -> KVCapacity:
+    reserve = inputs.assumptions.runtime_reserve_bytes
+    usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
+    rooms, shapes, heaviest = [], [], 0.0
+    for st in cost.stages:
+        weights = st.dense_weight_bytes + st.expert_weight_bytes
+        heaviest = max(heaviest, weights)
+        rooms.append(usable - weights)
+        assert st.kv_shape is not None  # build_layout_cost always sets it
+        shapes.append(st.kv_shape)
+    return KVCapacity(tuple(rooms), tuple(shapes), heaviest, usable)
 
 
 def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost) -> tuple[int, float, float]:
     """(KV tokens one engine rank holds, heaviest stage's weight bytes per GPU, usable bytes per GPU).
-
-    The stage with the least room left after its weights bounds the rank: every stage holds KV for
-    the same tokens. Negative means the weights alone do not fit.
-    """
-    reserve = inputs.assumptions.runtime_reserve_bytes
-    usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
-    tokens = math.inf
-    heaviest = 0.0
-    for st in cost.stages:
-        weights = st.dense_weight_bytes + st.expert_weight_bytes
-        heaviest = max(heaviest, weights)
-        room = usable - weights
-        tokens = min(tokens, room / st.kv_bytes_per_token)
-    return math.floor(tokens), heaviest, usable
+    Negative tokens mean the weights alone do not fit."""
+    cap = kv_capacity(inputs, cost)
+    return cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
 
 
 def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
                     kv_tokens: int, *, step_budget_tokens: int, prompt_tokens: int = 0,
-                    output_tokens: int | None = None) -> DecodeEstimate:
+                    output_tokens: int | None = None, itl_tail_fraction: float = 0.0) -> DecodeEstimate:
     """Tokens/s and ITL of `batch` sequences decoding at `context` tokens each.
 
     With `output_tokens` (per request) the prefill that keeps the batch full is charged as vLLM's
@@ -196,6 +257,12 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
     mean step (TPOT) is f t(batch + c) + (1 - f) t(batch), the chunk steps being the ITL tail;
     otherwise every step carries P tokens. A batch with batch (1 + prompt/output) > budget cannot be
     kept full: only budget / (1 + prompt/output) sequences decode.
+
+    With `itl_tail_fraction` q (0.01 for a p99 bound), `itl_tail_ms` is the ITL a q-tail sees: prompts
+    arrive as a Poisson stream of mu = batch/output per step, so at that tail a step carries the
+    k = Poisson(mu) (1 - q)-quantile prompts at once (whole prompts, within the step budget), and every
+    sequence decoding beside them waits for that step. This is what a measured p99 ITL is (and what
+    the simulator's is): steps carrying two prompts at once are rare, but past 1% they set the p99.
     """
     decoding = batch
     ratio = prompt_tokens / output_tokens if output_tokens and prompt_tokens else 0.0
@@ -215,6 +282,16 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
                                prefill_pairs=pairs)
         mean_s = frac * chunk_s + (1 - frac) * decode_s
+    tail_s = 0.0
+    if ratio and itl_tail_fraction > 0 and output_tokens:
+        k = _poisson_quantile(decoding / output_tokens, 1.0 - itl_tail_fraction)
+        tokens = min(k * prompt_tokens, max(step_budget_tokens - decoding, 1))
+        tail_s = decode_s
+        if tokens:
+            pairs_k = tokens * (prompt_tokens + 1) / 2
+            tail_s = cost.round_s(decoding + tokens, decoding * context, decoding * context + pairs_k,
+                                  decoding + k, prefill_pairs=pairs_k)
+        tail_s = max(tail_s, mean_s)
     per_replica = layout.dp * decoding / mean_s
     moe_tokens = math.ceil(decoding / m) * (layout.dp if layout.ep else 1)
     return DecodeEstimate(
@@ -224,8 +301,27 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         fits_kv=batch * context <= kv_tokens,
         touched_expert_fraction=cost.touched_fraction(moe_tokens) if cost.cfg.is_moe else None,
         decoding=decoding, prefill_chunk_tokens=round(chunk), chunk_step_fraction=frac,
-        chunk_step_ms=chunk_s * 1e3,
+        chunk_step_ms=chunk_s * 1e3, itl_tail_ms=tail_s * 1e3,
     )
+
+
+def _poisson_quantile(mu: float, level: float) -> int:
+    """Smallest k with P(Poisson(mu) <= k) >= level."""
+    term = cdf = math.exp(-mu)
+    k = 0
+    while cdf < level and k < 10_000:
+        k += 1
+        term *= mu / k
+        cdf += term
+    return k
+
+
+def itl_within(est: DecodeEstimate) -> float:
+    """The ITL an SLO bound is checked against: the tail at the bound's percentile when one was asked
+    for (decode_estimate's itl_tail_ms), else the mean step. Comparing the mean with a p99 bound made
+    the planner rank pipeline layouts first (their steps carrying a prompt are a trip through every
+    stage, so a burst of two prompts costs twice a long step) where the simulator found them last."""
+    return est.itl_tail_ms or est.itl_ms
 
 
 def _search_batches(max_batch: int) -> list[int]:
@@ -243,11 +339,13 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     """Score one layout. With `output_tokens` (per request) decode estimates charge the prefill of
     the prompts that keep the batch full (`decode_estimate`); without it they are decode alone."""
     reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
-                                   group_size=inputs.quant_group_size)
+                                   group_size=inputs.quant_group_size, quant=inputs.checkpoint_quant,
+                                   engine=inputs.engine)
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)
-    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
+    cap = kv_capacity(inputs, cost)
+    kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
     stage0 = cost.stages[0]
     if kv_tokens < 0:
         reject.append(f"weights {weights / GB:.1f} GB per GPU + reserve "
@@ -255,10 +353,13 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
                       f"{(usable + inputs.assumptions.runtime_reserve_bytes) / GB:.1f} GB "
                       f"({inputs.gpu_memory_utilization:g} of {inputs.gpu.memory_bytes / GB:.0f} GB)")
         kv_tokens = 0
-    elif kv_tokens < inputs.max_model_len:
+    elif (short := cap.max_len_shortfall(inputs.max_model_len, inputs.max_num_batched_tokens)) > 0:
+        # vLLM's start check (kv_cache_utils.check_enough_kv_cache_memory): one request of
+        # max_model_len must fit, window layers counting their window plus a step's tokens.
         reject.append(f"KV cache holds {kv_tokens} tokens per engine, less than max_model_len "
-                      f"{inputs.max_model_len}: one full-length request would not fit")
-    kv_seqs = kv_tokens // max(context_tokens, 1)
+                      f"{inputs.max_model_len} needs: one full-length request would not fit "
+                      f"({short / GB:.2f} GB short)")
+    kv_seqs = cap.sequences(context_tokens) if kv_tokens > 0 else 0
     max_batch = min(inputs.max_num_seqs, kv_seqs)
     if 0 < max_batch < max(batches) and not reject:
         # Say which limit binds: a small KV cache is a memory problem, max_num_seqs an engine setting.
@@ -272,7 +373,8 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     def estimate(b: int) -> DecodeEstimate:
         return decode_estimate(cost, layout, b, context_tokens, kv_tokens, prompt_tokens=prompt_tokens,
                                output_tokens=output_tokens,
-                               step_budget_tokens=inputs.max_num_batched_tokens)
+                               step_budget_tokens=inputs.max_num_batched_tokens,
+                               itl_tail_fraction=inputs.itl_tail_fraction if itl_bound_ms else 0.0)
 
     decode = tuple(estimate(b) for b in batches)
     prefill = cost.prefill(prompt_tokens)
@@ -280,13 +382,14 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     if max_batch >= 1 and not reject:
         for b in _search_batches(max_batch):
             est = estimate(b)
-            if itl_bound_ms is not None and est.itl_ms > itl_bound_ms:
+            if itl_bound_ms is not None and itl_within(est) > itl_bound_ms:
                 break
             if best is None or est.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:
                 best = est
         if best is None and itl_bound_ms is not None:
             one = estimate(1)
-            warn.append(f"predicted ITL at batch 1 ({one.itl_ms:.1f} ms) exceeds the SLO bound "
+            tail = " at the bound's percentile" if one.itl_tail_ms else ""
+            warn.append(f"predicted ITL{tail} at batch 1 ({itl_within(one):.1f} ms) exceeds the SLO bound "
                         f"{itl_bound_ms:g} ms")
     m = max(1, min(layout.pp, max_batch or 1))
     return PlanRow(

@@ -10,6 +10,7 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.enumerate import enumerate_layouts
 from orchestrator.plan.from_spec import mean_tokens, plan_inputs
+from orchestrator.plan.kv import kv_bytes_per_sequence
 from orchestrator.plan.memory import kv_bytes_per_token
 from orchestrator.plan.planner import DEFAULT_BATCHES, PlanInputs, PlanRow, plan_layout, rank_rows
 from orchestrator.spec.checks import MAX_TOKENS
@@ -35,6 +36,13 @@ class PlanResult:
             "nodes": inp.cluster.nodes, "gpus_per_node": inp.cluster.gpus_per_node,
             "weight_dtype": inp.weight_dtype, "total_params": counts.total, "active_params": counts.active,
             "kv_bytes_per_token": kv_bytes_per_token(inp.cfg, inp.kv_bytes_per_value),
+            # One max_model_len sequence: full layers the context, window layers their window, state
+            # layers their state (plan/kv.py); the MTP and vision parameters are apart from the totals.
+            "kv_bytes_per_sequence": kv_bytes_per_sequence(inp.cfg, inp.kv_bytes_per_value,
+                                                           inp.max_model_len),
+            "layer_kinds": {k: inp.cfg.layer_kinds.count(k) for k in sorted(set(inp.cfg.layer_kinds))}
+            or {"full": inp.cfg.num_layers},
+            "mtp_params": counts.mtp, "vision_params": counts.vision,
             "max_model_len": inp.max_model_len, "batches": list(self.batches),
             "context_tokens": self.context_tokens, "prompt_tokens": self.prompt_tokens,
             "itl_bound_ms": self.itl_bound_ms, "enumerated": self.enumerated,

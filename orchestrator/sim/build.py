@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-from orchestrator.plan.planner import PlanInputs, kv_capacity_tokens, layout_cost
+from orchestrator.plan.planner import PlanInputs, kv_capacity, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 
 
@@ -13,12 +13,16 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *,
     """One EngineCore per DP rank of one replica (a replica is one server), with the engine settings
     the planner used (inputs.settings)."""
     cost = layout_cost(inputs, layout)
-    kv_tokens, weights, usable = kv_capacity_tokens(inputs, cost)
+    cap = kv_capacity(inputs, cost)
+    kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
     if kv_tokens <= 0:
         raise SpecError(f"layout {layout}: weights {weights / 1e9:.1f} GB per GPU leave no room for KV "
                         f"in {usable / 1e9:.1f} GB usable; the planner rejects it (orch plan)")
+    hybrid = any(sh.window_bytes_per_token or sh.state_bytes_per_sequence for sh in cap.shapes)
     config = EngineConfig(
         kv_capacity_tokens=kv_tokens,
+        # Window and state layers: blocks per sequence beside its context (plan/kv.py).
+        side_kv_tokens=cap.side_tokens if hybrid else None,
         max_num_seqs=inputs.settings.max_num_seqs,
         max_num_batched_tokens=inputs.settings.max_num_batched_tokens,
         block_tokens=inputs.settings.block_size,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.plan.cost import LayoutCost
@@ -34,6 +35,9 @@ class EngineConfig:
     max_num_batched_tokens: int
     block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
     reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
+    # Hybrid models: a sequence's sliding-window/chunk/state blocks, in full-attention tokens, from its
+    # whole length (KVCapacity.side_tokens). Charged at admission, freed with the sequence.
+    side_kv_tokens: Callable[[int], int] | None = None
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Seq:
     segments: list[tuple[int, int]] = field(default_factory=list)  # (first, last) emitting steps
     preemptions: int = 0
     finished: bool = False
+    side_kv: int = 0  # window/state KV charged while running (EngineConfig.side_kv_tokens)
 
     def generated_at(self, step: int) -> int:
         """Tokens emitted before `step` runs."""
@@ -87,12 +92,18 @@ class EngineCore:
         self.prefill_kv = 0  # KV tokens allocated to prefilling sequences
         self.preemptions = 0
         self.reserved_kv = 0  # reserve_whole_kv: prompt + max output (+ half a block) per running request
+        self.side_kv = 0  # window/state KV of the running sequences (hybrid models)
         self._tiebreak = 0
 
     # -- queue -------------------------------------------------------------------------------------
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
         """Whether a request can ever run: its whole context must fit the KV cache alone."""
-        return prompt_tokens + max_tokens + self.config.block_tokens <= self.config.kv_capacity_tokens
+        return (prompt_tokens + max_tokens + self.config.block_tokens + self._side(prompt_tokens + max_tokens)
+                <= self.config.kv_capacity_tokens)
+
+    def _side(self, tokens: int) -> int:
+        fn = self.config.side_kv_tokens
+        return fn(tokens) if fn is not None else 0
 
     def add(self, seq: Seq) -> None:
         """Queue a request; callers reject the ones `fits` refuses (vLLM: longer than max_model_len)."""
@@ -110,7 +121,8 @@ class EngineCore:
         return seq.prompt_tokens + seq.max_tokens + self.config.block_tokens // 2
 
     def kv_used_tokens(self) -> int:
-        return self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
+        return (self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
+                + self.side_kv)
 
     @property
     def kv_usage(self) -> float:
@@ -120,6 +132,7 @@ class EngineCore:
     def _preempt_last(self) -> None:
         rid, seq = self.running.popitem()
         step = self.step_index
+        self.side_kv -= seq.side_kv
         if self.config.reserve_whole_kv:
             self.reserved_kv -= self._reservation(seq)
         if rid in self.decoding:
@@ -185,7 +198,8 @@ class EngineCore:
                and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
             chunk = min(seq.prefill_target, budget)
-            if used + chunk + half_block > capacity:
+            side = self._side(seq.prompt_tokens + seq.max_tokens)
+            if used + chunk + half_block + side > capacity:
                 break
             if cfg.reserve_whole_kv:
                 if self.reserved_kv + self._reservation(seq) > capacity:
@@ -194,9 +208,11 @@ class EngineCore:
             self.waiting.popleft()
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
+            seq.side_kv = side
+            self.side_kv += side
             chunks.append((seq, chunk))
             budget -= chunk
-            used += chunk + half_block
+            used += chunk + half_block + side
         prefill_pairs = 0.0
         for seq, chunk in chunks:
             kv_tokens += seq.computed
@@ -272,6 +288,8 @@ class EngineCore:
         seq.decode_start_step = -1
         if seq.segments and seq.segments[-1][1] == -1:
             seq.segments[-1] = (seq.segments[-1][0], step)
-        if self.running.pop(seq.request_id, None) is not None and self.config.reserve_whole_kv:
-            self.reserved_kv -= self._reservation(seq)
+        if self.running.pop(seq.request_id, None) is not None:
+            self.side_kv -= seq.side_kv
+            if self.config.reserve_whole_kv:
+                self.reserved_kv -= self._reservation(seq)
 

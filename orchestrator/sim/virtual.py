@@ -89,28 +89,53 @@ def simulate_columns(engines: Sequence[EngineCore], requests: Sequence[SimReques
 def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
                 duration_s: float | None = None,
                 balance: Balance = "least_outstanding",
-                sample_interval_s: float | None = None) -> tuple[list[RequestRecord], SimSummary]:
+                sample_interval_s: float | None = None,
+                ramp_s: float = 0.0) -> tuple[list[RequestRecord], SimSummary]:
     """Closed loop: `concurrency` clients, each sending its next request when its previous one ends
     (arrival times in `requests` are ignored). Without `duration_s` each request is sent once; with
     it, `requests` are cycled (ids suffixed "#k") and none is sent at or after `duration_s`. Records
-    come in send order, as the load generator's closed loop returns them."""
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
-    at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]
-    run = _Run(engines, balance, concurrency, closed=True, sample_s=sample_interval_s)
-    return run.go(at_zero, duration_s)
+    come in send order, as the load generator's closed loop returns them.
+
+    `ramp_s` > 0 starts the clients one by one, evenly over that many seconds, instead of all at
+    t=0 (benchmark tools ramp up this way); requests after each client's first go out from the ramp's
+    end on. Clients started together with equal lengths stay in lockstep, every wave prefilling at
+    once; staggered over about one request's time they reach the steady state a long run settles in.
+    """
+    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s)
+    return run.go(timed, duration_s)
 
 
 def closed_loop_columns(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
                         duration_s: float | None = None, balance: Balance = "least_outstanding",
-                        sample_interval_s: float | None = None) -> tuple[RequestColumns, SimSummary]:
+                        sample_interval_s: float | None = None,
+                        ramp_s: float = 0.0) -> tuple[RequestColumns, SimSummary]:
     """closed_loop, with the requests as columns (see simulate_columns)."""
+    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s)
+    _, summary = run.go(timed, duration_s, records=False)
+    return run.columns(), summary
+
+
+def _closed(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, balance: Balance,
+            sample_interval_s: float | None, ramp_s: float) -> tuple[_Run, list[SimRequest]]:
+    """A closed loop's run and its requests timed by the ramp (closed_loop's docstring)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]
-    run = _Run(engines, balance, concurrency, closed=True, sample_s=sample_interval_s)
-    _, summary = run.go(at_zero, duration_s, records=False)
-    return run.columns(), summary
+    if ramp_s < 0:
+        raise ValueError("ramp_s must be >= 0")
+    first = min(concurrency, len(requests))
+    starts = [k * ramp_s / first if k < first else ramp_s for k in range(len(requests))]
+    timed = [SimRequest(r.request_id, t, r.prompt_tokens, r.max_tokens)
+             for r, t in zip(requests, starts, strict=True)]
+    return _Run(engines, balance, concurrency, closed=True, sample_s=sample_interval_s), timed
+
+
+def single_request_s(engine: EngineCore, prompt_tokens: int, output_tokens: int) -> float:
+    """One request alone on `engine`, send to last token: the request overhead, its prefill, and its
+    output at batch 1 (the length of a closed-loop ramp that spreads clients over one request)."""
+    cost = engine.cost
+    decode = cost.round_s(1, prompt_tokens, prompt_tokens + 1, 1)
+    return (cost.request_overhead_s + cost.prefill(prompt_tokens).total_s
+            + max(output_tokens - 1, 0) * decode)
 
 
 class _Run:

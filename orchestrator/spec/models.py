@@ -85,12 +85,15 @@ class ModelSpec(SpecModel):
         None, description="Weights (HF repo id or local directory) for real engines; the sim needs none."
     )
     revision: str | None = Field(None, description="Checkpoint revision (git sha or tag) of the weights.")
-    weight_dtype: Literal["bf16", "fp16", "fp8", "int4"] = Field(
-        "bf16", description="Data type the weights are served in."
+    weight_dtype: Literal["bf16", "fp16", "fp8", "int4", "mxfp4", "nvfp4"] = Field(
+        "bf16", description="Data type the weights are served in. A checkpoint whose config.json has a "
+        "quantization_config is served in that format (a different weight_dtype is refused); int4, mxfp4 "
+        "and nvfp4 need such a checkpoint.",
     )
     quant_group_size: int | None = Field(
         None, gt=0, le=1 << 20,
-        description="Quantization group size along the input dimension (e.g. 128 for int4).",
+        description="int4 quantization group size along the input dimension (default: the checkpoint's, "
+        "else 128). MXFP4 and NVFP4 have fixed groups (32, 16).",
     )
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = Field(
         "auto", description="KV cache data type; 'auto' follows the activations."

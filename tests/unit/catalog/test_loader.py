@@ -145,7 +145,7 @@ def test_gpu_presets_load() -> None:
 def test_h100_figures_and_alias() -> None:
     g = load_gpu("H100")
     assert g.name == "h100-sxm"
-    assert g.memory_bytes == 80e9 and g.hbm_bytes_per_s == 3.35e12
+    assert g.memory_bytes == 81559 * 2**20 and g.hbm_bytes_per_s == 3.35e12  # nvidia-smi: 81,559 MiB
     assert g.bf16_flops_per_s == 989e12 and g.fp8_flops_per_s == 1979e12
     assert g.gpus_per_node == 8
     assert g.intra_node.bandwidth_bytes_per_s == 450e9 and g.intra_node.latency_s == 2e-6

@@ -1,6 +1,7 @@
-"""A spec without `hardware.calibration` uses the bundled profile fitted for its GPU and engine; the
-engine must match exactly (a TensorRT-LLM profile never applies to a vLLM spec, `sim` models no
-engine); `calibration: none` keeps the raw preset; every prediction names the profile it used."""
+"""A spec without `hardware.calibration` uses the bundled profile fitted for its GPU and engine family
+(a TensorRT-LLM profile never applies to a vLLM spec; the simulator is calibrated as the engine whose
+scheduler it runs; SGLang falls back to vLLM's, said so); `calibration: none` keeps the raw preset;
+every prediction names the profile it used and warns outside the regime the profile was fitted in."""
 
 from __future__ import annotations
 
@@ -57,15 +58,37 @@ def test_calibration_none_keeps_the_preset() -> None:
     assert "profile none (preset)" in constants_line(gpu)
 
 
-@pytest.mark.parametrize("engine", ["sim", "sglang"])
-def test_no_profile_of_another_engine_applies(engine: str) -> None:
-    """h100-sxm has a TensorRT-LLM and a vLLM profile; neither is for sim or sglang."""
+@pytest.mark.parametrize(("engine", "scheduler", "name", "why"), [
+    ("sim", "vllm", "vllm-h100-sxm", "default"),  # the simulator runs vLLM's scheduler by default
+    ("sim", "guaranteed-no-evict", "trtllm-h100-sxm", "default"),  # ... or TensorRT-LLM's
+    ("sglang", "vllm", "vllm-h100-sxm", "fallback"),  # no SGLang profile: vLLM's, said so
+])
+def test_profiles_match_by_engine_family_and_say_the_fallback(engine: str, scheduler: str, name: str,
+                                                               why: str) -> None:
     spec = _spec(engine)
-    assert resolved_profile(spec) == (None, "none")
-    assert plan_inputs(spec).gpu.hbm_efficiency == load_gpu("h100-sxm").hbm_efficiency
-    assert effective_constants(spec) == {}
+    spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"sim_scheduler": scheduler})})
+    prof, got = resolved_profile(spec)
+    assert prof is not None and prof.name == name and got == why
+    gpu = plan_inputs(spec).gpu
+    assert gpu.profile == name
+    if why == "fallback":
+        assert "no sglang profile for h100-sxm: the vllm one, the nearest engine" in constants_line(gpu)
     if engine == "sim":
-        assert not any("hbm_efficiency" in a for a in sim_options(spec).argv())
+        assert effective_constants(spec) == prof.constants  # what the simulated server is given
+        assert any("hbm_efficiency" in a for a in sim_options(spec).argv())
+
+
+def test_a_profile_warns_outside_the_regime_it_was_fitted_in() -> None:
+    prof = load_profile("vllm-h100-sxm")
+    assert prof.regime is not None
+    lo, hi = prof.regime["input_tokens"]
+    inside = _spec("vllm").model_copy(update={"workload": _spec("vllm").workload.model_copy(
+        update={"input_tokens": lo, "output_tokens": prof.regime["output_tokens"][0]})})
+    assert "warning" not in plan_inputs(inside).gpu.source
+    longer = inside.workload.model_copy(update={"input_tokens": hi * 4})
+    outside = inside.model_copy(update={"workload": longer})
+    line = constants_line(plan_inputs(outside).gpu)
+    assert f"input_tokens {hi * 4} (fitted {lo}-{hi})" in line
 
 
 def test_a_named_profile_wins_over_the_default() -> None:

@@ -9,7 +9,7 @@ def test_catalog_json_lists_presets_with_counted_params(orch: Orch) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     models = {m["name"]: m for m in data["models"]}
-    assert len(models) == 10
+    assert len(models) >= 21  # orchestrator/catalog/models (SOURCES.md)
     assert abs(models["qwen2.5-72b"]["total_params"] / 72.7e9 - 1) < 0.01
     assert models["mixtral-8x7b"]["active_params"] < models["mixtral-8x7b"]["total_params"]
     assert {g["name"] for g in data["gpus"]} >= {"h100-sxm", "h200"}

@@ -12,7 +12,8 @@ SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
 
 
 def test_compile_refuses_layouts_that_do_not_fit_or_split_the_heads(orch: Orch) -> None:
-    for layout, reason in (("tp2", "exceed the usable"), ("tp3", "heads")):
+    cases = (("tp1", "exceed the usable"), ("tp2", "less than max_model_len"), ("tp3", "heads"))
+    for layout, reason in cases:
         out = orch("compile", SPEC, "--layout", layout, "--engine", "vllm")
         assert out.returncode == 2, (layout, out.stdout, out.stderr)
         assert out.stdout == ""

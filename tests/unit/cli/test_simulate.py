@@ -10,23 +10,23 @@ SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
 
 
 def test_a_layout_that_does_not_fit_is_rejected_and_the_rest_simulated(orch: Orch) -> None:
-    out = orch("simulate", SPEC, "--layouts", "tp2x4,tp8", "--rates", "2", "--num-requests", "12", "--json")
+    out = orch("simulate", SPEC, "--layouts", "tp1x8,tp8", "--rates", "2", "--num-requests", "12", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [p["layout"] for p in data["points"]] == ["tp8"]
     assert data["points"][0]["metrics"]["n_completed"] > 0
     (rej,) = data["rejected_layouts"]
-    assert rej["layout"] == "tp2x4" and rej["gpus"] == 8 and "no room for KV" in rej["reason"]
-    table = orch("simulate", SPEC, "--layouts", "tp2x4,tp8", "--rates", "2", "--num-requests", "12")
+    assert rej["layout"] == "tp1x8" and rej["gpus"] == 8 and "no room for KV" in rej["reason"]
+    table = orch("simulate", SPEC, "--layouts", "tp1x8,tp8", "--rates", "2", "--num-requests", "12")
     assert table.returncode == 0, table.stderr
-    assert "tp2x4 (8 GPUs): rejected: layout tp2: weights" in table.stdout
+    assert "tp1x8 (8 GPUs): rejected: layout tp1: weights" in table.stdout
     assert "orch simulate tp8 (8 GPUs)" in table.stdout
     assert "Traceback" not in table.stderr
 
 
 def test_no_completed_request_exits_6_with_one_line(orch: Orch) -> None:
     # Every layout rejected: valid JSON still, then the exit code a CI job can act on.
-    out = orch("simulate", SPEC, "--layouts", "tp2x4", "--rates", "2", "--num-requests", "20", "--json")
+    out = orch("simulate", SPEC, "--layouts", "tp1x8", "--rates", "2", "--num-requests", "20", "--json")
     assert out.returncode == 6, out.stderr
     assert json.loads(out.stdout)["points"] == []
     lines = out.stderr.strip().splitlines()

@@ -15,9 +15,17 @@ from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layou
 from orchestrator.plan.run import make_plan
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
+from orchestrator.spec.models import SweepSpec
 from tests.support.paths import ROOT
 
 SPEC = ROOT / "layouts" / "qwen72b.yaml"
+
+
+def _preset(spec: SweepSpec) -> SweepSpec:
+    """The spec on the raw GPU preset: these tests are about the planner and the simulator agreeing
+    on one set of constants, not about a calibration profile (which the sim engine now gets)."""
+    hw = spec.hardware.model_copy(update={"calibration": "none"})
+    return spec.model_copy(update={"hardware": hw})
 
 
 def _long_variant(tmp_path: Path) -> Path:
@@ -40,27 +48,33 @@ def _long_variant(tmp_path: Path) -> Path:
 def test_plan_and_simulate_rank_layouts_alike(tmp_path: Path, which: str, rate: float,
                                               requests: int) -> None:
     path = SPEC if which == "chat" else _long_variant(tmp_path)
-    spec = load_spec(path)
+    spec = _preset(load_spec(path))
     plan = make_plan(spec, layouts=list(spec.layouts))
     fitting = [r for r in plan.rows if r.fits and r.best is not None]
     assert len(fitting) >= 2
     inputs = plan_inputs(spec)
-    simulated = {}
+    simulated: dict[str, float] = {}
+    planned: dict[str, float] = {}
     for row in fitting:
         # Far above every layout's capacity: the simulator runs saturated, as the planner assumes.
         sp = simulate_point(spec, inputs, row.layout, rate, num_requests=requests)
         assert sp.summary.preemptions == 0
         per_gpu = (sp.result.metrics.per_gpu or {})["output_throughput"]
         simulated[str(row.layout)] = per_gpu
-        assert row.best is not None
-        ratio = row.best.output_tokens_per_s_per_gpu / per_gpu
+        # Saturated: the planner's estimate at its largest batch, prefill charged, no SLO tail.
+        cost = layout_cost(inputs, row.layout)
+        prompt, out = plan.prompt_tokens, plan.output_tokens
+        planned[str(row.layout)] = decode_estimate(
+            cost, row.layout, row.max_batch, plan.context_tokens, row.kv_tokens_per_replica,
+            prompt_tokens=prompt, output_tokens=out,
+            step_budget_tokens=inputs.max_num_batched_tokens).output_tokens_per_s_per_gpu
+        ratio = planned[str(row.layout)] / per_gpu
         assert 0.8 < ratio < 1.4, (row.layout, ratio)
-    planned_order = [str(r.layout) for r in fitting]
-    assert planned_order == sorted(simulated, key=lambda k: -simulated[k])
+    assert sorted(planned, key=lambda k: -planned[k]) == sorted(simulated, key=lambda k: -simulated[k])
 
 
 def test_prefill_charge_by_hand() -> None:
-    spec = load_spec(SPEC)
+    spec = _preset(load_spec(SPEC))
     inputs = plan_inputs(spec)
     layout = parse_layout("tp8")
     cost = layout_cost(inputs, layout)

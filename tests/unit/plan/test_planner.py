@@ -61,10 +61,12 @@ def test_kv_capacity_by_hand() -> None:
     row = plan_layout(_inputs(), parse_layout("tp8"))
     counts = count_params(QWEN)
     weights = counts.total * 2 / 8  # bf16, embedding and head split too
-    usable = 80e9 * 0.9 - 3e9
+    usable = 81559 * 2**20 * 0.9 - 3e9  # nvidia-smi's 81,559 MiB
     per_gpu_kv = 80 * 2 * 1 * 128 * 2  # one KV head per GPU at TP8
     assert row.weight_bytes_per_gpu == pytest.approx(weights, rel=1e-9)
-    assert row.kv_tokens_per_replica == math.floor((usable - weights) / per_gpu_kv)
+    # vLLM's pool: 16-token blocks of every layer, one of them the null block (kv_cache_utils.py).
+    blocks = math.floor((usable - weights) / (per_gpu_kv * 16)) - 1
+    assert row.kv_tokens_per_replica == blocks * 16
     assert row.fits and not row.rejected_because
 
 
@@ -78,7 +80,7 @@ def test_tp_beyond_kv_heads_replicates_kv_and_warns() -> None:
 
 def test_rejections_name_the_reason() -> None:
     inp = _inputs()
-    assert "exceed the usable" in plan_layout(inp, parse_layout("tp2x4")).rejected_because[0]
+    assert "exceed the usable" in plan_layout(inp, parse_layout("tp1x8")).rejected_because[0]
     assert "cluster has 8" in plan_layout(inp, parse_layout("tp8x2")).rejected_because[0]
     heads = plan_layout(inp, parse_layout("tp3")).rejected_because[0]
     assert "does not divide the 64 attention heads" in heads

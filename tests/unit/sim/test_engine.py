@@ -103,7 +103,7 @@ def test_replica_engines_use_planner_capacity() -> None:
     assert len(engines) == 2
     assert engines[0].config.kv_capacity_tokens > 0
     with pytest.raises(SpecError, match="leave no room for KV"):
-        replica_engines(INPUTS, parse_layout("tp2dp4"))  # 72.7 GB of weights per GPU
+        replica_engines(INPUTS, parse_layout("dp8"))  # 145 GB of weights per GPU
 
 
 def _poisson(n: int, rate: float, prompt: int, out: int, seed: int = 3) -> list[SimRequest]:
