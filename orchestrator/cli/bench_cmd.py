@@ -26,14 +26,14 @@ from orchestrator.errors import OrchError, RequestsFailed, SLONotMet, SpecError
 if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
     from orchestrator.loadgen.bench import BenchRun, PointResult, WorkloadFactory
     from orchestrator.loadgen.records import RequestRecord
-    from orchestrator.loadgen.workloads import Tokenizer
+    from orchestrator.loadgen.texts import Tokenizer
 
-WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace")
+WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace", "conversation", "agentic")
 # Stated here as well as in loadgen.client (the option's default must be a literal for --help): a test
 # keeps the two equal.
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_OUTPUT_LEN = "128"
-BALANCE_KINDS = ("round_robin", "least_outstanding")
+BALANCE_KINDS = ("round_robin", "least_outstanding", "prefix_aware")
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
@@ -84,9 +84,11 @@ def parse_slo_flag(text: str | None) -> dict[str, float]:
 
 
 def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_len: int, num_prefixes: int,
-                      dataset: str | None, tokenizer_dir: str | None, seed: int) -> WorkloadFactory:
+                      dataset: str | None, tokenizer_dir: str | None, seed: int,
+                      sessions: dict[str, Any] | None = None, duration_s: float | None = None,
+                      trace_format: str = "auto", time_scale: float = 1.0) -> WorkloadFactory:
+    from orchestrator.loadgen.texts import load_tokenizer
     from orchestrator.loadgen.workloads import (
-        load_tokenizer,
         parse_length,
         prefix_workload,
         random_workload,
@@ -100,6 +102,8 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
     n_out = given_out if given_out is not None else parse_length(DEFAULT_OUTPUT_LEN, "--output-len")
     if kind in ("sharegpt", "trace") and not dataset:
         raise SpecError(f"--workload {kind} needs --dataset FILE")
+    if kind in ("conversation", "agentic"):
+        return _session_factory(kind, input_len, output_len, given_out, dataset, tok, seed, sessions or {})
     if kind == "random":
         return partial(random_workload, input_len=n_in, output_len=n_out, seed=seed, tokenizer=tok)
     if kind == "prefix":
@@ -109,9 +113,57 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
     if kind == "sharegpt":
         sharegpt_workload(dataset, 1, tokenizer=tok)  # fail now on a bad file, not mid-run
         return partial(sharegpt_workload, dataset, output_len=given_out, seed=seed, tokenizer=tok)
-    wl = trace_workload(dataset, seed=seed, tokenizer=tok)
-    return lambda n: wl
+    from orchestrator.loadgen.traces import TRACE_FORMATS, TraceFormat
 
+    tf: TraceFormat = _choice(trace_format, TRACE_FORMATS, "--trace-format")  # type: ignore[assignment]
+    if not time_scale > 0:
+        raise SpecError(f"--time-scale: {time_scale} must be positive (2 replays the trace twice as fast)")
+    until = None if duration_s is None or math.isinf(duration_s) else duration_s
+    trace_workload(dataset, n=1, fmt=tf, tokenizer=tok)  # fail now on a bad file, not mid-run
+    # streamed: only the requests used are read (--num-requests, or those before --duration-s)
+    return lambda n: trace_workload(dataset, n=n or None, duration_s=until, fmt=tf, time_scale=time_scale,
+                                    seed=seed, tokenizer=tok)
+
+
+def _session_factory(kind: str, input_len: str, output_len: str | None, given_out: Any, dataset: str | None,
+                     tok: Tokenizer | None, seed: int, opts: dict[str, Any]) -> WorkloadFactory:
+    """Conversations (or ShareGPT conversations with every turn, with --dataset) and agentic sessions,
+    the flags as a workload spec."""
+    from pydantic import ValidationError
+
+    from orchestrator.loadgen.spec_workload import session_factory
+    from orchestrator.spec.workload import WorkloadSpec
+
+    conversation: dict[str, Any] = {"think_time_s": opts.get("think_time_s") or 0.0,
+                                    "system_prompt_tokens": opts.get("system_prompt_len") or 0}
+    for key, flag in (("turns", "turns"), ("first_input_tokens", "first_input_len")):
+        if opts.get(flag):
+            conversation[key] = _length_field(opts[flag], "--" + flag.replace("_", "-"))
+    try:
+        w = WorkloadSpec(kind=kind, input_tokens=_length_field(input_len, "--input-len"),
+                         output_tokens=_length_field(output_len or DEFAULT_OUTPUT_LEN, "--output-len"),
+                         conversation=conversation if kind == "conversation" else None,
+                         dataset_path=dataset, num_requests=1, seed=seed)  # (the count is the run's)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = next((str(x) for x in reversed(err["loc"]) if str(x) in _FLAG_OF), "")
+        raise SpecError(f"{_FLAG_OF.get(field, 'session flags')}: {err['msg']}") from None
+    build = session_factory(w, opts.get("max_model_len"), tokenizer=tok,
+                            reencodable_answers=bool(opts.get("reencodable_answers")),
+                            dataset_output_len=given_out)
+    build(1)  # fail now on a bad dataset, not mid-run
+    return build
+
+
+_FLAG_OF = {"turns": "--turns", "think_time_s": "--think-time-s",
+            "system_prompt_tokens": "--system-prompt-len", "first_input_tokens": "--first-input-len",
+            "input_tokens": "--input-len", "output_tokens": "--output-len", "dataset_path": "--dataset"}
+
+
+def _length_field(text: str, flag: str) -> Any:
+    from orchestrator.loadgen.workloads import parse_length
+
+    return parse_length(text, flag)
 
 class _Bar:
     """Rich progress bar fed by every completed record (drawn on stderr so --json stays clean)."""
@@ -139,14 +191,36 @@ def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server URL(s), comma-separated replicas.")],
     model: Annotated[str, typer.Option("--model", help="Model name the server serves.")],
     endpoint: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
-    workload: Annotated[str, typer.Option(help="random, sharegpt, prefix or trace.")] = "random",
+    workload: Annotated[str, typer.Option(
+        help="random, sharegpt, prefix, trace, conversation or agentic (sessions: --rate and "
+             "--num-requests count sessions).")] = "random",
     input_len: Annotated[str, typer.Option(help="N, uniform:MIN-MAX, normal:MEAN,STD, lognormal:MEAN,STD.")]
     = "1024",
     output_len: Annotated[str | None, typer.Option(
         help="Output tokens, same forms as --input-len (default 128; sharegpt: the reply's length).")] = None,
     prefix_len: Annotated[int, typer.Option(help="prefix workload: shared prefix tokens.")] = 512,
     num_prefixes: Annotated[int, typer.Option(help="prefix workload: distinct shared prefixes.")] = 1,
-    dataset: Annotated[str | None, typer.Option(help="ShareGPT JSON or trace JSONL file.")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        help="ShareGPT JSON (conversation: every turn) or a trace (Mooncake, Azure, BurstGPT, orch).")]
+    = None,
+    trace_format: Annotated[str, typer.Option(
+        help="trace: auto, mooncake, azure, burstgpt or orch.")] = "auto",
+    time_scale: Annotated[float, typer.Option(help="trace: replay speed (2: twice as fast).")] = 1.0,
+    turns: Annotated[str | None, typer.Option(
+        help="conversation: turns per session, same forms as --input-len (default 4).")] = None,
+    first_input_len: Annotated[str | None, typer.Option(
+        help="conversation: new user tokens of a session's first turn (default: --input-len).")] = None,
+    think_time_s: Annotated[float, typer.Option(
+        help="conversation: seconds between an answer and the next turn.")] = 0.0,
+    system_prompt_len: Annotated[int, typer.Option(
+        help="conversation: tokens of a system prompt every session shares.")] = 0,
+    max_model_len: Annotated[int | None, typer.Option(
+        help="Sessions are cut where a turn would pass it (the cut is reported).")] = None,
+    reencodable_answers: Annotated[bool, typer.Option(
+        "--reencodable-answers", help="conversation, agentic, with --tokenizer: answers made only of tokens "
+        "of a space and a word (vLLM's allowed_token_ids), so a turn's history re-encodes to the tokens the "
+        "engine generated and its prefix cache can reuse them (a random-weight test model's answers "
+        "otherwise do not survive decoding).")] = False,
     tokenizer: Annotated[str | None, typer.Option(help="Local HF tokenizer dir (exact prompt lengths).")]
     = None,
     rate: Annotated[str | None, typer.Option(help="Request rates, comma-separated (inf: all at once).")]
@@ -167,8 +241,8 @@ def bench(
     cooldown_s: Annotated[float, typer.Option(help="Seconds at the end excluded from metrics.")] = 0.0,
     slo: Annotated[str | None, typer.Option(help="e.g. ttft_p99_ms=2000,itl_p99_ms=50")] = None,
     max_error_rate: Annotated[float, typer.Option(help="Largest failed fraction that passes.")] = 0.01,
-    balance: Annotated[str, typer.Option(help="round_robin or least_outstanding over replicas.")]
-    = "round_robin",
+    balance: Annotated[str, typer.Option(
+        help="round_robin, least_outstanding or prefix_aware over replicas.")] = "round_robin",
     ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout (connect to last byte).")] = 600.0,
     idle_timeout_s: Annotated[float, typer.Option(
@@ -231,7 +305,11 @@ def bench(
     if rate is not None and any(math.isinf(r) for r in _numbers(rate, "--rate")) and num_requests is None:
         raise SpecError("--rate inf needs --num-requests N")
     factory = _workload_factory(
-        kind, input_len, output_len, prefix_len, num_prefixes, dataset, tokenizer, seed
+        kind, input_len, output_len, prefix_len, num_prefixes, dataset, tokenizer, seed,
+        sessions={"turns": turns, "think_time_s": think_time_s, "system_prompt_len": system_prompt_len,
+                  "max_model_len": max_model_len, "reencodable_answers": reencodable_answers,
+                  "first_input_len": first_input_len},
+        duration_s=duration_s, trace_format=trace_format, time_scale=time_scale,
     )
     if kind == "trace" and num_requests is None and duration_s is None:
         duration_s = math.inf  # the whole trace

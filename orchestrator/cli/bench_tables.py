@@ -21,6 +21,10 @@ def _fmt(v: float | None, nd: int = 1) -> str:
     return "inf" if math.isinf(v) else f"{v:,.{nd}f}"
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
 def _pair(d: Distribution | None) -> str:
     return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
 
@@ -60,6 +64,23 @@ METRIC_ROWS: tuple[tuple[str, Any], ...] = (
     ("output tokens/s", lambda p: _fmt(p.metrics.output_throughput)),
     ("total tokens/s", lambda p: _fmt(p.metrics.total_throughput)),
     ("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2)),
+)
+SESSION_ROWS: tuple[tuple[str, Any], ...] = (  # session workloads only
+    ("TTFT first turns", lambda p: _pair(p.metrics.ttft_first_turn_ms)),
+    ("TTFT later turns", lambda p: _pair(p.metrics.ttft_later_turns_ms)),
+    ("session time", lambda p: _pair(p.metrics.session_ms)),
+    ("sessions done / failed / cut",
+     lambda p: f"{p.metrics.sessions_completed} / {p.metrics.sessions_failed} / "
+     f"{p.metrics.sessions_unfinished}"),
+)
+HIT_ROWS: tuple[tuple[str, Any], ...] = (  # simulated, where the prefix cache held something
+    ("prefix-cache hit rate", lambda p: _pct(p.metrics.prefix_hit_rate)),
+)
+TURN_HIT_ROWS: tuple[tuple[str, Any], ...] = (
+    ("  first / later turns", lambda p: f"{_pct(p.metrics.prefix_hit_rate_first_turn)} / "
+     f"{_pct(p.metrics.prefix_hit_rate_later_turns)}"),
+)
+LAST_ROWS: tuple[tuple[str, Any], ...] = (
     ("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
      f"/{p.metrics.n_completed}"),
     ("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL (below)")),
@@ -71,7 +92,14 @@ def _metric_table(points: list[PointResult], title: str) -> FitTable:
     t.column("metric", justify="left")
     for p in points:
         t.column(p.point.label + (" (interrupted)" if p.interrupted else ""))
-    for name, cell in METRIC_ROWS:
+    rows = list(METRIC_ROWS)
+    if any(p.metrics.ttft_first_turn_ms is not None for p in points):
+        rows += SESSION_ROWS
+    if any(p.metrics.prefix_hit_rate for p in points):
+        rows += HIT_ROWS
+        if any(p.metrics.prefix_hit_rate_later_turns is not None for p in points):
+            rows += TURN_HIT_ROWS
+    for name, cell in (*rows, *LAST_ROWS):
         t.row(name, *(cell(p) for p in points))
     return t
 
@@ -92,3 +120,5 @@ def print_points(console: Console, points: list[PointResult], title: str, *, wid
     for p in points:  # why a point failed, as a line (a table cell would wrap it)
         if p.verdict:
             console.print(f"{p.point.label}: {p.verdict}", markup=False, highlight=False)
+        if p.note:
+            console.print(f"{p.point.label}: {p.note}", markup=False, highlight=False)

@@ -17,14 +17,12 @@ from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.from_spec import constants_line, constants_used, plan_inputs
-from orchestrator.sim.run import SimPoint, simulate_point
+from orchestrator.sim.run import SimPoint, prefix_cache_of, simulate_point
 from orchestrator.spec.checks import MAX_COUNT
 from orchestrator.spec.load import with_workload
 
 sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
-
-
 
 
 @app.command("simulate")
@@ -37,11 +35,15 @@ def simulate_command(
         "(instead of --rates).")] = None,
     num_requests: Annotated[int | None, typer.Option(
         "--num-requests", help="Requests per load point (instead of the spec's duration).")] = None,
+    routing: Annotated[str | None, typer.Option(
+        "--routing", help="Routing over replicas: round_robin, least_outstanding, prefix_aware, or several "
+        "to compare (comma-separated); default: the spec's.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_checked_spec(spec_path)
+    policies = _policies(routing) if routing is not None else spec.routing_policies()
     chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
@@ -49,6 +51,11 @@ def simulate_command(
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
     rate_list = parse_rates(rates) or list(spec.workload.rates_per_s or ())
+    if spec.workload.kind == "trace" and levels is None:
+        if rates is not None:
+            raise SpecError("a trace sets its own arrival times; drop --rates "
+                            "(workload.time_scale speeds it up)")
+        rate_list = [0.0]  # one point at the trace's timestamps
     if levels is None and not rate_list:
         raise SpecError(
             f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); "
@@ -60,7 +67,7 @@ def simulate_command(
         parse_ints(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
-    if levels is None:  # open loop: the spec's bounds hold for the flags too (finite rates, warm-up ...)
+    if levels is None and spec.workload.kind != "trace":  # open loop: the spec's bounds hold for the flags
         with_workload(spec, rates=[r for r, _ in loads if r is not None], num_requests=num_requests)
     elif num_requests is not None and num_requests > MAX_COUNT:
         raise SpecError(f"--num-requests {num_requests}: at most {MAX_COUNT:,}")
@@ -68,31 +75,39 @@ def simulate_command(
     console = make_console(stderr=as_json)
     results: list[SimPoint] = []
     rejected: list[tuple[Layout, str]] = []
+    routed: dict[int, str] = {}  # id(SimPoint) -> the routing it ran under
     for layout in chosen:
-        points = []
-        try:
-            for rate, conc in loads:
-                what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
-                with console.status(f"simulating {layout} at {what}"):
-                    sp = simulate_point(spec, inputs, layout, rate, num_requests=num_requests,
-                                        concurrency=conc, keep_records=False)  # metrics only: no records
-                points.append(sp)
-        except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
-            rejected.append((layout, str(exc)))
+        for policy in policies:
+            name = f"{layout} routing={policy}" if len(policies) > 1 else str(layout)
+            spec_p = spec.model_copy(update={"routing": policy})
+            points = []
+            try:
+                for rate, conc in loads:
+                    what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
+                    if spec.workload.kind == "trace" and conc is None:
+                        what = "the trace's timestamps"
+                    with console.status(f"simulating {name} at {what}"):
+                        sp = simulate_point(spec_p, inputs, layout, rate, num_requests=num_requests,
+                                            concurrency=conc, keep_records=False)  # metrics only: no records
+                    points.append(sp)
+                    routed[id(sp)] = policy
+            except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
+                rejected.append((layout, str(exc)))
+                if not as_json:
+                    console.print(f"[bold]{layout}[/] ({layout.gpus} GPUs): [red]rejected:[/] "
+                                  f"{escape(str(exc))}", highlight=False)
+                break
+            results += points
             if not as_json:
-                console.print(f"[bold]{layout}[/] ({layout.gpus} GPUs): [red]rejected:[/] {escape(str(exc))}",
-                              highlight=False)
-            continue
-        results += points
-        if not as_json:
-            _print_layout(console, layout, points, wide)
+                _print_layout(console, name, layout, points, wide)
     if not as_json:  # which profile and constants every number above came from
         console.print(f"[dim]constants: {escape(constants_line(inputs.gpu))}[/]", highlight=False)
     if as_json:
         typer.echo(json.dumps(finite({"prediction": "simulated (virtual time)",
                                       "constants": constants_used(inputs.gpu), "points": [
-            {"layout": str(p.layout), "gpus": p.layout.gpus, **p.result.to_dict(),
-             "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected}
+            {"layout": str(p.layout), "gpus": p.layout.gpus, "routing": routed[id(p)], **p.result.to_dict(),
+             "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected,
+             **prefix_cache_of(p)}
             for p in results], "rejected_layouts": [
             {"layout": str(lay), "gpus": lay.gpus, "reason": why} for lay, why in rejected]}), indent=2))
     if not any(p.result.metrics.n_completed for p in results):
@@ -103,15 +118,27 @@ def simulate_command(
             "check workload.warmup_s against the run's length, or the rejections above")
 
 
-def _print_layout(console: Console, layout: Layout, points: list[SimPoint], wide: bool) -> None:
+def _print_layout(console: Console, name: str, layout: Layout, points: list[SimPoint], wide: bool) -> None:
     print_points(console, [p.result for p in points],
-                 f"orch simulate {layout} ({layout.gpus} GPUs): predicted in virtual time, not measured",
+                 f"orch simulate {name} ({layout.gpus} GPUs): predicted in virtual time, not measured",
                  wide=wide)
     for p in points:
         s = p.summary
         console.print(f"  {p.result.point.label}: {s.steps} engine steps, "
                       f"{s.preemptions} preemptions, {s.rejected} rejected, "
                       f"{s.virtual_s:.1f} virtual s", highlight=False)
+        if p.note:
+            console.print(f"  {p.result.point.label}: {p.note}", highlight=False)
+
+
+def _policies(text: str) -> list[str]:
+    from orchestrator.loadgen.balance import BALANCE_KINDS
+
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in out if x not in BALANCE_KINDS]
+    if not out or bad or len(set(out)) != len(out):
+        raise SpecError(f"--routing {text!r}: give one or more of {', '.join(BALANCE_KINDS)}, each once")
+    return out
 
 
 # Every argument, --help included, goes to the server's own parser: `orch sim serve --help` lists its flags.

@@ -115,6 +115,9 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             cells.append(_engine(m))
             table.row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
     table.print(console)
+    sessions = _sessions_table(result, store, virtual, wide)
+    if sessions is not None:
+        sessions.print(console)
     caps = _capacity_lines(result, store)
     if caps:
         console.print(capacity_heading(store, result.run_id))
@@ -141,6 +144,47 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             f"run {result.run_id}",
             highlight=False,
         )
+
+
+def _pct(v: object) -> str:
+    return f"{v:.1%}" if isinstance(v, int | float) else "-"
+
+
+def _trio(d: dict[str, Any] | None) -> str:
+    d = d or {}
+    return " / ".join(num(d.get(k), 0) for k in ("p50", "p90", "p99"))
+
+
+def _sessions_table(result: SweepResult, store: Store, virtual: bool, wide: bool) -> FitTable | None:
+    """Session workloads: per candidate, at its highest passing load point (else its lowest), TTFT of
+    first and of later turns, the prefix-cache hit rate (the simulator's in virtual time; served: the
+    engines' own counters beside the simulator's prediction) and the session time."""
+    rows = []
+    for o in result.outcomes:
+        points = sorted(store.points(result.run_id, o.layout), key=_load_of)
+        passing = [p for p in points if p.passed]
+        if not points or not (points[0].metrics.get("ttft_first_turn_ms") or {}).get("count"):
+            continue
+        p = passing[-1] if passing else points[0]
+        m = p.metrics
+        sim = (m.get("sim") or {}).get("prefix_cache") or {}
+        measured = (m.get("engine") or {}).get("prefix_hit_rate")
+        hit = _pct(sim.get("hit_rate", m.get("prefix_hit_rate"))) if virtual else (
+            f"{_pct(measured)} (predicted {_pct((m.get('predicted') or {}).get('prefix_hit_rate'))})")
+        rows.append((o.layout, p.label + ("" if passing else " (fails)"), _trio(m.get("ttft_first_turn_ms")),
+                     _trio(m.get("ttft_later_turns_ms")), hit,
+                     num((m.get("session_ms") or {}).get("p50", None) and m["session_ms"]["p50"] / 1e3, 1)))
+    if not rows:
+        return None
+    table = FitTable("sessions: TTFT by turn (ms, p50 / p90 / p99) and prefix-cache hits, at each "
+                     "candidate's highest passing load", wide=wide)
+    hits = "prefix-cache hit rate" + ("" if virtual else " (measured)")
+    for col, keep in (("layout", 0), ("load point", 0), ("TTFT first turns", 0), ("TTFT later turns", 0),
+                      (hits, 1), ("session p50 s", 2)):
+        table.column(col, justify="left" if col in ("layout", "load point") else "right", keep=keep)
+    for r in rows:
+        table.row(*r)
+    return table
 
 
 def unsound_message(result: SweepResult) -> str:
@@ -193,7 +237,11 @@ def _capacity_lines(result: SweepResult, store: Store) -> list[str]:
 
 def capacity_heading(store: Store, run_id: str) -> str:
     caps = SideRecords(store, run_id).capacities().values()
-    what = "concurrency" if any(c.get("by") == "concurrency" for c in caps) else "request rate"
+    closed = any(c.get("by") == "concurrency" for c in caps)
+    what = "concurrency" if closed else "request rate"
+    kind = ((store.spec_json(run_id) or {}).get("workload") or {}).get("kind")
+    if kind in ("conversation", "agentic"):  # the load counts sessions, and so does the capacity
+        what = ("sessions in flight" if closed else "rate of sessions") + " (req/s below: sessions/s)"
     return f"SLO capacity (highest {what} meeting the SLO, by bracketing and bisection):"
 
 

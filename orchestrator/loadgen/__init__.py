@@ -1,5 +1,5 @@
-"""Load generator behind `orch bench`: workloads, arrivals, the streaming client, records, metrics,
-the load-point runner and the rate search."""
+"""Load generator behind `orch bench`: workloads (requests, sessions, traces), arrivals, the streaming
+client, routing over replicas, records, metrics, the load-point runner and the rate search."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
+    from orchestrator.loadgen.balance import BALANCE_KINDS as BALANCE_KINDS
     from orchestrator.loadgen.balance import Balance as Balance
     from orchestrator.loadgen.balance import Balancer as Balancer
     from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS as CLOSED_LOOP_SPECS
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.columns import GapSet as GapSet
     from orchestrator.loadgen.columns import RequestColumns as RequestColumns
     from orchestrator.loadgen.columns import columns_from_records as columns_from_records
+    from orchestrator.loadgen.content import ROOT_HASH as ROOT_HASH
+    from orchestrator.loadgen.content import Content as Content
+    from orchestrator.loadgen.content import sim_answer_key as sim_answer_key
+    from orchestrator.loadgen.content import sim_answer_text as sim_answer_text
+    from orchestrator.loadgen.content import text_key as text_key
     from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
     from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
     from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
@@ -55,12 +61,27 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.search import next_rate as next_rate
     from orchestrator.loadgen.search import search_rate as search_rate
     from orchestrator.loadgen.search import verdict as verdict
+    from orchestrator.loadgen.session_runner import SessionsResult as SessionsResult
+    from orchestrator.loadgen.session_runner import run_sessions as run_sessions
+    from orchestrator.loadgen.sessions import SessionPlan as SessionPlan
+    from orchestrator.loadgen.sessions import SessionSet as SessionSet
+    from orchestrator.loadgen.sessions import SessionState as SessionState
+    from orchestrator.loadgen.sessions import agentic_sessions as agentic_sessions
+    from orchestrator.loadgen.sessions import conversation_sessions as conversation_sessions
+    from orchestrator.loadgen.sessions import sharegpt_sessions as sharegpt_sessions
+    from orchestrator.loadgen.spec_workload import session_factory as session_factory
+    from orchestrator.loadgen.spec_workload import session_shape as session_shape
     from orchestrator.loadgen.spec_workload import slo_bounds as slo_bounds
+    from orchestrator.loadgen.spec_workload import spec_workload_factory as spec_workload_factory
     from orchestrator.loadgen.spec_workload import workload_factory as workload_factory
+    from orchestrator.loadgen.texts import PromptMaker as PromptMaker
+    from orchestrator.loadgen.texts import Tokenizer as Tokenizer
+    from orchestrator.loadgen.texts import load_tokenizer as load_tokenizer
+    from orchestrator.loadgen.traces import TRACE_FORMATS as TRACE_FORMATS
+    from orchestrator.loadgen.traces import TraceFormat as TraceFormat
+    from orchestrator.loadgen.traces import read_trace as read_trace
     from orchestrator.loadgen.vllm_format import vllm_result as vllm_result
-    from orchestrator.loadgen.workloads import Tokenizer as Tokenizer
     from orchestrator.loadgen.workloads import Workload as Workload
-    from orchestrator.loadgen.workloads import load_tokenizer as load_tokenizer
     from orchestrator.loadgen.workloads import parse_length as parse_length
     from orchestrator.loadgen.workloads import prefix_workload as prefix_workload
     from orchestrator.loadgen.workloads import random_workload as random_workload
@@ -68,7 +89,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.workloads import trace_workload as trace_workload
 
 __getattr__, __all__ = lazy_face(__name__, {
-    "balance": ("Balance", "Balancer",),
+    "balance": ("BALANCE_KINDS", "Balance", "Balancer",),
     "bench": (
         "BenchConfig", "BenchRun", "CLOSED_LOOP_SPECS", "LoadPoint", "PointResult", "WorkloadFactory",
         "run_bench", "run_point", "save_records",
@@ -78,6 +99,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "run_open_loop", "send_request",
     ),
     "columns": ("GapSet", "RequestColumns", "columns_from_records",),
+    "content": ("Content", "ROOT_HASH", "sim_answer_key", "sim_answer_text", "text_key",),
     "engine_metrics": (
         "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
     ),
@@ -90,10 +112,19 @@ __getattr__, __all__ = lazy_face(__name__, {
     "search": (
         "SearchResult", "bracket", "check_bounds", "next_concurrency", "next_rate", "search_rate", "verdict",
     ),
-    "spec_workload": ("slo_bounds", "workload_factory",),
+    "session_runner": ("SessionsResult", "run_sessions",),
+    "sessions": (
+        "SessionPlan", "SessionSet", "SessionState", "agentic_sessions", "conversation_sessions",
+        "sharegpt_sessions",
+    ),
+    "spec_workload": (
+        "session_factory", "session_shape", "slo_bounds", "spec_workload_factory", "workload_factory",
+    ),
+    "texts": ("PromptMaker", "Tokenizer", "load_tokenizer",),
+    "traces": ("TRACE_FORMATS", "TraceFormat", "read_trace",),
     "vllm_format": ("vllm_result",),
     "workloads": (
-        "Tokenizer", "Workload", "load_tokenizer", "parse_length", "prefix_workload", "random_workload",
-        "sharegpt_workload", "trace_workload",
+        "Workload", "parse_length", "prefix_workload", "random_workload", "sharegpt_workload",
+        "trace_workload",
     ),
 })  # fmt: skip

@@ -12,7 +12,7 @@ import gc
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from orchestrator.loadgen.client import (
 from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
+from orchestrator.loadgen.session_runner import run_sessions
 from orchestrator.loadgen.workloads import Workload
 from orchestrator.verdict import Verdict
 
@@ -84,6 +85,7 @@ class PointResult:
     records: tuple[RequestRecord, ...]
     verdict: str | None  # None without an SLO; "" when the point passes; else why it failed
     interrupted: bool = False
+    note: str | None = None  # what the workload left out (sessions cut at max_model_len, trace rows)
 
     @property
     def passed(self) -> bool | None:
@@ -102,6 +104,7 @@ class PointResult:
             "passed": self.passed,
             "verdict": self.verdict,
             "interrupted": self.interrupted,
+            "note": self.note,
             "metrics": self.metrics.to_dict(),
         }
 
@@ -200,8 +203,10 @@ async def _run_point(
     c = run.config
     run.current, run.current_point = [], point
     sink = _Tee(run.current, progress)
+    note: str | None = None
     if point.trace:
         wl = workload_for(c.num_requests or 0)
+        note = wl.note
         if wl.offsets_s is None:
             raise ValueError("a trace load point needs a workload with arrival offsets")
         specs, offsets = list(wl.specs), list(wl.offsets_s)
@@ -217,21 +222,40 @@ async def _run_point(
         n = c.num_requests or CLOSED_LOOP_SPECS
         if progress is not None:
             progress.begin(point.label, c.num_requests if c.duration_s is None else None)
-        recs = await run_closed_loop(list(c.targets), list(workload_for(n).specs[:n]), point.concurrency,
-                                     sink=sink, balance=c.balance, duration_s=c.duration_s)
-        if c.num_requests is not None and c.duration_s is not None:
-            recs = recs[: c.num_requests]
+        wl = workload_for(n)
+        note = wl.note
+        if wl.sessions is not None:  # concurrency counts sessions in flight
+            ran = await run_sessions(list(c.targets), wl.sessions.plans[:n], concurrency=point.concurrency,
+                                     duration_s=c.duration_s, balance=c.balance, texts=wl.texts, sink=sink,
+                                     extra_body=wl.extra_body)
+            recs = ran.records
+        else:
+            recs = await run_closed_loop(list(c.targets), list(wl.specs[:n]), point.concurrency,
+                                         sink=sink, balance=c.balance, duration_s=c.duration_s)
+            if c.num_requests is not None and c.duration_s is not None:
+                recs = recs[: c.num_requests]
     else:
         rate = point.rate if point.rate is not None else math.inf
         if math.isinf(rate) and c.num_requests is None:
             raise ValueError("an infinite rate needs num_requests")
         duration = None if math.isinf(rate) else c.duration_s
         offsets = arrival_offsets(c.num_requests, rate, c.arrival, c.burstiness, c.seed, duration)
-        specs = list(workload_for(len(offsets)).specs[: len(offsets)])
-        if progress is not None:
-            progress.begin(point.label, len(offsets))
-        recs = await _open_loop(c, specs, offsets, sink)
-    result = run.measure(point, recs)
+        wl = workload_for(len(offsets))
+        note = wl.note
+        if wl.sessions is not None:  # the rate is of sessions; their later turns follow the answers
+            plans = wl.sessions.plans[: len(offsets)]
+            if progress is not None:
+                progress.begin(point.label, sum(p.calls for p in plans))
+            ran = await run_sessions(list(c.targets), plans, starts=offsets[: len(plans)],
+                                     duration_s=duration, balance=c.balance, texts=wl.texts, sink=sink,
+                                     extra_body=wl.extra_body)
+            recs = ran.records
+        else:
+            specs = list(wl.specs[: len(offsets)])
+            if progress is not None:
+                progress.begin(point.label, len(offsets))
+            recs = await _open_loop(c, specs, offsets, sink)
+    result = replace(run.measure(point, recs), note=note)
     run.points.append(result)
     run.current, run.current_point = [], None
     return result

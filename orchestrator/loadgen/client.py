@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from orchestrator.loadgen.balance import Balance, Balancer
+from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.decode import Backlog, RecordSink, Sent, to_record
 from orchestrator.loadgen.framing import DEFAULT_MAX_RESPONSE_BYTES
 from orchestrator.loadgen.http1 import Http1Client, Origin
@@ -78,6 +79,7 @@ class RequestSpec:
     max_tokens: int
     prompt_tokens: int | None = None  # known input length (from a tokenizer), else from usage
     extra_body: dict[str, Any] = field(default_factory=dict)
+    content: Content | None = None  # what the prompt shares with others: prefix-aware routing, the sim
 
 
 def build_body(cfg: ClientConfig, spec: RequestSpec) -> dict[str, Any]:
@@ -197,7 +199,7 @@ def _targets(cfg: Targets) -> list[ClientConfig]:
     return out
 
 
-async def _send_balanced(
+async def send_balanced(
     sess: Http1Client,
     cfgs: list[ClientConfig],
     bal: Balancer,
@@ -205,7 +207,7 @@ async def _send_balanced(
     scheduled_s: float,
     queued_s: float = 0.0,
 ) -> Sent:
-    i = bal.acquire()
+    i = bal.acquire(spec.content.route() if spec.content is not None else None)
     try:
         endpoint = cfgs[i].base_url if len(cfgs) > 1 else None
         return await exchange(sess, cfgs[i], spec, scheduled_s, queued_s, endpoint)
@@ -250,12 +252,12 @@ async def run_open_loop(
 
     async def one(k: int, spec: RequestSpec, at: float) -> None:
         if sem is None:
-            sent = await _send_balanced(sess, cfgs, bal, spec, at)
+            sent = await send_balanced(sess, cfgs, bal, spec, at)
         else:
             wait0 = time.perf_counter()
             async with sem:
                 queued = time.perf_counter() - wait0
-                sent = await _send_balanced(sess, cfgs, bal, spec, at, queued)
+                sent = await send_balanced(sess, cfgs, bal, spec, at, queued)
         backlog.add(k, sent)
 
     tasks: list[asyncio.Task[None]] = []
@@ -321,7 +323,7 @@ async def run_closed_loop(
     async def worker() -> None:
         while (item := next_spec()) is not None:
             k, spec = item
-            backlog.add(k, await _send_balanced(sess, cfgs, bal, spec, time.perf_counter()))
+            backlog.add(k, await send_balanced(sess, cfgs, bal, spec, time.perf_counter()))
 
     try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -29,6 +29,13 @@ if TYPE_CHECKING:
     BoolArray = npt.NDArray[np.bool_]
 
 STAT_PERCENTS = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
+FIRST_TURN = "0"  # RequestRecord.extra["turn"] of a session's first step
+
+
+def turn_class(rec: RequestRecord) -> str | None:
+    """"first" or "later" for a session's call, None for a request outside any session."""
+    turn = rec.extra.get("turn")
+    return None if turn is None else ("first" if turn == FIRST_TURN else "later")
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class RequestColumns:
     errors: tuple[str | None, ...]
     itl_chunk: GapSet
     itl_token: GapSet
+    turns: tuple[str | None, ...] | None = None  # sessions: each request's turn_class; None without sessions
+    cached_tokens: IntArray | None = None  # the simulator's prefix-cache hits; -1 untold; None: none told
 
     def __len__(self) -> int:
         return len(self.sent_s)
@@ -82,7 +91,8 @@ class RequestColumns:
         return RequestColumns(
             self.scheduled_s[:n], self.sent_s[:n], self.done_s[:n], self.first_s[:n], self.queued_s[:n],
             self.output_tokens[:n], self.prompt_tokens[:n], self.usage_counted[:n], self.errors[:n],
-            self.itl_chunk.head(n), self.itl_token.head(n))
+            self.itl_chunk.head(n), self.itl_token.head(n), None if self.turns is None else self.turns[:n],
+            None if self.cached_tokens is None else self.cached_tokens[:n])
 
     @cached_property
     def ok(self) -> BoolArray:
@@ -129,8 +139,12 @@ def columns_from_records(records: Sequence[RequestRecord]) -> RequestColumns:
     chunk = GapSet(values, None, req, starts, ends)
     # Per token: each chunk's gap spread evenly over the tokens it carries.
     token = GapSet(values / np.maximum(weights, 1), weights, req, starts, ends)
+    turns = tuple(turn_class(r) for r in records) if any("turn" in r.extra for r in records) else None
+    cached = None
+    if any("cached_tokens" in r.extra for r in records):
+        cached = np.fromiter((int(r.extra.get("cached_tokens", -1)) for r in records), np.int64, n)
     return RequestColumns(scheduled, sent, done, first, queued, out_tokens, in_tokens, usage,
-                          tuple(r.error for r in records), chunk, token)
+                          tuple(r.error for r in records), chunk, token, turns, cached)
 
 
 def _lerp(a: FloatArray, b: FloatArray, t: FloatArray) -> FloatArray:

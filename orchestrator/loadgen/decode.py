@@ -137,6 +137,23 @@ def to_record(s: Sent) -> RequestRecord:
     )
 
 
+def answer_text(ex: Exchange) -> str:
+    """The output text a 200 stream carried (a session's next turn quotes it), "" otherwise."""
+    if ex.status != 200:
+        return ""
+    parser, parts = SSEParser(), []
+    for _, data in ex.reads:
+        for event in parser.feed_data(data):
+            try:
+                obj = _loads(event)
+                choices = obj.get("choices") if isinstance(obj, dict) else None
+                if choices and isinstance(choices[0], dict):
+                    parts.append(_choice_text(choices[0]))
+            except (ValueError, RecursionError, AttributeError, TypeError):
+                continue  # [DONE], or an event the record already calls malformed
+    return "".join(parts)
+
+
 class RecordSink(Protocol):
     """Receives each record once decoded (a list works; the CLI's progress bar is one too)."""
 

@@ -4,7 +4,10 @@ They explain a verdict: a layout whose TTFT p99 blows up with `waiting` climbing
 ran out of cache, one with preemptions recomputed sequences. vLLM and SGLang name the same gauges
 differently; each engine maps its own names to our fields (`metrics` of orchestrator/engines/vllm.py,
 sglang.py; the simulated server speaks vLLM's): running, waiting, kv_usage (0-1), preemptions (a
-counter), prefix_hit_rate (vLLM: prefix-cache hits / queries, both counters).
+counter), prefix_hit_rate (vLLM: prefix-cache hits / queries, both counters; SGLang: its cache_hit_rate
+gauge), and prefix_hits / prefix_queries, vLLM's two counters themselves (tokens), kept so that a load
+point's hit rate is what its own requests found: the counters' growth over the point, not their totals
+since the engine started (which include the warm-up).
 
 Several series of one name (vLLM's data-parallel ranks carry an `engine` label) are summed, except
 the usage and hit-rate fractions, where the fullest rank counts (max).
@@ -30,7 +33,7 @@ from orchestrator.engines import METRIC_FIELDS
 DEFAULT_INTERVAL_S = 0.5
 SCRAPE_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
-FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate")
+FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate", "prefix_hits", "prefix_queries")
 
 _NAMES = METRIC_FIELDS  # each engine names its own metrics (orchestrator/engines/)
 _FRACTIONS = ("kv_usage", "prefix_hit_rate")
@@ -50,6 +53,8 @@ class EngineSample:
     kv_usage: float | None = None  # fraction of the KV cache in use, 0-1
     preemptions: float | None = None  # counter since the engine started
     prefix_hit_rate: float | None = None  # fraction, 0-1
+    prefix_hits: float | None = None  # counter: prompt tokens found cached
+    prefix_queries: float | None = None  # counter: prompt tokens looked up
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -76,7 +81,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
             sums[field] = max(sums.get(field, value), value)
         else:
             sums[field] = sums.get(field, 0.0) + value
-    hits, queries = sums.pop("prefix_hits", None), sums.pop("prefix_queries", None)
+    hits, queries = sums.get("prefix_hits"), sums.get("prefix_queries")
     if hits is not None and queries and "prefix_hit_rate" not in sums:
         sums["prefix_hit_rate"] = hits / queries
     return sums
@@ -197,6 +202,15 @@ def series_to_dict(
     return {"interval_s": interval_s / time_scale, "samples": rows}
 
 
+def _point_hit_rate(hits: float | None, queries: float | None, samples: list[dict[str, Any]]) -> float | None:
+    """Over the point's own lookups (vLLM's counters); without counters, the mean of the engine's own
+    gauge (SGLang's cache_hit_rate); None where it has neither."""
+    if hits is not None:
+        return hits / queries if queries else None
+    vals = [s["prefix_hit_rate"] for s in samples if s.get("prefix_hit_rate") is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
     """Peak KV usage, mean running and waiting (summed over endpoints per scrape), preemptions during
     the point; None where no endpoint reported the metric."""
@@ -218,11 +232,17 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         vals = [s[name] for s in samples if s.get(name) is not None]
         return max(vals) if vals else None
 
-    preempted: float | None = None
-    for ep in {s["endpoint"] for s in samples}:
-        counts = [s["preemptions"] for s in samples if s["endpoint"] == ep and "preemptions" in s]
-        if counts:
-            preempted = (preempted or 0.0) + max(counts) - min(counts)
+    def growth(name: str) -> float | None:
+        """How much a counter grew during the point, summed over the endpoints."""
+        out: float | None = None
+        for ep in {s["endpoint"] for s in samples}:
+            counts = [s[name] for s in samples if s["endpoint"] == ep and name in s]
+            if counts:
+                out = (out or 0.0) + max(counts) - min(counts)
+        return out
+
+    preempted = growth("preemptions")
+    hits, queries = growth("prefix_hits"), growth("prefix_queries")
     running, waiting = total("running"), total("waiting")
     return {
         "samples": len(samples),
@@ -233,4 +253,6 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         "waiting_peak": max(waiting) if waiting else None,
         "preemptions": preempted,
         "prefix_hit_rate_peak": peak("prefix_hit_rate"),
+        "prefix_hit_rate": _point_hit_rate(hits, queries, samples),
+        "prefix_queries": queries,
     }

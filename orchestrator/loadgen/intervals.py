@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.loadgen.metrics import in_window, meets_slo, parse_slo
+from orchestrator.loadgen.metrics import in_window, meets_slo, parse_slo, request_scalar_s
 from orchestrator.loadgen.records import RequestRecord
 
 RESAMPLES = 200
@@ -39,7 +39,7 @@ def _values(rec: RequestRecord, metric: str) -> list[float]:
         return [g * 1e3 for g in rec.itl_chunk_s]
     if metric == "itl_token":
         return [g * 1e3 for g in rec.itl_token_s]
-    v = {"ttft": rec.ttft_s, "tpot": rec.tpot_s, "e2e": rec.e2e_s}[metric]
+    v = request_scalar_s(rec, metric)
     return [] if v is None else [v * 1e3]
 
 

@@ -16,6 +16,14 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
 - Achieved rate: sends per second over the span of actual send times. Scheduling lag = sent - scheduled
   - queue wait (the client's own lateness); queue wait = time waiting for a max-concurrency slot,
   reported apart. Error rate = failed / all requests.
+- Sessions (conversation, agentic: records tagged "session" and "turn"): TTFT and ITL per turn class,
+  first turns (turn 0) apart from later turns (`ttft_first_turn_ms`, `ttft_later_turns_ms`, ...); an
+  SLO bound may name a class (`ttft_later_turns_p99_ms`). Session time: first send to last end of a
+  session whose every call completed, over those that ended inside the window. Sessions completed /
+  failed / unfinished (still going when the load point ended) count every session in the records.
+- Prefix-cache hit rate from the records (the simulator tags each with `cached_tokens`): cached prompt
+  tokens over prompt tokens of the completed requests, in all and per turn class. A served engine's own
+  counters are read from its /metrics instead (loadgen/engine_metrics.py).
 """
 
 from __future__ import annotations
@@ -34,12 +42,13 @@ from orchestrator.loadgen.columns import (
     RequestColumns,
     columns_from_records,
     gaps_within,
+    turn_class,
     weighted_summary,
 )
 from orchestrator.loadgen.records import RequestRecord
 
 PERCENTILES = tuple(STAT_PERCENTS.values())  # 50, 90, 95, 99
-SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token")
+SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token", "ttft_first_turn", "ttft_later_turns")
 SLO_STATS = ("p50", "p90", "p95", "p99", "mean", "max")
 
 
@@ -92,18 +101,37 @@ def parse_slo(slo: Mapping[str, float]) -> list[tuple[str, str, float]]:
 
 
 def slo_mask(cols: RequestColumns, slo: Mapping[str, float]) -> Any:
-    """Per request: completed, and each bound holds for its own value (its TTFT, TPOT, E2E, or the
-    statistic of its own ITL gaps). Missing values (no TPOT for a one-token answer, no ITL gaps) do
-    not fail a bound."""
+    """Per request: completed, and each bound holds for its own value (its TTFT, TPOT, E2E, TTFT of its
+    turn class, or the statistic of its own ITL gaps). Missing values (no TPOT for a one-token answer,
+    no ITL gaps, a request of the other turn class) do not fail a bound."""
     good = cols.ok
     for metric, stat, bound in parse_slo(slo):
-        if metric in ("ttft", "tpot", "e2e"):
-            value = {"ttft": cols.ttft_s, "tpot": cols.tpot_s, "e2e": cols.e2e_s}[metric]() * 1e3
+        if metric in ("ttft", "tpot", "e2e", "ttft_first_turn", "ttft_later_turns"):
+            value = scalar_s(cols, metric) * 1e3
             good = good & ~(value > bound)  # NaN (missing) compares False: passes
         else:
             gaps = cols.itl_chunk if metric == "itl" else cols.itl_token
             good = good & gaps_within(gaps, len(cols), stat, bound)
     return good
+
+
+def scalar_s(cols: RequestColumns, metric: str) -> Any:
+    """A scalar SLO metric per request in seconds (ttft, tpot, e2e, or TTFT of one turn class: NaN for
+    a request of the other class or outside sessions)."""
+    if metric in ("ttft_first_turn", "ttft_later_turns"):
+        wanted = "first" if metric == "ttft_first_turn" else "later"
+        mine = np.fromiter((t == wanted for t in cols.turns or ()), np.bool_, len(cols) if cols.turns else 0)
+        return np.where(mine, cols.ttft_s(), np.nan) if cols.turns else np.full(len(cols), np.nan)
+    return {"ttft": cols.ttft_s, "tpot": cols.tpot_s, "e2e": cols.e2e_s}[metric]()
+
+
+def request_scalar_s(rec: RequestRecord, metric: str) -> float | None:
+    """A scalar SLO metric of one request in seconds (ttft, tpot, e2e, or TTFT of one turn class: none
+    for a request of the other class or outside sessions)."""
+    if metric in ("ttft_first_turn", "ttft_later_turns"):
+        wanted = "first" if metric == "ttft_first_turn" else "later"
+        return rec.ttft_s if turn_class(rec) == wanted else None
+    return {"ttft": rec.ttft_s, "tpot": rec.tpot_s, "e2e": rec.e2e_s}[metric]
 
 
 def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
@@ -138,6 +166,19 @@ class Metrics:
     scheduled_rate: float | None = None  # sends/s the schedule asked for
     sched_lag_ms: Distribution | None = None
     queue_wait_ms: Distribution | None = None
+    # Sessions only (None otherwise); see the module docstring.
+    ttft_first_turn_ms: Distribution | None = None
+    ttft_later_turns_ms: Distribution | None = None
+    itl_first_turn_ms: Distribution | None = None
+    itl_later_turns_ms: Distribution | None = None
+    session_ms: Distribution | None = None
+    sessions_completed: int | None = None
+    sessions_failed: int | None = None
+    sessions_unfinished: int | None = None  # still going when the load point's duration ended
+    # Simulator records only: cached prompt tokens / prompt tokens, in all and per turn class.
+    prefix_hit_rate: float | None = None
+    prefix_hit_rate_first_turn: float | None = None
+    prefix_hit_rate_later_turns: float | None = None
 
     @property
     def error_rate(self) -> float:
@@ -210,7 +251,7 @@ def compute_metrics(
 ) -> Metrics:
     """All metrics over `records`; see the module docstring for each definition."""
     return metrics_of(columns_from_records(records), warmup_s=warmup_s, cooldown_s=cooldown_s, gpus=gpus,
-                      slo=slo)
+                      slo=slo, records=records)
 
 
 def metrics_of(
@@ -220,9 +261,11 @@ def metrics_of(
     cooldown_s: float = 0.0,
     gpus: int | None = None,
     slo: Mapping[str, float] | None = None,
+    records: Sequence[RequestRecord] | None = None,
 ) -> Metrics:
     """All metrics over the requests of `cols` (one array per field; see loadgen.columns), each
-    statistic computed once over every request."""
+    statistic computed once over every request. Session metrics need the `records` of `cols` (their
+    session tags); the simulator's columns hold no sessions."""
     slo_d = dict(slo or {})
     parse_slo(slo_d)  # validate early
     if not len(cols):
@@ -265,6 +308,9 @@ def metrics_of(
     itl_token = itl_chunk if cols.itl_token is cols.itl_chunk else gaps_ms(cols.itl_token)
 
     return Metrics(
+        **({} if records is None else _session_metrics(records, [r for r, k in zip(records, done, strict=True)
+                                                                  if k])),
+        **_hit_rates(cols, done),
         n_requests=len(cols),
         n_in_window=int(inside.sum()),
         n_completed=n_done,
@@ -293,14 +339,69 @@ def metrics_of(
     )
 
 
+def _session_metrics(records: Sequence[RequestRecord], done: Sequence[RequestRecord]) -> dict[str, Any]:
+    if not any("turn" in r.extra for r in records):
+        return {}
+    first = [r for r in done if turn_class(r) == "first"]
+    later = [r for r in done if turn_class(r) == "later"]
+    spans: dict[str, list[float]] = {}
+    failed: set[str] = set()
+    ended: set[str] = set()
+    for r in records:
+        sid = r.extra.get("session")
+        if sid is None:
+            continue
+        if not r.ok:
+            failed.add(sid)
+        elif r.extra.get("session_end"):
+            ended.add(sid)
+        span = spans.setdefault(sid, [r.sent_s, r.done_s or r.sent_s])
+        span[0], span[1] = min(span[0], r.sent_s), max(span[1], r.done_s or r.sent_s)
+    inside = {r.extra.get("session") for r in done}
+    complete = ended - failed
+    return {
+        "ttft_first_turn_ms": summarize(r.ttft_s * 1e3 for r in first if r.ttft_s is not None),
+        "ttft_later_turns_ms": summarize(r.ttft_s * 1e3 for r in later if r.ttft_s is not None),
+        "itl_first_turn_ms": summarize(g * 1e3 for r in first for g in r.itl_chunk_s),
+        "itl_later_turns_ms": summarize(g * 1e3 for r in later for g in r.itl_chunk_s),
+        "session_ms": summarize((spans[s][1] - spans[s][0]) * 1e3 for s in complete if s in inside),
+        "sessions_completed": len(complete),
+        "sessions_failed": len(failed),
+        "sessions_unfinished": len(set(spans) - ended - failed),
+    }
+
+
+def _hit_rates(cols: RequestColumns, done: Any) -> dict[str, Any]:
+    cached = cols.cached_tokens
+    if cached is None:
+        return {}
+    tagged = done & (cached >= 0) & (cols.prompt_tokens > 0)
+    if not tagged.any():
+        return {}
+
+    def rate(mask: Any) -> float | None:
+        prompt = int(cols.prompt_tokens[mask].sum())
+        return int(cached[mask].sum()) / prompt if prompt else None
+
+    turns = np.array(cols.turns if cols.turns is not None else [None] * len(cols), dtype=object)
+    return {
+        "prefix_hit_rate": rate(tagged),
+        "prefix_hit_rate_first_turn": rate(tagged & (turns == "first")),
+        "prefix_hit_rate_later_turns": rate(tagged & (turns == "later")),
+    }
+
+
 def slo_violations(metrics: Metrics, slo: Mapping[str, float]) -> list[tuple[str, float, float]]:
     """The bounds the run's distributions break, as (key, measured ms, bound ms)."""
+    empty = summarize([])
     dists = {
         "ttft": metrics.ttft_ms,
         "tpot": metrics.tpot_ms,
         "e2e": metrics.e2e_ms,
         "itl": metrics.itl_chunk_ms,
         "itl_token": metrics.itl_token_ms,
+        "ttft_first_turn": metrics.ttft_first_turn_ms or empty,
+        "ttft_later_turns": metrics.ttft_later_turns_ms or empty,
     }
     out = []
     for metric, stat, bound in parse_slo(slo):

@@ -1,13 +1,15 @@
 """Workloads: the requests of a load point, as RequestSpecs (plus arrival offsets for a trace).
 
 Kinds: `random` (input/output lengths from a distribution), `sharegpt` (a ShareGPT JSON file), `prefix`
-(one or more shared prefixes plus unique suffixes, for prefix caching) and `trace` (JSONL, one request
-a line: `{"arrival_s": 0.12, "input_tokens": 512, "output_tokens": 128}`).
+(one or more shared prefixes plus unique suffixes, for prefix caching) and `trace` (orch's JSONL, one
+request a line: `{"arrival_s": 0.12, "input_tokens": 512, "output_tokens": 128}`, or the field's formats:
+Mooncake, Azure, BurstGPT; streamed by loadgen/traces.py). Session kinds (conversation, agentic) are
+plans, not requests: loadgen/sessions.py.
 
-Prompt text: with a local Hugging Face tokenizer directory, prompts are built from token ids and hold
-exactly the asked number of tokens (RequestSpec.prompt_tokens is set). Without one, prompts are
-deterministic text of common English words, roughly one token per word in BPE vocabularies; the true
-count then comes from the server's `usage` (prompt_tokens stays None).
+Prompt text (loadgen/texts.py): with a local Hugging Face tokenizer directory, prompts are built from
+token ids and hold exactly the asked number of tokens (RequestSpec.prompt_tokens is set). Without one,
+prompts are deterministic text of common English words, roughly one token per word in BPE vocabularies;
+the true count then comes from the server's `usage` (prompt_tokens stays None).
 
 Lengths follow spec.models.TokenDistribution, seeded: fixed (round(mean)), uniform (integers in
 [min, max]), normal (mean, stddev), lognormal (mean and stddev of the lengths themselves, not of their
@@ -19,43 +21,27 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.client import RequestSpec
+from orchestrator.loadgen.content import Content
+from orchestrator.loadgen.texts import PromptMaker, Tokenizer
+from orchestrator.loadgen.traces import TraceFormat
+from orchestrator.loadgen.traces import trace_workload as read_trace_workload
+
+if TYPE_CHECKING:
+    from orchestrator.loadgen.sessions import SessionSet
 from orchestrator.spec.workload import TokenDistribution
 
-WorkloadKind = Literal["random", "sharegpt", "prefix", "trace"]
-WORKLOAD_KINDS: tuple[WorkloadKind, ...] = ("random", "sharegpt", "prefix", "trace")
+WorkloadKind = Literal["random", "sharegpt", "prefix", "trace", "conversation", "agentic"]
+WORKLOAD_KINDS: tuple[WorkloadKind, ...] = get_args(WorkloadKind)
 Length = int | TokenDistribution
-
-# Short, common words: one token each (with their leading space) in GPT-2/Llama/Qwen-style BPEs.
-_WORDS_TEXT = (
-    "the of and to in is it you that he was for on are as with his they at be this have from or one "
-    "had by word but not what all were we when your can said there use an each which she do how their "
-    "if will up other about out many then them these so some her would make like him into time has "
-    "look two more write go see number no way could people my than first water been call who oil its "
-    "now find long down day did get come made may part over new sound take only little work know place "
-    "year live me back give most very after thing our just name good sentence man think say great where "
-    "help through much before line right too mean old any same tell boy follow came want show also "
-    "around form three small set put end does another well large must big even such because turn here"
-)
-_WORDS = tuple(_WORDS_TEXT.split())
-
-
-class Tokenizer(Protocol):
-    """What a workload needs from a tokenizer (a transformers tokenizer satisfies it)."""
-
-    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -66,22 +52,10 @@ class Workload:
     # text=False (the simulator in virtual time): (prompt tokens, output tokens) per request instead of
     # specs; request i is "req-{i}". 100,000 specs that only carry two counts cost more than the counts.
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """A local Hugging Face tokenizer directory; transformers is imported only here."""
-    p = Path(path)
-    if not p.is_dir():
-        raise SpecError(f"--tokenizer: {str(p)!r} is not a directory; give a local tokenizer directory")
-    try:
-        from transformers import AutoTokenizer  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise SpecError(
-            "--tokenizer needs the 'transformers' package (pip install transformers); "
-            "or omit --tokenizer and take token counts from the server's usage"
-        ) from None
-    tok: Tokenizer = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
-    return tok
+    sessions: SessionSet | None = None  # conversation, agentic: sessions instead of requests (no specs)
+    texts: PromptMaker | None = None  # sessions: how their segments read (None: words, no tokenizer)
+    note: str | None = None  # what was left out of the file's requests, and why
+    extra_body: dict[str, Any] | None = None  # sessions: added to every request's body
 
 
 def parse_length(text: str, flag: str = "--input-len") -> Length:
@@ -144,41 +118,6 @@ def sample_lengths(length: Length, n: int, rng: np.random.Generator) -> list[int
     return np.clip(np.rint(raw), d.min, hi).astype(np.int64).tolist()  # type: ignore[no-any-return]
 
 
-def _words(n: int, rng: np.random.Generator) -> str:
-    idx = rng.integers(0, len(_WORDS), n)
-    return " ".join(_WORDS[i] for i in idx)
-
-
-class _PromptMaker:
-    """Deterministic prompts of about / exactly n tokens (with a tokenizer: exactly, re-encoded)."""
-
-    def __init__(self, tokenizer: Tokenizer | None) -> None:
-        self.tok = tokenizer
-        self._ids: list[int] = []
-        if tokenizer is not None:
-            ids = tokenizer.encode(" " + " ".join(_WORDS), add_special_tokens=False)
-            self._ids = list(dict.fromkeys(ids))
-
-    def text(self, n: int, rng: np.random.Generator) -> tuple[str, int | None]:
-        if self.tok is None:
-            return _words(n, rng), None
-        ids = [self._ids[i] for i in rng.integers(0, len(self._ids), n)]
-        text = self.tok.decode(ids, skip_special_tokens=True)
-        for _ in range(4):  # decode/encode may merge or split tokens: trim or pad until it is exact
-            got = self.tok.encode(text, add_special_tokens=False)
-            if len(got) == n:
-                break
-            if len(got) > n:
-                got = got[:n]
-            else:
-                got = got + [self._ids[i] for i in rng.integers(0, len(self._ids), n - len(got))]
-            text = self.tok.decode(got, skip_special_tokens=True)
-        return text, len(self.tok.encode(text, add_special_tokens=False))
-
-    def count(self, text: str) -> int | None:
-        return None if self.tok is None else len(self.tok.encode(text, add_special_tokens=False))
-
-
 def _spec(i: int, prompt: str, max_tokens: int, prompt_tokens: int | None) -> RequestSpec:
     return RequestSpec(f"req-{i}", prompt, max(int(max_tokens), 1), prompt_tokens)
 
@@ -191,7 +130,7 @@ def random_workload(n: int, input_len: Length, output_len: Length, *, seed: int 
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
     if not text:
         return Workload("random", (), lengths=(tuple(ins), tuple(max(o, 1) for o in outs)))
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     specs = []
     for i in range(n):
         prompt, count = maker.text(ins[i], rng)
@@ -202,21 +141,30 @@ def random_workload(n: int, input_len: Length, output_len: Length, *, seed: int 
 def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Length, *, num_prefixes: int = 1,
                     seed: int = 0, tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
     """Request i: prefix (i mod num_prefixes) of prefix_len tokens, then a unique suffix of input_len.
-    text=False: as random_workload (the prefixes are still drawn first, so the lengths are the same)."""
+    text=False: specs without prompt text, their token counts and shared content set (the prefixes are
+    still drawn first, so the lengths are the same)."""
     if prefix_len <= 0 or num_prefixes <= 0:
         raise SpecError("--prefix-len and --num-prefixes must be positive")
     rng = np.random.default_rng(seed)
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     prefixes = [maker.text(prefix_len, rng)[0] for _ in range(num_prefixes)]
+    # What the prompts share, for the simulator's prefix cache and prefix-aware routing: one node per
+    # prefix (shared by its requests), then each request's own suffix.
+    keys = [int(k) for k in np.random.default_rng([seed, 3]).integers(1, 1 << 62, num_prefixes + n)]
+    nodes = [Content(None, keys[j], prefix_len) for j in range(num_prefixes)]
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
-    if not text:
-        prompts = tuple(prefix_len + x for x in ins)  # the prefix, the "\n" and the suffix: words
-        return Workload("prefix", (), lengths=(prompts, tuple(max(o, 1) for o in outs)))
+    if not text:  # specs without text (the prefix, the "\n" and the suffix: words), with what they share
+        return Workload("prefix", tuple(
+            RequestSpec(f"req-{i}", "", max(int(outs[i]), 1), prefix_len + ins[i],
+                        content=nodes[i % num_prefixes].then(keys[num_prefixes + i], ins[i]))
+            for i in range(n)))
     specs = []
     for i in range(n):
         suffix, _ = maker.text(ins[i], rng)
         prompt = prefixes[i % num_prefixes] + "\n" + suffix
-        specs.append(_spec(i, prompt, outs[i], maker.count(prompt)))
+        content = nodes[i % num_prefixes].then(keys[num_prefixes + i], ins[i])
+        specs.append(RequestSpec(f"req-{i}", prompt, max(int(outs[i]), 1), maker.count(prompt),
+                                 content=content))
     return Workload("prefix", tuple(specs), None, "tokenizer" if tokenizer else "server")
 
 
@@ -249,7 +197,7 @@ def sharegpt_workload(path: str | Path, n: int, *, output_len: Length | None = N
         raise SpecError(f"--dataset: {str(p)!r} has no ShareGPT conversations (a prompt and a reply)")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(pairs))
-    maker = _PromptMaker(tokenizer)
+    maker = PromptMaker(tokenizer)
     outs = sample_lengths(output_len, n, rng) if output_len is not None else None
     specs = []
     for i in range(n):
@@ -263,45 +211,11 @@ def sharegpt_workload(path: str | Path, n: int, *, output_len: Length | None = N
     return Workload("sharegpt", tuple(specs), None, "tokenizer" if tokenizer else "server")
 
 
-def trace_workload(path: str | Path, *, n: int | None = None, seed: int = 0,
-                   tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
-    """JSONL lines {"arrival_s", "input_tokens", "output_tokens"}; offsets are relative to the earliest.
-    text=False: no prompt text (as random_workload)."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise SpecError(f"--dataset: cannot read {str(p)!r}: {exc.strerror}") from None
-    rows: list[tuple[float, int, int]] = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            row = (float(obj["arrival_s"]), int(obj["input_tokens"]), int(obj["output_tokens"]))
-        except (ValueError, KeyError, TypeError):
-            raise SpecError(
-                f"{p}:{lineno}: a trace line needs arrival_s, input_tokens and output_tokens "
-                '(e.g. {"arrival_s": 0.5, "input_tokens": 512, "output_tokens": 128})'
-            ) from None
-        if not math.isfinite(row[0]):  # JSON parsers accept NaN and Infinity
-            raise SpecError(f"{p}:{lineno}: arrival_s: {row[0]} is not a finite number; give seconds "
-                            "from the trace's start, e.g. 0.5")
-        if row[0] < 0 or row[1] <= 0 or row[2] <= 0:
-            raise SpecError(f"{p}:{lineno}: arrival_s must be >= 0 and token counts > 0")
-        rows.append(row)
-    if not rows:
-        raise SpecError(f"--dataset: {str(p)!r} holds no trace lines")
-    rows.sort(key=lambda r: r[0])
-    rows = rows[:n] if n is not None else rows
-    t0 = rows[0][0]
-    offsets = tuple(r[0] - t0 for r in rows)
-    if not text:
-        return Workload("trace", (), offsets, lengths=(tuple(r[1] for r in rows), tuple(r[2] for r in rows)))
-    rng = np.random.default_rng(seed)
-    maker = _PromptMaker(tokenizer)
-    specs = []
-    for i, (_, n_in, n_out) in enumerate(rows):
-        prompt, count = maker.text(n_in, rng)
-        specs.append(_spec(i, prompt, n_out, count))
-    return Workload("trace", tuple(specs), offsets, "tokenizer" if tokenizer else "server")
+def trace_workload(path: str | Path, *, n: int | None = None, duration_s: float | None = None,
+                   fmt: TraceFormat = "auto", time_scale: float = 1.0, seed: int = 0,
+                   tokenizer: Tokenizer | None = None) -> Workload:
+    """A trace's first requests (at most n, arriving before duration_s) at its own arrival offsets,
+    streamed (loadgen/traces.py: the formats, and what is refused)."""
+    specs, offsets, read = read_trace_workload(path, n=n, duration_s=duration_s, fmt=fmt,
+                                               time_scale=time_scale, seed=seed, tokenizer=tokenizer)
+    return Workload("trace", specs, offsets, "tokenizer" if tokenizer else "server", note=read.note())

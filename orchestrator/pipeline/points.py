@@ -16,7 +16,7 @@ from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
-from orchestrator.loadgen.spec_workload import slo_bounds
+from orchestrator.loadgen.spec_workload import session_shape, slo_bounds
 from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
     GROWTH_FROM_SIMULATOR,
@@ -41,6 +41,7 @@ from orchestrator.plan.from_spec import mean_tokens
 from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome
+from orchestrator.sim.run import prefix_cache_of
 from orchestrator.verdict import Verdict
 
 
@@ -90,7 +91,7 @@ def virtual_point_fn(ctx: SweepContext, candidate: Candidate) -> PointFn:
                            ctx.opts.num_requests, point.concurrency, sample_interval_s=interval_s)
         s = sp.summary
         sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
-               "virtual_s": s.virtual_s}
+               "virtual_s": s.virtual_s, **prefix_cache_of(sp)}
         series = series_to_dict(list(s.engine_samples), interval_s)
         extra = {"measured_in": "virtual time", "sim": sim, "engine": summarize_series(series)}
         return Measured(sp.result, extra, series)
@@ -167,6 +168,8 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
         ctx.tally.point_s.append(elapsed)
         spent[0] += elapsed
         metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
+        if result.note:  # what the workload left out (sessions cut at max_model_len ...)
+            metrics["note"] = result.note
         rate = load if by == "rate" else None
         # The point first: if the store fails, the journal has the measurement itself.
         ctx.store.add_point(ctx.run_id, name, label, rate, result.passed, result.verdict, metrics,
@@ -237,10 +240,12 @@ def planner_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple
         if conc is None:
             return search.min_concurrency * 8, "search bounds", GROWTH_FROM_PLANNER
         return conc, "planner (best batch within the ITL bound, all engines)", GROWTH_FROM_PLANNER
-    planned = planned_capacity_rate(row, mean_tokens(w.output_tokens))
+    calls, output = session_shape(w)  # a session workload's rate counts sessions
+    planned = planned_capacity_rate(row, round(output))
     if planned is None:
         return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
-    return planned, "planner (throughput within the ITL bound, prefill charged)", GROWTH_FROM_PLANNER
+    why = "planner (throughput within the ITL bound, prefill charged)"
+    return planned / calls, why, GROWTH_FROM_PLANNER
 
 
 __all__ = [

@@ -28,6 +28,7 @@ def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: flo
 
 def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None) -> dict[str, Any]:
     m = sp.result.metrics
+    cache = sp.summary.prefix_cache
     return {
         "source": SOURCE,
         "load": sp.result.point.label,
@@ -36,6 +37,9 @@ def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None)
         "itl_p99_ms": m.itl_chunk_ms.p99, "tpot_p50_ms": m.tpot_ms.p50,
         "output_tokens_per_s_per_gpu": (m.per_gpu or {}).get("output_throughput"),
         "goodput": m.goodput, "passed": sp.result.passed,
+        "prefix_hit_rate": None if cache is None else cache.hit_rate,
+        "ttft_first_turn_p50_ms": m.ttft_first_turn_ms.p50 if m.ttft_first_turn_ms else None,
+        "ttft_later_turns_p50_ms": m.ttft_later_turns_ms.p50 if m.ttft_later_turns_ms else None,
     }
 
 

@@ -63,6 +63,8 @@ def _shifted(r: RequestRecord, dt: float, k: int) -> RequestRecord:
         sent_s=r.sent_s + dt,
         done_s=None if r.done_s is None else r.done_s + dt,
         chunk_times_s=tuple(t + dt for t in r.chunk_times_s),
+        # a session's turns are grouped by this tag (loadgen.metrics): each run's sessions are their own
+        extra={**r.extra, "session": f"{r.extra['session']}#{k}"} if "session" in r.extra else r.extra,
     )
 
 

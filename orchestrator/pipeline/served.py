@@ -14,10 +14,11 @@ from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointRe
 from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, with_engine_metrics
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.spec_workload import slo_bounds, spec_workload_factory
 from orchestrator.pipeline.harness import read_counters, unreliable_because
 from orchestrator.pipeline.repeats import reseeded
 from orchestrator.pipeline.timescale import unscale
+from orchestrator.plan.from_spec import engine_settings
 from orchestrator.spec.models import SweepSpec
 
 
@@ -49,7 +50,7 @@ def bench_point(
     duration = None if num_requests else w.duration_s
     wall = BenchConfig(
         targets=clients,
-        balance="least_outstanding",
+        balance=spec.routing_policies()[0],  # a spec comparing policies is split per policy first
         arrival=w.arrival,
         burstiness=w.burstiness,
         num_requests=n,
@@ -63,7 +64,9 @@ def bench_point(
     # A simulated server reports how it kept its clock (orch_sim_*); a real engine has no such counters.
     before = read_counters(urls)
     wall_point = point if point.rate is None else LoadPoint(rate=point.rate / s)
-    work = run_point(BenchRun(wall), workload_factory(w), wall_point, obs)
+    # sessions are cut where the engines' resolved max_model_len ends (engines/settings.py)
+    factory = spec_workload_factory(spec, engine_settings(spec).max_model_len)
+    work = run_point(BenchRun(wall), factory, wall_point, obs)
     interval_wall_s = engine_metrics_interval_s * s
     raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
     series = series_to_dict(poller.samples, interval_wall_s, s)

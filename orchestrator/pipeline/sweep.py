@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from orchestrator.candidate import Candidate
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
+from orchestrator.layout import Layout
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import load_axis, load_grid
 from orchestrator.pipeline.context import (
@@ -93,22 +94,16 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
     store.journal_run(ctx.run_id)  # every write of this run reaches a journal first
     if not ctx.resuming:
         _create_run(ctx, spec_path)
-    candidates = [ctx.candidate(x) for x in (ctx.opts.layouts or spec.layouts)]
     done = {row.layout: row for row in store.layouts(ctx.run_id)}
     started = time.monotonic()
+    candidates: list[Candidate] = []
     try:
-        todo = [c for c in candidates
-                if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
-        pruned = prune(ctx, todo)
-        for c in todo:
-            if (why := pruned.get(c.name)) is not None:
-                store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
-                ctx.obs.layout_done(c.name, "pruned", why)
-        for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
-            if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
-                run_wave(ctx, wave, number)
-            else:
-                one_candidate(ctx, wave[0][0])
+        # A spec listing several routing policies measures each layout with replicas under each, as
+        # candidates of their own (`tp2x4 routing=prefix_aware`), one pass per policy; a one-replica
+        # layout has nothing to route and is measured once.
+        for pass_ctx, pass_candidates in routing_passes(ctx, list(ctx.opts.layouts or spec.layouts)):
+            candidates += pass_candidates
+            _run_pass(pass_ctx, pass_candidates, done)
     except KeyboardInterrupt:
         store.finish_run(ctx.run_id, "interrupted", None)
         raise
@@ -117,6 +112,38 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
     derive(store, ctx.run_id, spec, result.selection)
     store.finish_run(ctx.run_id, "done", result.selection.to_dict())
     return result
+
+
+def routing_passes(ctx: SweepContext, layouts: Sequence[Layout]) -> list[tuple[SweepContext,
+                                                                              list[Candidate]]]:
+    """(context, candidates) per routing policy of the spec: every layout under the first, the ones with
+    replicas under each further one (the context's spec then names that one policy)."""
+    policies = ctx.spec.routing_policies()
+    if len(policies) == 1:
+        return [(ctx, [ctx.candidate(x) for x in layouts])]
+    out = []
+    for i, policy in enumerate(policies):
+        pass_ctx = replace(ctx, spec=ctx.spec.model_copy(update={"routing": policy}))
+        named = [Candidate(x, ctx.settings, f"{x} routing={policy}" if x.replicas > 1 else str(x))
+                 for x in layouts if i == 0 or x.replicas > 1]
+        out.append((pass_ctx, named))
+    return out
+
+
+def _run_pass(ctx: SweepContext, candidates: Sequence[Candidate], done: dict[str, Any]) -> None:
+    store = ctx.store
+    todo = [c for c in candidates
+            if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
+    pruned = prune(ctx, todo)
+    for c in todo:
+        if (why := pruned.get(c.name)) is not None:
+            store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
+            ctx.obs.layout_done(c.name, "pruned", why)
+    for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
+        if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
+            run_wave(ctx, wave, number)
+        else:
+            one_candidate(ctx, wave[0][0])
 
 
 def _create_run(ctx: SweepContext, spec_path: str | None) -> None:

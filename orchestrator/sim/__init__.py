@@ -7,11 +7,18 @@ from typing import TYPE_CHECKING
 from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
+    from orchestrator.sim.prefix_cache import CacheStats as CacheStats
+    from orchestrator.sim.prefix_cache import PrefixCache as PrefixCache
     from orchestrator.sim.run import SimPoint as SimPoint
+    from orchestrator.sim.run import prefix_cache_of as prefix_cache_of
     from orchestrator.sim.run import simulate_point as simulate_point
     from orchestrator.sim.server import main as main
+    from orchestrator.sim.sessions import SessionsRun as SessionsRun
+    from orchestrator.sim.sessions import simulate_sessions as simulate_sessions
 
 __getattr__, __all__ = lazy_face(__name__, {
-    "run": ("SimPoint", "simulate_point",),
+    "prefix_cache": ("CacheStats", "PrefixCache",),
+    "run": ("SimPoint", "prefix_cache_of", "simulate_point",),
     "server": ("main",),
+    "sessions": ("SessionsRun", "simulate_sessions",),
 })  # fmt: skip

@@ -11,7 +11,7 @@ from orchestrator.sim.engine import EngineConfig, EngineCore
 def replica_engines(inputs: PlanInputs, layout: Layout, *,
                     reserve_whole_kv: bool = False) -> list[EngineCore]:
     """One EngineCore per DP rank of one replica (a replica is one server), with the engine settings
-    the planner used (inputs.settings)."""
+    the planner used (inputs.settings): its block size and whether prefix caching is on included."""
     cost = layout_cost(inputs, layout)
     cap = kv_capacity(inputs, cost)
     kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
@@ -27,5 +27,6 @@ def replica_engines(inputs: PlanInputs, layout: Layout, *,
         max_num_batched_tokens=inputs.settings.max_num_batched_tokens,
         block_tokens=inputs.settings.block_size,
         reserve_whole_kv=reserve_whole_kv,
+        prefix_caching=inputs.settings.enable_prefix_caching,
     )
     return [EngineCore(cost, config) for _ in range(layout.dp)]

@@ -12,6 +12,11 @@ admitted only when the KV for its whole prompt and every output token it may gen
 what the running requests have reserved, so a running request never grows into a full cache and
 nothing is preempted.
 
+With `prefix_caching` (vLLM's default), a request whose prompt has content (loadgen/content.py) reuses
+the cached KV blocks of its prefix and computes only the rest; the block rules live in
+sim/prefix_cache.py, and this module calls them at admission, after each prompt chunk, and when a
+request ends or is preempted (its blocks stay cached for its recompute).
+
 Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
 implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
 """
@@ -20,10 +25,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from orchestrator.loadgen.content import ROOT_HASH, Content, sim_answer_key
 from orchestrator.plan.cost import LayoutCost
+from orchestrator.sim.prefix_cache import PrefixCache
+
+MIN_CACHE_BLOCK = 16  # the smallest block the prefix cache hashes (see EngineCore.__init__)
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class EngineConfig:
     max_num_batched_tokens: int
     block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
     reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
+    prefix_caching: bool = False  # reuse cached prefix blocks (sim/prefix_cache.py)
     # Hybrid models: a sequence's sliding-window/chunk/state blocks, in full-attention tokens, from its
     # whole length (KVCapacity.side_tokens). Charged at admission, freed with the sequence.
     side_kv_tokens: Callable[[int], int] | None = None
@@ -55,6 +65,11 @@ class Seq:
     segments: list[tuple[int, int]] = field(default_factory=list)  # (first, last) emitting steps
     preemptions: int = 0
     finished: bool = False
+    content: Content | None = None  # the prompt's segments (+ the answer once queued); None: unshared
+    hashes: Sequence[int] = ()  # block hashes of prompt + answer (prefix caching with content)
+    reserved: int = 0  # reserve_whole_kv: the KV reserved at admission
+    held: int = 0  # leading blocks this request holds in the prefix cache
+    cached_tokens: int = 0  # prompt tokens its first admission found cached
     side_kv: int = 0  # window/state KV charged while running (EngineConfig.side_kv_tokens)
 
     def generated_at(self, step: int) -> int:
@@ -92,6 +107,13 @@ class EngineCore:
         self.prefill_kv = 0  # KV tokens allocated to prefilling sequences
         self.preemptions = 0
         self.reserved_kv = 0  # reserve_whole_kv: prompt + max output (+ half a block) per running request
+        # The cache hashes blocks of at least MIN_CACHE_BLOCK tokens: a token-granular cache (SGLang's
+        # radix tree, page size 1) is modelled as blocks of 16 with partial reuse, which hits to the
+        # token as it does, without a hash per token.
+        self.cache_block = max(config.block_tokens, MIN_CACHE_BLOCK)
+        partial = config.reserve_whole_kv or self.cache_block > config.block_tokens
+        self.cache = PrefixCache(self.cache_block, partial_reuse=partial) if config.prefix_caching else None
+        self.held_kv = 0  # tokens of running requests' contexts in cached blocks (counted once, there)
         self.side_kv = 0  # window/state KV of the running sequences (hybrid models)
         self._tiebreak = 0
 
@@ -108,6 +130,10 @@ class EngineCore:
     def add(self, seq: Seq) -> None:
         """Queue a request; callers reject the ones `fits` refuses (vLLM: longer than max_model_len)."""
         seq.prefill_target = seq.prompt_tokens + seq.generated
+        if self.cache is not None and seq.content is not None and not seq.hashes:
+            # The answer's blocks are cached too: a later turn that quotes it reuses them.
+            seq.content = seq.content.then(sim_answer_key(seq.max_tokens), seq.max_tokens)
+            seq.hashes = seq.content.block_hashes(self.cache_block)
         self.waiting.append(seq)
 
     @property
@@ -121,8 +147,12 @@ class EngineCore:
         return seq.prompt_tokens + seq.max_tokens + self.config.block_tokens // 2
 
     def kv_used_tokens(self) -> int:
-        return (self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
+        used = (self.decode_ctx + self.prefill_kv + len(self.running) * self.config.block_tokens // 2
                 + self.side_kv)
+        cache = self.cache
+        if cache is not None:  # cached blocks count once, whoever holds them (held: cached, not free)
+            used += (len(cache.refs) - cache.free_hashed) * self.cache_block - self.held_kv
+        return used
 
     @property
     def kv_usage(self) -> float:
@@ -133,8 +163,8 @@ class EngineCore:
         rid, seq = self.running.popitem()
         step = self.step_index
         self.side_kv -= seq.side_kv
-        if self.config.reserve_whole_kv:
-            self.reserved_kv -= self._reservation(seq)
+        self.reserved_kv -= seq.reserved
+        seq.reserved = 0
         if rid in self.decoding:
             del self.decoding[rid]
             seq.generated = seq.generated_at(step)
@@ -142,9 +172,11 @@ class EngineCore:
             if seq.segments and seq.segments[-1][1] == -1:
                 seq.segments[-1] = (seq.segments[-1][0], step - 1)
             seq.decode_start_step = -1
+            self._release(seq, seq.prompt_tokens + seq.generated - 1)  # the last token's KV is not written
         else:
             self.prefilling.pop(rid, None)
             self.prefill_kv -= seq.computed
+            self._release(seq, seq.computed)
         seq.computed = 0
         seq.prefill_target = seq.prompt_tokens + seq.generated
         seq.preemptions += 1
@@ -191,28 +223,39 @@ class EngineCore:
             preempted = True
         kv_tokens = self.decode_ctx
         pairs = float(self.decode_ctx + decodes)  # each decode attends to its context and itself
+        cache = self.cache
         if not chunks and (preempted or not self.waiting or len(self.running) >= cfg.max_num_seqs):
             # Pure decode step, the common case: nothing to admit or continue.
+            if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
+                cache.trim((capacity - used) // self.cache_block)
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
-            chunk = min(seq.prefill_target, budget)
+            shared, hit, taken = self._lookup(seq) if cache is not None else (0, 0, 0)
+            chunk = min(seq.prefill_target - hit, budget)
             side = self._side(seq.prompt_tokens + seq.max_tokens)
-            if used + chunk + half_block + side > capacity:
+            if used + taken + chunk + half_block + side > capacity:
                 break
             if cfg.reserve_whole_kv:
-                if self.reserved_kv + self._reservation(seq) > capacity:
+                # What the request adds: blocks it shares are in memory already.
+                reservation = self._reservation(seq) - shared
+                if self.reserved_kv + reservation > capacity:
                     break
-                self.reserved_kv += self._reservation(seq)
+                seq.reserved = reservation
+                self.reserved_kv += reservation
             self.waiting.popleft()
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
+            if cache is not None:
+                self._take(seq, shared, hit)
             seq.side_kv = side
             self.side_kv += side
             chunks.append((seq, chunk))
             budget -= chunk
-            used += chunk + half_block + side
+            used += taken + chunk + half_block + side
+        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
+            cache.trim((capacity - used) // self.cache_block)
         prefill_pairs = 0.0
         for seq, chunk in chunks:
             kv_tokens += seq.computed
@@ -245,6 +288,8 @@ class EngineCore:
         for seq, chunk in plan.prefill_chunks:
             seq.computed += chunk
             self.prefill_kv += chunk
+            if seq.hashes:
+                self._hold_computed(seq)
             if seq.computed < seq.prefill_target:
                 continue
             # Prompt done: the step samples a token, and the sequence decodes from the next step.
@@ -290,6 +335,67 @@ class EngineCore:
             seq.segments[-1] = (seq.segments[-1][0], step)
         if self.running.pop(seq.request_id, None) is not None:
             self.side_kv -= seq.side_kv
-            if self.config.reserve_whole_kv:
-                self.reserved_kv -= self._reservation(seq)
+            self.reserved_kv -= seq.reserved
+            seq.reserved = 0
+        # The last sampled token was never fed back: its KV is not computed, so not cached.
+        self._release(seq, seq.prompt_tokens + seq.generated - 1)
+
+    # -- prefix caching (the rules: sim/prefix_cache.py) -------------------------------------------
+    def _lookup(self, seq: Seq) -> tuple[int, int, int]:
+        """(tokens of whole cached blocks to share, tokens hit in all, tokens those blocks newly take
+        from free memory) for a waiting request."""
+        cache, size = self.cache, self.cache_block
+        if cache is None or not seq.hashes:
+            return 0, 0, 0
+        n, newly = cache.lookup(seq.hashes, seq.prefill_target)
+        hit = n * size
+        if cache.partial_reuse and seq.content is not None and n < len(seq.hashes):
+            spans = seq.content.block_spans(n, size)
+            hit += cache.partial_tokens(seq.hashes[n - 1] if n else ROOT_HASH, spans,
+                                        seq.prefill_target - 1 - hit)
+        return n * size, hit, newly * size
+
+    def _take(self, seq: Seq, shared: int, hit: int) -> None:
+        """Admit with a hit: hold its whole blocks; the prompt continues after it."""
+        cache = self.cache
+        assert cache is not None
+        size = self.cache_block
+        cache.record(seq.prefill_target, hit, seq.preemptions > 0)
+        if not seq.preemptions:
+            seq.cached_tokens = hit
+        if shared:
+            cache.hold(seq.hashes, 0, shared // size)
+            seq.held = shared // size
+            self.held_kv += shared
+        seq.computed = hit
+        self.prefill_kv += hit
+
+    def _hold_computed(self, seq: Seq) -> None:
+        """The full blocks a prompt chunk completed are cached at once, so others can reuse them."""
+        cache = self.cache
+        assert cache is not None
+        size = self.cache_block
+        full = min(seq.computed // size, len(seq.hashes))
+        if full <= seq.held:
+            return
+        if cache.partial_reuse and seq.content is not None:
+            for i in range(seq.held, full):
+                parent = seq.hashes[i - 1] if i else ROOT_HASH
+                cache.describe(seq.hashes[i], parent, seq.content.block_spans(i, size))
+        cache.hold(seq.hashes, seq.held, full)
+        self.held_kv += (full - seq.held) * size
+        seq.held = full
+
+    def _release(self, seq: Seq, computed: int) -> None:
+        """A request lets go of its KV (finished or preempted): its full blocks stay cached, free."""
+        cache = self.cache
+        if cache is None:
+            return
+        full = computed // self.cache_block
+        if seq.hashes:
+            cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)))
+        else:
+            cache.release_anonymous(full)
+        self.held_kv -= seq.held * self.cache_block
+        seq.held = 0
 

@@ -4,7 +4,13 @@ Tokens are released at the simulated step times, stretched by `--time-scale` (wa
 virtual second; 0.1 runs ten times faster than real time, and whoever measures divides by it).
 `/health` answers 503 until `--startup-s` wall seconds have passed (model loading). `/metrics`
 exposes vLLM-named gauges and counters. Every completion is exactly `max_tokens` long (as vLLM with
-`ignore_eos`): a performance model has no text to end early.
+`ignore_eos`): a performance model has no text to end early. Its text is " tok" per token.
+
+Prefix caching is on by default, as in vLLM v1 (`--no-enable-prefix-caching` turns it off; `--block-size`
+as vLLM's): the engine tokenizes a prompt one token per word (openai_format.prompt_tokens), hashes it
+per block, and reuses what it has cached (sim/prefix_cache.py); its counters are vLLM's
+`vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total`. Under guaranteed-no-evict the
+server reuses whole blocks only (it sees words, not the segments a partial match is found in).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
 from orchestrator.sim.log_limit import LogLimiter, loop_handler, raise_open_file_limit
 from orchestrator.sim.log_limit import install as install_log_limit
-from orchestrator.sim.openai_format import count_prompt, error, sse, token_text, usage
+from orchestrator.sim.openai_format import block_hashes, error, prompt_tokens, sse, token_text, usage
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 RESYNC_S = 0.05  # wall seconds behind the simulated clock after which the engine loop restarts it
@@ -137,6 +143,7 @@ class SimServer:
         waiting = sum(len(e.waiting) for e in self.engines)
         usage = sum(e.kv_usage for e in self.engines) / len(self.engines)
         preempt = sum(e.preemptions for e in self.engines)
+        caches = [e.cache.stats() for e in self.engines if e.cache is not None]
         label = f'{{model_name="{self.model_name}"}}'
         lines = [
             "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{label} {running}",
@@ -149,6 +156,12 @@ class SimServer:
             f"vllm:generation_tokens_total{label} {self.generation_tokens_total}",
             "# TYPE vllm:request_success_total counter",
             f"vllm:request_success_total{label} {self.requests_total}",
+            *([] if not caches else [
+                "# TYPE vllm:prefix_cache_queries_total counter",
+                f"vllm:prefix_cache_queries_total{label} {sum(c.queries for c in caches)}",
+                "# TYPE vllm:prefix_cache_hits_total counter",
+                f"vllm:prefix_cache_hits_total{label} {sum(c.hits for c in caches)}",
+            ]),
             "# TYPE orch_sim_time_scale gauge", f"orch_sim_time_scale {self.time_scale}",
             "# TYPE orch_sim_behind_seconds_sum counter",
             f"orch_sim_behind_seconds_sum {self.behind_s_sum:.6f}",
@@ -174,15 +187,16 @@ class SimServer:
             return error(400, "request body is not JSON")
         if not isinstance(body, dict):
             return error(400, "request body must be a JSON object")
-        prompt_tokens = count_prompt(body, chat)
-        if prompt_tokens is None:
+        tokens = prompt_tokens(body, chat)
+        if tokens is None:
             return error(400, "give 'messages' (chat) or 'prompt' (completions)")
+        n_prompt = max(len(tokens), 1)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return error(400, "max_tokens must be a positive integer")
-        if prompt_tokens + max_tokens > self.max_model_len:
+        if n_prompt + max_tokens > self.max_model_len:
             return error(400, f"This model's maximum context length is {self.max_model_len} tokens; "
-                               f"the request has {prompt_tokens} prompt + {max_tokens} output tokens")
+                               f"the request has {n_prompt} prompt + {max_tokens} output tokens")
         self.accepted += 1
         if self.exit_after is not None and self.accepted > self.exit_after:
             os._exit(1)  # a crash, not a shutdown: no response, connections drop (fault injection)
@@ -193,21 +207,24 @@ class SimServer:
             arrived += front_s
             await _sleep_until(asyncio.get_running_loop(), arrived)
         e = self._pick()
-        if not self.engines[e].fits(prompt_tokens, max_tokens):
+        eng = self.engines[e]
+        if not eng.fits(n_prompt, max_tokens):
             return error(400, "the request does not fit the KV cache")
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        seq = Seq(rid, prompt_tokens, max_tokens, time.monotonic())
+        seq = Seq(rid, n_prompt, max_tokens, time.monotonic())
+        if eng.cache is not None:  # the prompt's blocks and the answer's (" tok" per token) it will write
+            seq.hashes = block_hashes([*tokens, *token_text(max_tokens).split()], eng.cache_block)
         stream = _Stream(seq)
         self.streams[rid] = stream
-        self.prompt_tokens_total += prompt_tokens
+        self.prompt_tokens_total += n_prompt
         if not self.engines[e].has_work():
             self.arrived[e] = arrived
         self.engines[e].add(seq)
         self.wake[e].set()
         try:
             if body.get("stream"):
-                return await self._stream(request, stream, body, chat, prompt_tokens)
-            return await self._whole(stream, chat, prompt_tokens)
+                return await self._stream(request, stream, body, chat, n_prompt)
+            return await self._whole(stream, chat, n_prompt)
         finally:
             self.streams.pop(rid, None)
 

@@ -1,7 +1,8 @@
 """Virtual time: run a workload through simulated engines behind a balancer, get RequestRecords.
 
-Each engine (one DP rank of one replica) steps on its own clock; arrivals go to the engine with the
-fewest outstanding requests (or round-robin). A request first spends the cost model's
+Each engine (one DP rank of one replica) steps on its own clock; arrivals go to a replica chosen by the
+load generator's own Balancer (round robin, least outstanding, prefix aware: loadgen/balance.py), and
+within a replica to the DP rank with the fewest outstanding requests. A request first spends the cost model's
 `request_overhead_s` in front of the engines (HTTP handling, tokenisation: the API server's
 work) and is balanced and queued when that ends; its TTFT counts from the send. The records carry
 virtual seconds and feed the same metric code as a real measurement (loadgen.metrics), so
@@ -13,18 +14,18 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from orchestrator.loadgen.balance import Balance, Balancer
 from orchestrator.loadgen.columns import GapSet, RequestColumns
+from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
-
-Balance = Literal["least_outstanding", "round_robin"]
+from orchestrator.sim.prefix_cache import CacheStats
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,12 @@ class SimRequest:
     arrival_s: float
     prompt_tokens: int
     max_tokens: int
+    content: Content | None = None  # what the prompt shares with others (prefix caching, routing)
+    tags: tuple[tuple[str, str], ...] = ()  # copied into the record's extra (session, turn)
 
 
+#: (request id, when it ended, whether it was answered) -> the requests that follow it
+Follow = Callable[[str, float, bool], Sequence[SimRequest]]
 MAX_SAMPLES = 20_000  # engine samples per run (0.5 s apart: hours of virtual time)
 
 
@@ -46,42 +51,34 @@ class SimSummary:
     virtual_s: float
     # The engines' own gauges at fixed virtual times, as a scrape of their /metrics would read them.
     engine_samples: tuple[EngineSample, ...] = ()
-
-
-def _choose(engines: Sequence[EngineCore], balance: Balance, counter: int) -> int:
-    if balance == "round_robin" or len(engines) == 1:
-        return counter % len(engines)
-    best, best_load = 0, math.inf
-    for i, eng in enumerate(engines):
-        load = eng.outstanding
-        if load < best_load:
-            best, best_load = i, load
-    return best
+    prefix_cache: CacheStats | None = None  # summed over the engines; None without prefix caching
 
 
 def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
              balance: Balance = "least_outstanding",
              max_concurrency: int | None = None,
-             sample_interval_s: float | None = None) -> tuple[list[RequestRecord], SimSummary]:
+             sample_interval_s: float | None = None,
+             dp: int = 1) -> tuple[list[RequestRecord], SimSummary]:
     """Open loop: run `requests` (each sent at its arrival) to completion; one record per request,
-    in request order.
+    in request order. `engines` are replicas of `dp` engines each, replica after replica.
 
     `max_concurrency` caps the requests in flight as the load generator's semaphore does: a request
     that arrives while every slot is taken waits, in arrival order, until one frees; that wait is its
     `queued_s` and its TTFT starts when it is sent. With `sample_interval_s`, the engines' running,
     waiting, KV usage and preemption counter are sampled every that many virtual seconds.
     """
-    run = _Run(engines, balance, max_concurrency, closed=False, sample_s=sample_interval_s)
+    run = VirtualRun(engines, balance, max_concurrency, closed=False, sample_s=sample_interval_s, dp=dp)
     return run.go(requests, None)
 
 
 def simulate_columns(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
                      balance: Balance = "least_outstanding", max_concurrency: int | None = None,
-                     sample_interval_s: float | None = None) -> tuple[RequestColumns, SimSummary]:
+                     sample_interval_s: float | None = None,
+                     dp: int = 1) -> tuple[RequestColumns, SimSummary]:
     """simulate, with the requests as columns (loadgen.columns) instead of one record each: the gaps
     of a step are held once for every request running in it (what `orch simulate` of 100,000
     requests needs to fit in memory)."""
-    run = _Run(engines, balance, max_concurrency, closed=False, sample_s=sample_interval_s)
+    run = VirtualRun(engines, balance, max_concurrency, closed=False, sample_s=sample_interval_s, dp=dp)
     _, summary = run.go(requests, None, records=False)
     return run.columns(), summary
 
@@ -90,6 +87,7 @@ def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], c
                 duration_s: float | None = None,
                 balance: Balance = "least_outstanding",
                 sample_interval_s: float | None = None,
+                dp: int = 1,
                 ramp_s: float = 0.0) -> tuple[list[RequestRecord], SimSummary]:
     """Closed loop: `concurrency` clients, each sending its next request when its previous one ends
     (arrival times in `requests` are ignored). Without `duration_s` each request is sent once; with
@@ -101,22 +99,22 @@ def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], c
     end on. Clients started together with equal lengths stay in lockstep, every wave prefilling at
     once; staggered over about one request's time they reach the steady state a long run settles in.
     """
-    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s)
+    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s, dp)
     return run.go(timed, duration_s)
 
 
 def closed_loop_columns(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
                         duration_s: float | None = None, balance: Balance = "least_outstanding",
-                        sample_interval_s: float | None = None,
+                        sample_interval_s: float | None = None, dp: int = 1,
                         ramp_s: float = 0.0) -> tuple[RequestColumns, SimSummary]:
     """closed_loop, with the requests as columns (see simulate_columns)."""
-    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s)
+    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s, dp)
     _, summary = run.go(timed, duration_s, records=False)
     return run.columns(), summary
 
 
 def _closed(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, balance: Balance,
-            sample_interval_s: float | None, ramp_s: float) -> tuple[_Run, list[SimRequest]]:
+            sample_interval_s: float | None, ramp_s: float, dp: int) -> tuple[VirtualRun, list[SimRequest]]:
     """A closed loop's run and its requests timed by the ramp (closed_loop's docstring)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -124,9 +122,8 @@ def _closed(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concu
         raise ValueError("ramp_s must be >= 0")
     first = min(concurrency, len(requests))
     starts = [k * ramp_s / first if k < first else ramp_s for k in range(len(requests))]
-    timed = [SimRequest(r.request_id, t, r.prompt_tokens, r.max_tokens)
-             for r, t in zip(requests, starts, strict=True)]
-    return _Run(engines, balance, concurrency, closed=True, sample_s=sample_interval_s), timed
+    timed = [replace(r, arrival_s=t) for r, t in zip(requests, starts, strict=True)]
+    return VirtualRun(engines, balance, concurrency, closed=True, sample_s=sample_interval_s, dp=dp), timed
 
 
 def single_request_s(engine: EngineCore, prompt_tokens: int, output_tokens: int) -> float:
@@ -138,13 +135,19 @@ def single_request_s(engine: EngineCore, prompt_tokens: int, output_tokens: int)
             + max(output_tokens - 1, 0) * decode)
 
 
-class _Run:
+class VirtualRun:
     """One virtual-time run: engines stepping on their own clocks, arrivals, and the client's slots."""
 
     def __init__(self, engines: Sequence[EngineCore], balance: Balance, cap: int | None,
-                 closed: bool, sample_s: float | None = None) -> None:
+                 closed: bool, sample_s: float | None = None, dp: int = 1) -> None:
         if cap is not None and cap < 1:
             raise ValueError("max_concurrency must be >= 1")
+        if dp < 1 or len(engines) % dp:
+            raise ValueError(f"{len(engines)} engines are not replicas of {dp} DP ranks")
+        self.dp = dp
+        # least_outstanding breaks ties by index here, as the simulator always has (loadgen/balance.py)
+        self.bal = Balancer(max(len(engines) // dp, 1), balance,
+                            ties="first" if balance == "least_outstanding" else "rotate")
         if sample_s is not None and sample_s <= 0:
             raise ValueError("sample_interval_s must be > 0")
         self.sample_s = sample_s
@@ -160,8 +163,19 @@ class _Run:
         self.rejected = 0
         self.front_s = engines[0].request_overhead_s if engines else 0.0
         self.front: list[tuple[float, int, SimRequest]] = []  # (reaches the engines, order, request)
-        self.admitted = self.fronted = 0
+        self.fronted = 0
         self.refused_at: dict[str, float] = {}  # request id -> when the 400 went out
+        # Requests that depend on earlier ones (a session's next turn): `follow(request id, time, ok)`
+        # is told of every end and returns what is sent next, at its own arrival time.
+        self.follow: Follow | None = None
+        self.later: list[tuple[float, int, SimRequest]] = []
+        self.followed = 0
+
+    def _follow(self, rid: str, t: float, ok: bool) -> None:
+        assert self.follow is not None
+        for req in self.follow(rid, t, ok):
+            self.followed += 1
+            heapq.heappush(self.later, (req.arrival_s, self.followed, req))
 
     def _send(self, req: SimRequest, t: float) -> None:
         """The client sends `req` at `t`: it holds a concurrency slot from now on."""
@@ -175,18 +189,23 @@ class _Run:
 
     def _admit(self, req: SimRequest, sent_s: float, t: float) -> None:
         """`req` (sent at `sent_s`) reaches the engines at `t`, past the request overhead."""
-        engines = self.engines
+        engines, dp = self.engines, self.dp
         delayed = self.front_s > 0  # the slot was taken at the send
-        e = _choose(engines, self.balance, self.admitted)
-        self.admitted += 1
+        r = self.bal.acquire(req.content.route() if req.content is not None else None)
+        e = r * dp
+        if dp > 1:  # the replica's own DP balancing: its least busy rank
+            e = min(range(e, e + dp), key=lambda k: engines[k].outstanding)
         if not engines[e].fits(req.prompt_tokens, req.max_tokens):
+            self.bal.release(r)
             self.sent[req.request_id] = (req, sent_s, None, e)  # the engine answers 400 at once
             self.refused_at[req.request_id] = t
             self.rejected += 1
             if delayed:
                 self.in_flight -= 1
+            if self.follow is not None:
+                self._follow(req.request_id, t, False)
             return
-        seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, t)
+        seq = Seq(req.request_id, req.prompt_tokens, req.max_tokens, t, content=req.content)
         self.sent[req.request_id] = (req, sent_s, seq, e)
         if not delayed:
             self.in_flight += 1
@@ -212,9 +231,11 @@ class _Run:
         now = 0.0
         i = 0
         sampling = self.sample_s is not None
-        front = self.front
-        while i < len(order) or busy or front:
+        front, later, follow = self.front, self.later, self.follow is not None
+        while i < len(order) or busy or front or later:
             next_arrival = requests[order[i]].arrival_s if i < len(order) else math.inf
+            if later and later[0][0] < next_arrival:
+                next_arrival = later[0][0]
             next_in = min(next_arrival, front[0][0]) if front else next_arrival
             if sampling and (self.next_sample <= next_in or (busy and self.next_sample <= busy[0][0])):
                 self._sample(min(next_in, busy[0][0] if busy else math.inf))
@@ -225,12 +246,16 @@ class _Run:
                 assert plan is not None
                 finished = eng.complete(plan)[1]
                 step_ends[e].append(now)
+                for seq in finished:
+                    self.bal.release(e // self.dp)
+                    if follow:
+                        self._follow(seq.request_id, now, True)
                 if finished and cap:
                     self.in_flight -= len(finished)
                     if until_s is not None and not self.pending and i == len(order) and now < until_s:
                         rounds += 1  # a duration-bound closed loop: the next round of requests
                         self.pending.extend(
-                            SimRequest(f"{r.request_id}#{rounds}", now, r.prompt_tokens, r.max_tokens)
+                            replace(r, request_id=f"{r.request_id}#{rounds}", arrival_s=now)
                             for r in (requests[k] for k in order))
                     self._refill(now, until_s)
                 if eng.waiting or eng.running:  # start the next step at once (hot path)
@@ -247,21 +272,26 @@ class _Run:
                 if cap and self.rejected > rejected:
                     self._refill(now, until_s)  # the slot the refused request held
                 continue
-            req = requests[order[i]]
+            if later and (i == len(order) or later[0][0] < requests[order[i]].arrival_s):
+                req = pop(later)[2]
+            else:
+                req = requests[order[i]]
+                i += 1
             now = req.arrival_s
-            i += 1
             if cap and (self.pending or self.in_flight >= cap):
                 self.pending.append(req)
             else:
                 self._send(req, now)
             if cap:
                 self._refill(now, until_s)  # slots a refused request did not take
-        self.ids = list(self.sent) if self.closed else [r.request_id for r in requests]
+        self.ids = list(self.sent) if self.closed or follow else [r.request_id for r in requests]
         out = [self._record(*self.sent[rid]) for rid in self.ids] if records else []
+        caches = [eng.cache.stats() for eng in engines if eng.cache is not None]
         summary = SimSummary(
             steps=sum(len(s) for s in step_ends),
             preemptions=sum(eng.preemptions for eng in engines),
             rejected=self.rejected, virtual_s=now, engine_samples=tuple(self.samples),
+            prefix_cache=sum(caches[1:], caches[0]) if caches else None,
         )
         return out, summary
 
@@ -279,6 +309,7 @@ class _Run:
         nan = math.nan
         scheduled, sent_a, done, first = (np.empty(n) for _ in range(4))
         out_tokens, in_tokens = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        cached = np.full(n, -1, dtype=np.int64)  # -1: not told (no cache, or refused), as _record tags
         errors: list[str | None] = []
         req: list[int] = []
         start: list[int] = []
@@ -294,6 +325,8 @@ class _Run:
                 errors.append("http_400")
                 continue
             errors.append(None)
+            if self.engines[e].cache is not None:
+                cached[i] = seq.cached_tokens
             ends, off = step_ends[e], offsets[e]
             tokens, last_end = 0, -1
             for a, b in seq.segments:
@@ -318,6 +351,7 @@ class _Run:
             scheduled_s=scheduled, sent_s=sent_a, done_s=done, first_s=first, queued_s=sent_a - scheduled,
             output_tokens=out_tokens, prompt_tokens=in_tokens, usage_counted=np.ones(n, dtype=np.bool_),
             errors=tuple(errors), itl_chunk=gaps, itl_token=gaps,  # one token a step: per chunk = per token
+            cached_tokens=cached if any(eng.cache is not None for eng in self.engines) else None,
         )
 
     def _sample(self, until: float) -> None:
@@ -327,9 +361,12 @@ class _Run:
         while self.next_sample <= until and len(self.samples) < MAX_SAMPLES:
             t = self.next_sample
             for k, eng in enumerate(self.engines):
+                cache = eng.cache
                 self.samples.append(EngineSample(
                     t_s=t, endpoint=k, running=float(len(eng.running)), waiting=float(len(eng.waiting)),
                     kv_usage=eng.kv_usage, preemptions=float(eng.preemptions),
+                    prefix_hits=None if cache is None else float(cache.hits),
+                    prefix_queries=None if cache is None else float(cache.queries),
                 ))
             self.next_sample = t + step
         if len(self.samples) >= MAX_SAMPLES:
@@ -341,13 +378,18 @@ class _Run:
         if seq is None:  # longer than the KV cache can ever hold: the engine answers 400
             refused = self.refused_at.get(req.request_id, sent_s)
             return RequestRecord(req.request_id, scheduled, sent_s, refused, prompt_tokens=req.prompt_tokens,
-                                 error="http_400", queued_s=queued)
+                                 error="http_400", queued_s=queued, extra=dict(req.tags))
         times: list[float] = []
         for first, last in seq.segments:
             times.extend(self.step_ends[e][first:last + 1])
+        extra = dict(req.tags)
+        if seq.preemptions:
+            extra["preemptions"] = str(seq.preemptions)
+        if self.engines[e].cache is not None:
+            extra["cached_tokens"] = str(seq.cached_tokens)
         return RequestRecord(
             request_id=req.request_id, scheduled_s=scheduled, sent_s=sent_s,
             done_s=times[-1] if times else sent_s, chunk_times_s=tuple(times),
             chunk_tokens=(1,) * len(times), output_tokens=len(times), prompt_tokens=req.prompt_tokens,
-            queued_s=queued, extra={"preemptions": str(seq.preemptions)} if seq.preemptions else {},
+            queued_s=queued, extra=extra,
         )

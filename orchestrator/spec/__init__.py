@@ -31,7 +31,12 @@ if TYPE_CHECKING:
     from orchestrator.spec.targets import LocalTarget as LocalTarget
     from orchestrator.spec.targets import RayTarget as RayTarget
     from orchestrator.spec.targets import TargetSpec as TargetSpec
+    from orchestrator.spec.workload import AgenticSpec as AgenticSpec
+    from orchestrator.spec.workload import ConversationSpec as ConversationSpec
+    from orchestrator.spec.workload import Count as Count
     from orchestrator.spec.workload import SearchSpec as SearchSpec
+    from orchestrator.spec.workload import Seconds as Seconds
+    from orchestrator.spec.workload import SecondsDistribution as SecondsDistribution
     from orchestrator.spec.workload import TokenDistribution as TokenDistribution
     from orchestrator.spec.workload import WorkloadSpec as WorkloadSpec
 
@@ -44,5 +49,8 @@ __getattr__, __all__ = lazy_face(__name__, {
     ),
     "models": ("EngineSpec", "HardwareSpec", "ModelSpec", "SLOSpec", "SweepSpec",),
     "targets": ("KubernetesTarget", "LocalTarget", "RayTarget", "TargetSpec",),
-    "workload": ("SearchSpec", "TokenDistribution", "WorkloadSpec",),
+    "workload": (
+        "AgenticSpec", "ConversationSpec", "Count", "SearchSpec", "Seconds", "SecondsDistribution",
+        "TokenDistribution", "WorkloadSpec",
+    ),
 })  # fmt: skip

@@ -270,6 +270,13 @@ class SLOSpec(SpecModel):
     e2e_p90_ms: float | None = _ms("end-to-end latency", "p90")
     e2e_p95_ms: float | None = _ms("end-to-end latency", "p95")
     e2e_p99_ms: float | None = _ms("end-to-end latency", "p99")
+    # Session workloads: bounds on one turn class (first turns, or the later turns of a session).
+    ttft_first_turn_p50_ms: float | None = _ms("time to first token of first turns", "p50")
+    ttft_first_turn_p90_ms: float | None = _ms("time to first token of first turns", "p90")
+    ttft_first_turn_p99_ms: float | None = _ms("time to first token of first turns", "p99")
+    ttft_later_turns_p50_ms: float | None = _ms("time to first token of later turns", "p50")
+    ttft_later_turns_p90_ms: float | None = _ms("time to first token of later turns", "p90")
+    ttft_later_turns_p99_ms: float | None = _ms("time to first token of later turns", "p99")
     max_error_rate: float = Field(
         0.01, ge=0, le=1, description="Largest fraction of failed requests a passing load point may have."
     )
@@ -279,12 +286,13 @@ class SLOSpec(SpecModel):
         out: dict[tuple[str, str], float] = {}
         for key, value in self.model_dump().items():
             if key.endswith("_ms") and value is not None:
-                metric, pct, _ = key.split("_")
+                metric, pct = key.removesuffix("_ms").rsplit("_", 1)
                 out[(metric, pct)] = float(value)
         return out
 
 
 Objective = Literal["goodput_per_gpu", "throughput_per_gpu", "min_latency"]
+RoutingPolicy = Literal["round_robin", "least_outstanding", "prefix_aware"]
 
 
 class SweepSpec(SpecModel):
@@ -298,6 +306,13 @@ class SweepSpec(SpecModel):
     slo: SLOSpec = Field(default_factory=SLOSpec, description="Bounds a layout must meet.")
     objective: Objective = Field("goodput_per_gpu", description="What the winner maximises.")
     layouts: list[LayoutField] = Field(min_length=1, description="Candidate layouts, e.g. [tp8, tp4x2].")
+    routing: RoutingPolicy | list[RoutingPolicy] = Field(
+        "least_outstanding",
+        description="How requests are spread over a layout's replicas (orch's balancer, in the simulator "
+        "and in front of served replicas): round_robin, least_outstanding, or prefix_aware (to the "
+        "replica that holds the prompt's longest prefix, so a session stays with its history). A list "
+        "compares them: each layout is measured under each policy.",
+    )
     metadata: dict[str, Any] = Field(
         default_factory=dict,
         description="Free-form eval metadata: eval run id, dataset, checkpoint ... JSON values only; "
@@ -311,6 +326,19 @@ class SweepSpec(SpecModel):
         None, gt=0, description="Interactivity target: output tokens/s each user sees (1000 / TPOT ms); "
         "the sweep reports throughput per GPU at the highest load that still gives it."
     )
+
+    @field_validator("routing")
+    @classmethod
+    def _routing(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("give at least one policy")
+            if len(set(value)) != len(value):
+                raise ValueError("a policy is listed twice")
+        return value
+
+    def routing_policies(self) -> list[RoutingPolicy]:
+        return list(self.routing) if isinstance(self.routing, list) else [self.routing]
 
     @model_validator(mode="after")
     def _priced(self) -> SweepSpec:

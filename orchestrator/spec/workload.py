@@ -1,5 +1,9 @@
 """The load of a sweep: the requests (token counts and their distributions), their arrival, and the
-capacity search that picks the rates when the spec lists none."""
+capacity search that picks the rates when the spec lists none.
+
+Session workloads (`kind: conversation`, `kind: agentic`) send requests whose prompts grow turn by
+turn: a load point's rate (or concurrency) counts sessions, and `num_requests` counts sessions too;
+each turn is sent once the previous turn's answer came back (plus the think time)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,70 @@ class TokenDistribution(SpecModel):
 
 
 TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)] | TokenDistribution
+
+
+class SecondsDistribution(SpecModel):
+    """A distribution of durations in seconds (think time, tool time), sampled per turn with the seed."""
+
+    kind: Literal["fixed", "exponential", "uniform", "lognormal"] = Field(description="Distribution family.")
+    mean_s: float = Field(ge=0, le=MAX_DURATION_S, description="Mean (uniform: midpoint) in seconds.")
+    stddev_s: float = Field(0.0, ge=0, le=MAX_DURATION_S, description="lognormal: standard deviation.")
+    min_s: float = Field(0.0, ge=0, le=MAX_DURATION_S, description="Samples are clipped to [min_s, max_s].")
+    max_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, description="Largest; uniform: upper end.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SecondsDistribution:
+        if self.max_s is not None and self.max_s < self.min_s:
+            raise ValueError(f"max_s ({self.max_s:g}) must be at least min_s ({self.min_s:g})")
+        if self.kind == "uniform" and self.max_s is None:
+            raise ValueError("a uniform distribution needs 'max_s'")
+        if self.kind == "lognormal" and self.mean_s <= 0:
+            raise ValueError("a lognormal distribution needs mean_s > 0")
+        return self
+
+
+Seconds = Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | SecondsDistribution
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)] | TokenDistribution
+
+
+class ConversationSpec(SpecModel):
+    """kind: conversation: sessions of turns; each turn's prompt is the whole history (every earlier
+    prompt and answer, byte for byte) plus `input_tokens` of new user text; `output_tokens` per answer."""
+
+    turns: Count = Field(4, description="Turns per session: a number or a distribution.")
+    first_input_tokens: TokenCount | None = Field(
+        None, description="New user tokens of a session's first turn (a pasted document, say); default: "
+        "input_tokens, as every later turn.",
+    )
+    system_prompt_tokens: int = Field(
+        0, ge=0, le=MAX_TOKENS, description="Tokens of a system prompt every session starts with (0: none)."
+    )
+    think_time_s: Seconds = Field(
+        0.0, description="Time between an answer and the next turn: seconds or a distribution."
+    )
+
+
+class AgenticSpec(SpecModel):
+    """kind: agentic: sessions of tool rounds over a system prompt and tool definitions shared by every
+    session. A session's first round sends the task (`input_tokens`); each later round sends the tool
+    results of the round before (`tool_output_tokens` each); every round but the last answers with a
+    tool call (`tool_call_tokens`), the last with `output_tokens`. A round may fan out into parallel
+    sub-calls on the same history, which join before the next round."""
+
+    system_prompt_tokens: int = Field(1000, ge=0, le=MAX_TOKENS, description="Shared system prompt tokens.")
+    tool_definitions_tokens: int = Field(
+        2000, ge=0, le=MAX_TOKENS, description="Shared tool definitions tokens (after the system prompt)."
+    )
+    rounds: Count = Field(4, description="Model calls per session in sequence (rounds).")
+    tool_output_tokens: TokenCount = Field(200, description="Tokens of each tool result sent back.")
+    tool_call_tokens: TokenCount = Field(50, description="Output tokens of a tool-calling round.")
+    parallel_calls: Count = Field(
+        1, description="Sub-calls a round fans out into (1: none); they share the history and join."
+    )
+    tool_time_s: Seconds = Field(0.5, description="Time the tools take between rounds.")
+
+
+TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "orch"]
 
 
 class SearchSpec(SpecModel):
@@ -88,15 +156,39 @@ def _check_bounds(axis: str, lo: float, hi: float, start: float | None) -> None:
 class WorkloadSpec(SpecModel):
     """The requests sent to each layout and how they arrive."""
 
-    kind: Literal["random", "sharegpt", "prefix", "trace"] = Field(
-        "random", description="random tokens, ShareGPT conversations, shared-prefix prompts, or a trace."
+    kind: Literal["random", "sharegpt", "prefix", "trace", "conversation", "agentic"] = Field(
+        "random", description="random tokens, ShareGPT first turns, shared-prefix prompts, a trace, "
+        "multi-turn conversations (with dataset_path: ShareGPT conversations, every turn), or agentic "
+        "sessions of tool rounds.",
     )
-    input_tokens: TokenCount = Field(1024, description="Prompt tokens: a number or a distribution.")
-    output_tokens: TokenCount = Field(256, description="Output tokens: a number or a distribution.")
+    input_tokens: TokenCount = Field(
+        1024, description="Prompt tokens: a number or a distribution (conversation: new user tokens per "
+        "turn; agentic: the task).",
+    )
+    output_tokens: TokenCount = Field(
+        256, description="Output tokens: a number or a distribution (conversation: per answer; agentic: the "
+        "final answer).",
+    )
+    conversation: ConversationSpec | None = Field(
+        None, description="kind: conversation: turns, shared system prompt, think time."
+    )
+    agentic: AgenticSpec | None = Field(
+        None, description="kind: agentic: shared system prompt and tools, rounds, tool outputs, sub-calls."
+    )
+    trace_format: TraceFormat = Field(
+        "auto", description="kind: trace: the file's format (mooncake, azure, burstgpt, orch), or auto: "
+        "told apart by its fields.",
+    )
+    time_scale: float = Field(
+        1.0, gt=0, le=1000, description="kind: trace: replay speed; 2 replays the trace twice as fast."
+    )
     prefix_tokens: int | None = Field(
         None, gt=0, le=MAX_TOKENS, description="prefix only: tokens shared by prompts."
     )
-    dataset_path: str | None = Field(None, description="Dataset or trace file (sharegpt, trace).")
+    dataset_path: str | None = Field(
+        None, description="Dataset or trace file (sharegpt, trace; conversation: a ShareGPT file replayed "
+        "with all its turns)."
+    )
     arrival: Literal["poisson", "gamma", "constant"] = Field("poisson", description="Arrival process.")
     burstiness: float = Field(
         1.0, ge=0.001, le=1000, description="gamma only: shape factor; 1 is Poisson, below 1 burstier."
@@ -119,7 +211,10 @@ class WorkloadSpec(SpecModel):
     search: SearchSpec = Field(
         default_factory=lambda: SearchSpec(), description="The capacity search (used without rates_per_s)."
     )
-    num_requests: int | None = Field(None, gt=0, le=MAX_COUNT, description="Requests per load point.")
+    num_requests: int | None = Field(
+        None, gt=0, le=MAX_COUNT, description="Requests per load point (conversation, agentic: sessions; "
+        "trace: the first N of the trace)."
+    )
     duration_s: float | None = Field(
         None, gt=0, le=MAX_DURATION_S, description="Length of each load point in seconds."
     )
@@ -133,7 +228,8 @@ class WorkloadSpec(SpecModel):
     def _consistent(self) -> WorkloadSpec:
         if self.kind in ("sharegpt", "trace") and self.dataset_path is None:
             raise ValueError(f"workload kind '{self.kind}' needs 'dataset_path'")
-        if self.num_requests is None and self.duration_s is None:
+        self._own_sections()
+        if self.num_requests is None and self.duration_s is None and self.kind != "trace":
             raise ValueError("give 'num_requests' or 'duration_s' (or both)")
         self._one_loop()
         if self.loop == "closed":
@@ -161,6 +257,21 @@ class WorkloadSpec(SpecModel):
                     f"about {shortest:.3g} s); lower warmup_s or raise duration_s / num_requests"
                 )
         return self
+
+    def conversation_or_default(self) -> ConversationSpec:
+        return self.conversation or ConversationSpec()
+
+    def agentic_or_default(self) -> AgenticSpec:
+        return self.agentic or AgenticSpec()
+
+    def _own_sections(self) -> None:
+        """Each kind's own section (its defaults when the kind is chosen without one)."""
+        if self.conversation is not None and self.kind != "conversation":
+            raise ValueError("'conversation' settings need kind: conversation")
+        if self.agentic is not None and self.kind != "agentic":
+            raise ValueError("'agentic' settings need kind: agentic")
+        if self.kind != "trace" and (self.trace_format != "auto" or self.time_scale != 1.0):
+            raise ValueError("trace_format and time_scale are for kind: trace")
 
     def _one_loop(self) -> None:
         """Each loop's own fields: a closed loop's load is its concurrency, an open loop's its rate."""

@@ -417,7 +417,7 @@ def test_a_trace_line_with_nan_arrival_is_named(
                      '{"arrival_s": NaN, "input_tokens": 5, "output_tokens": 5}\n')
     args = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--workload", "trace",
             "--dataset", str(trace)]
-    needle = f"{trace}:2: arrival_s: nan is not a finite number"
+    needle = f"{trace}:2: timestamp nan must be a finite number"
     _assert_one_line(*_run_cli(args, monkeypatch, capsys), needle)
 
 

@@ -45,6 +45,7 @@ def test_vllm_names_sum_counts_and_keep_the_fullest_cache() -> None:
     f = parse_prometheus(VLLM_PAGE)
     assert f == {
         "running": 7.0, "waiting": 2.0, "kv_usage": 0.75, "preemptions": 5.0, "prefix_hit_rate": 0.25,
+        "prefix_hits": 50.0, "prefix_queries": 200.0,
     }
 
 

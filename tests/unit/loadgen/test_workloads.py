@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import SpecError
+from orchestrator.loadgen.texts import load_tokenizer
 from orchestrator.loadgen.workloads import (
-    load_tokenizer,
     parse_length,
     prefix_workload,
     random_workload,
@@ -134,8 +134,8 @@ def test_sharegpt(tmp_path: Path) -> None:
 def test_trace(tmp_path: Path) -> None:
     f = tmp_path / "t.jsonl"
     f.write_text(
-        '{"arrival_s": 10.5, "input_tokens": 20, "output_tokens": 3}\n\n'
-        '{"arrival_s": 10.0, "input_tokens": 5, "output_tokens": 7}\n'
+        '{"arrival_s": 10.0, "input_tokens": 5, "output_tokens": 7}\n\n'
+        '{"arrival_s": 10.5, "input_tokens": 20, "output_tokens": 3}\n'
         '{"arrival_s": 12.0, "input_tokens": 8, "output_tokens": 1}\n'
     )
     w = trace_workload(f)
@@ -143,6 +143,10 @@ def test_trace(tmp_path: Path) -> None:
     assert [s.max_tokens for s in w.specs] == [7, 3, 1]
     assert [len(s.prompt.split()) for s in w.specs] == [5, 20, 8]
     assert len(trace_workload(f, n=2).specs) == 2
+    unsorted = tmp_path / "u.jsonl"  # a trace's order is its arrival order: refused, not sorted
+    unsorted.write_text(f.read_text().replace('"arrival_s": 10.0', '"arrival_s": 11.0'))
+    with pytest.raises(SpecError, match=r"u.jsonl:3: timestamp 10.5 comes before line 1's 11"):
+        trace_workload(unsorted)
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"arrival_s": 0, "input_tokens": 5, "output_tokens": 7}\n{"arrival_s": 1}\n')
     with pytest.raises(SpecError, match=r"b.jsonl:2"):

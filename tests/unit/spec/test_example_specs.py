@@ -15,7 +15,8 @@ LAYOUTS = sorted((ROOT / "layouts").glob("*.yaml"))
 
 def test_the_examples_the_readme_promises_exist() -> None:
     names = {p.stem for p in LAYOUTS}
-    assert {"qwen72b", "llama70b-h200", "mixtral", "deepseek-v3", "tiny-cpu"} <= names
+    assert {"qwen72b", "llama70b-h200", "mixtral", "deepseek-v3", "tiny-cpu", "chat-multiturn",
+            "agentic"} <= names
 
 
 @pytest.mark.parametrize("path", LAYOUTS, ids=lambda p: p.stem)
