@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.metrics import meets_slo as meets_slo
     from orchestrator.loadgen.metrics import metrics_of as metrics_of
     from orchestrator.loadgen.metrics import parse_slo as parse_slo
+    from orchestrator.loadgen.metrics import point_warmup_s as point_warmup_s
     from orchestrator.loadgen.metrics import slo_met as slo_met
     from orchestrator.loadgen.records import RequestRecord as RequestRecord
     from orchestrator.loadgen.search import SearchResult as SearchResult
@@ -106,7 +107,7 @@ __getattr__, __all__ = lazy_face(__name__, {
     "intervals": ("bootstrap_intervals", "slo_margin", "straddled_bounds",),
     "metrics": (
         "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "meets_slo",
-        "metrics_of", "parse_slo", "slo_met",
+        "metrics_of", "parse_slo", "point_warmup_s", "slo_met",
     ),
     "records": ("RequestRecord",),
     "search": (

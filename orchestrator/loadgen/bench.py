@@ -25,7 +25,7 @@ from orchestrator.loadgen.client import (
     run_closed_loop,
     run_open_loop,
 )
-from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
+from orchestrator.loadgen.metrics import Metrics, compute_metrics, point_warmup_s
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
 from orchestrator.loadgen.session_runner import run_sessions
@@ -132,9 +132,7 @@ class BenchRun:
         self, point: LoadPoint, records: Sequence[RequestRecord], interrupted: bool = False
     ) -> PointResult:
         c = self.config
-        warmup = c.warmup_s
-        if not warmup and point.concurrency:  # a closed loop's default: past the clients' first wave
-            warmup = closed_loop_warmup_s(records, point.concurrency)
+        warmup = point_warmup_s(records, c.warmup_s, point.concurrency)
         m = compute_metrics(records, warmup_s=warmup, cooldown_s=c.cooldown_s, gpus=c.gpus, slo=c.slo)
         why = verdict(m, c.slo, c.max_error_rate) if c.slo else None
         return PointResult(point, m, tuple(records), why, interrupted)

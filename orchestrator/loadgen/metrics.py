@@ -241,6 +241,15 @@ def closed_loop_warmup_s(records: Sequence[RequestRecord] | RequestColumns, conc
     return float(np.max(ends[first]) - np.min(scheduled))
 
 
+def point_warmup_s(records: Sequence[RequestRecord] | RequestColumns, configured_s: float,
+                   concurrency: int | None) -> float:
+    """The warm-up a point is measured after: the configured one, else a closed loop's default
+    (closed_loop_warmup_s). The metrics, their intervals and pooled repeats all use this one window."""
+    if configured_s or not concurrency:
+        return configured_s
+    return closed_loop_warmup_s(records, concurrency)
+
+
 def compute_metrics(
     records: Sequence[RequestRecord],
     *,

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from orchestrator.loadgen.bench import BenchConfig, PointResult
-from orchestrator.loadgen.metrics import Distribution, in_window, stddev
+from orchestrator.loadgen.metrics import Distribution, in_window, point_warmup_s, stddev
 
 
 def _stats(prefix: str, d: Distribution, values_ms: list[float]) -> dict[str, Any]:
@@ -28,7 +28,8 @@ def _stats(prefix: str, d: Distribution, values_ms: list[float]) -> dict[str, An
 
 def vllm_result(p: PointResult, cfg: BenchConfig, tokenizer_id: str | None = None) -> dict[str, Any]:
     m = p.metrics
-    ok = [r for r in in_window(p.records, cfg.warmup_s, cfg.cooldown_s)[1] if r.ok]
+    warmup_s = point_warmup_s(p.records, cfg.warmup_s, p.point.concurrency)
+    ok = [r for r in in_window(p.records, warmup_s, cfg.cooldown_s)[1] if r.ok]
     ttft = [r.ttft_s * 1e3 for r in ok if r.ttft_s is not None]
     tpot = [r.tpot_s * 1e3 for r in ok if r.tpot_s is not None]
     itl = [g * 1e3 for r in ok for g in r.itl_chunk_s]

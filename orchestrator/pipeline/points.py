@@ -15,7 +15,7 @@ from orchestrator.candidate import Candidate
 from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
 from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
-from orchestrator.loadgen.metrics import finite
+from orchestrator.loadgen.metrics import finite, point_warmup_s
 from orchestrator.loadgen.spec_workload import session_shape, slo_bounds
 from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
@@ -125,7 +125,8 @@ def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, ben
 def judge(ctx: SweepContext, result: PointResult, gpus: int) -> dict[str, Any]:
     """The point's bootstrap intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
     slo = slo_bounds(ctx.spec.slo)
-    iv = bootstrap_intervals(result.records, warmup_s=ctx.spec.workload.warmup_s, gpus=gpus, slo=slo,
+    warmup_s = point_warmup_s(result.records, ctx.spec.workload.warmup_s, result.point.concurrency)
+    iv = bootstrap_intervals(result.records, warmup_s=warmup_s, gpus=gpus, slo=slo,
                              seed=ctx.spec.workload.seed)
     return {"intervals": finite(iv), "slo_margin": slo_margin(iv, slo) if slo else None}
 

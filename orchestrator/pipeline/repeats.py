@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.intervals import straddled_bounds
-from orchestrator.loadgen.metrics import compute_metrics
+from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds
@@ -68,15 +68,17 @@ def _shifted(r: RequestRecord, dt: float, k: int) -> RequestRecord:
     )
 
 
-def pooled_records(runs: Sequence[Sequence[RequestRecord]], warmup_s: float) -> list[RequestRecord]:
+def pooled_records(
+    runs: Sequence[Sequence[RequestRecord]], warmup_s: float, concurrency: int | None = None
+) -> list[RequestRecord]:
     """The runs' records end to end (module docstring): the first as measured, each later one
-    without its warm-up and shifted to start where the previous ended."""
+    without its warm-up (loadgen.metrics.point_warmup_s) and shifted to start where the previous ended."""
     out = list(runs[0])
     end = max((_end(r) for r in out), default=0.0)
     for k, recs in enumerate(runs[1:], start=1):
         if not recs:
             continue
-        start = min(r.scheduled_s for r in recs) + warmup_s
+        start = min(r.scheduled_s for r in recs) + point_warmup_s(recs, warmup_s, concurrency)
         dt = end - start
         out.extend(_shifted(r, dt, k) for r in recs if r.sent_s >= start)
         end = max(_end(r) for r in recs) + dt
@@ -85,9 +87,11 @@ def pooled_records(runs: Sequence[Sequence[RequestRecord]], warmup_s: float) -> 
 
 def pooled_result(results: Sequence[PointResult], spec: SweepSpec, gpus: int) -> PointResult:
     """One PointResult over the pooled records, measured and judged as every point is."""
-    records = pooled_records([r.records for r in results], spec.workload.warmup_s)
+    concurrency = results[0].point.concurrency
+    records = pooled_records([r.records for r in results], spec.workload.warmup_s, concurrency)
     slo = slo_bounds(spec.slo)
-    m = compute_metrics(records, warmup_s=spec.workload.warmup_s, gpus=gpus, slo=slo)
+    first = point_warmup_s(results[0].records, spec.workload.warmup_s, concurrency)
+    m = compute_metrics(records, warmup_s=first, gpus=gpus, slo=slo)
     why = verdict(m, slo, spec.slo.max_error_rate) if slo else None
     return PointResult(results[0].point, m, tuple(records), why)
 

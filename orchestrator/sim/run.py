@@ -15,7 +15,7 @@ from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.client import arrival_offsets
 from orchestrator.loadgen.columns import RequestColumns, columns_from_records
-from orchestrator.loadgen.metrics import closed_loop_warmup_s, metrics_of
+from orchestrator.loadgen.metrics import metrics_of, point_warmup_s
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
@@ -152,9 +152,7 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
         raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
     measured = cols if cols is not None else columns_from_records(records)
-    warmup = w.warmup_s
-    if not warmup and concurrency is not None:  # as the load generator measures a closed loop
-        warmup = closed_loop_warmup_s(measured, concurrency)
+    warmup = point_warmup_s(measured, w.warmup_s, concurrency)  # as the load generator measures
     metrics = metrics_of(measured, warmup_s=warmup, gpus=layout.gpus, slo=slo,
                          records=records if cols is None else None)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None

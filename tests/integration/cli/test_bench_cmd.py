@@ -69,7 +69,11 @@ def test_bench_table_concurrency_chat(server_url: str) -> None:
     res = _bench("--base-url", server_url, "--model", "m", "--endpoint", "chat", "--concurrency", "2",
                 "--num-requests", "6", "--input-len", "16", "--output-len", "4")
     assert res.returncode == 0, res.stderr
-    assert "concurrency=2" in res.stdout and "TTFT" in res.stdout and "6 / 0" in res.stdout
+    assert "concurrency=2" in res.stdout and "TTFT" in res.stdout
+    # 6 requests from 2 clients: the first wave is the closed loop's default warm-up, the rest are measured
+    (row,) = [x for x in res.stdout.splitlines() if "requests ok / failed" in x]
+    ok, failed = (int(v) for v in row.split("│")[2].split("/"))
+    assert failed == 0 and 1 <= ok <= 4
 
 
 def test_bench_search(server_url: str) -> None:

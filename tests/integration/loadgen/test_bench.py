@@ -45,8 +45,13 @@ def test_rates_and_concurrency_points(tmp_path: Path) -> None:
     assert prog.begun == [("rate=40/s", 12), ("rate=80/s", 12), ("concurrency=3", 12)] and prog.n == 36
     for p in run.points:
         m = p.metrics
-        assert m.n_completed == 12 and m.n_failed == 0 and p.passed
-        assert m.total_output_tokens == 60
+        assert m.n_requests == 12 and len(p.records) == 12 and all(r.ok for r in p.records)
+        assert m.n_failed == 0 and p.passed
+        if p.point.concurrency:  # measured past its clients' first wave (a closed loop's default warm-up)
+            assert 0 < m.n_completed == m.n_in_window < 12
+        else:
+            assert m.n_completed == 12
+        assert m.total_output_tokens == 5 * m.n_completed
         assert m.ttft_ms.p50 is not None and m.ttft_ms.p50 >= 15
         assert m.goodput is not None and m.goodput > 0
     for p, gap in zip(run.points[:2], (1 / 40, 1 / 80), strict=True):  # constant arrivals, as scheduled

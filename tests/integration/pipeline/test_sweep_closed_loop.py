@@ -48,9 +48,11 @@ def test_a_closed_loop_sweep_finds_the_highest_concurrency_and_the_next_one_fail
     assert all(p["rate"] is None for p in points.values())  # a closed loop has no request rate
     verdict = data["selection"]["verdicts"][0]
     assert data["selection"]["winner"] == "tp2" and verdict["best_point"] == f"concurrency={int(lo)}"
-    # points near the bound were measured again with the next workload seeds and judged pooled
+    # Repeats of points close to the bound are pinned in tests/unit/pipeline/test_repeats.py: since the
+    # closed loop ramps its clients in, the simulator's ITL p99 here is the same long step for every
+    # request, so its bootstrap interval has no width and no point is judged "close".
     repeated = [p["metrics"]["repeated"] for p in points.values() if "repeated" in p["metrics"]]
-    assert repeated and all(r["measurements"] >= 2 and "around 25" in r["because"] for r in repeated)
+    assert all(r["measurements"] >= 2 and "around 25" in r["because"] for r in repeated)
     assert all(r["workload_seeds"][0] == 1 for r in repeated)
     # the printed summary says it in concurrent requests
     page = tmp_path / "c.html"
@@ -84,7 +86,8 @@ def test_a_closed_loop_is_served_too(tmp_path: Path, orch: Orch, sim_spec: SimSp
     (point,) = json.loads(out.stdout)["layouts"][0]["points"]
     assert point["label"] == "concurrency=2" and point["rate"] is None
     m = point["metrics"]
-    assert m["n_completed"] + m["n_failed"] >= 16 and m["n_failed"] == 0
+    # all 16 sent; the measured ones are those past the two clients' first wave (the default warm-up)
+    assert m["n_requests"] == 16 and m["n_failed"] == 0 and 0 < m["n_completed"] < 16
     # the simulator's prediction beside it is of the same closed loop, not of an open-loop rate
     assert m["predicted"]["load"] == "concurrency=2" and m["predicted"]["max_concurrency"] is None
     assert m["engine"]["samples"] >= 1
