@@ -39,7 +39,7 @@ class _Col:
         if isinstance(cell, Text):
             plain = cell.plain
         else:  # markup only where a bracket is (most cells are numbers): parsing it costs
-            plain = Text.from_markup(cell).plain if "[" in cell else cell
+            plain = Text.from_markup(cell, emoji=False).plain if "[" in cell else cell
         self.cells.append(cell)
         self.plains.append(plain)
         self.widest = max(self.widest, max((cell_len(line) for line in plain.split("\n")), default=0))
@@ -50,7 +50,7 @@ class _Col:
     @property
     def title(self) -> str:
         """The header as printed (it is markup, as rich reads it)."""
-        return Text.from_markup(self.header).plain
+        return Text.from_markup(self.header, emoji=False).plain
 
     def narrowest(self) -> int:
         """Its narrowest width: the data whole (a wrapping column: WRAP_MIN), the header wrapped."""
@@ -124,9 +124,9 @@ class FitTable:
         cols, widths = self.layout(width)
         table = Table(title=self.title, title_justify="left")
         for c, w in zip(cols, widths, strict=True):
-            table.add_column(c.header, justify=c.justify, no_wrap=False, overflow="ellipsis", width=w)
+            table.add_column(_text(c.header), justify=c.justify, no_wrap=False, overflow="ellipsis", width=w)
         for r in range(len(self.cols[0].cells) if self.cols else 0):
-            table.add_row(*(c.cells[r] for c in cols))
+            table.add_row(*(_text(c.cells[r]) for c in cols))
         return table, [c.header for c in self.cols if c not in cols]
 
     def print(self, console: Console) -> None:
@@ -157,6 +157,12 @@ class FitTable:
             console.print(f"({len(hidden)} column(s) left out at {console.width} columns: "
                           f"{', '.join(hidden)}; --wide shows them)", markup=False, highlight=False,
                           style="dim")
+
+def _text(cell: str | Text) -> Text:
+    """A cell as rich prints it: markup read, but no emoji codes (':b:' in a name stays ':b:', as it
+    does drawn directly)."""
+    return cell if isinstance(cell, Text) else Text.from_markup(cell, emoji=False)
+
 
 def _wrap(text: str, width: int) -> list[str]:
     """rich's word wrap of plain text into `width` cells: words greedily, one space apart; a word

@@ -126,3 +126,15 @@ def test_drawn_directly_it_is_the_text_rich_draws(data: st.DataObject, n_cols: i
     by_rich.print(rich_table, crop=False)
     drawn = [line for line in fast.export_text().splitlines() if line[:1] in "┏┃┡│└"]
     assert drawn == by_rich.export_text().splitlines()
+
+
+def test_emoji_codes_print_as_written_on_a_terminal_and_off_one() -> None:
+    # rich reads ':b:' in a markup string as an emoji; a cell (a layout, a verdict) is printed as written.
+    table = FitTable(None)
+    table.column("name :b:", justify="left")
+    table.row("x:@::b:6a37=")
+    for color in (None, "truecolor"):
+        console = Console(width=40, record=True, color_system=color, file=io.StringIO())  # type: ignore[arg-type]
+        table.print(console)
+        text = console.export_text()
+        assert "x:@::b:6a37=" in text and "name :b:" in text, text
