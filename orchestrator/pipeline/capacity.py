@@ -118,15 +118,26 @@ def load_axis(workload: WorkloadSpec) -> Axis:
     return "concurrency" if workload.loop == "closed" else "rate"
 
 
+def replays_trace(workload: WorkloadSpec) -> bool:
+    """An open-loop trace: one load point at the trace's own timestamps (`time_scale` applied), no
+    rate to search (the spec refuses rates for it)."""
+    return workload.kind == "trace" and workload.loop != "closed"
+
+
 def load_grid(workload: WorkloadSpec, rates: Sequence[float] | None = None) -> list[float] | None:
-    """The fixed grid of loads to measure (`--rates` over the spec's), or None: search the capacity."""
+    """The fixed grid of loads to measure (`--rates` over the spec's), or None: search the capacity.
+    A replayed trace is one point (its load value unused: `load_point`)."""
     if workload.loop == "closed":
         return [float(c) for c in workload.concurrency] if workload.concurrency else None
+    if replays_trace(workload):
+        return [0.0]
     return list(rates or workload.rates_per_s or []) or None
 
 
 def load_point(workload: WorkloadSpec, load: float) -> LoadPoint:
-    return LoadPoint(concurrency=int(load)) if workload.loop == "closed" else LoadPoint(rate=load)
+    if workload.loop == "closed":
+        return LoadPoint(concurrency=int(load))
+    return LoadPoint(trace=True) if replays_trace(workload) else LoadPoint(rate=load)
 
 
 def round_rate(rate: float) -> float:

@@ -23,7 +23,6 @@ from orchestrator.pipeline.capacity import (
     Probe,
     load_axis,
     load_grid,
-    load_label,
     load_point,
     search_capacity,
 )
@@ -145,7 +144,7 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
     spent = [0.0]
 
     def probe(load: float) -> Probe:
-        label = load_label(by, load)
+        label = load_point(spec.workload, load).label
         prior = stored.get(label)
         if prior is not None:
             v = Verdict.of(prior.passed, prior.verdict)
@@ -171,7 +170,7 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
         metrics = {**finite(result.metrics.to_dict()), **finite(extra), **judged}
         if result.note:  # what the workload left out (sessions cut at max_model_len ...)
             metrics["note"] = result.note
-        rate = load if by == "rate" else None
+        rate = load_point(spec.workload, load).rate
         # The point first: if the store fails, the journal has the measurement itself.
         ctx.store.add_point(ctx.run_id, name, label, rate, result.passed, result.verdict, metrics,
                             result.records)

@@ -51,6 +51,24 @@ class PointView:
         return float(v) if isinstance(v, int | float) else None
 
     @property
+    def prefix_hit_rate(self) -> float | None:
+        """The prefix-cache hit rate the point saw: the simulator's cache counters in virtual time,
+        else the engines' own (`/metrics`: vLLM's hits / queries, SGLang's rate), else the cached
+        tokens the responses reported; None where nothing was cached or counted."""
+        m = self.metrics
+        for v in (((m.get("sim") or {}).get("prefix_cache") or {}).get("hit_rate"),
+                  (m.get("engine") or {}).get("prefix_hit_rate"), m.get("prefix_hit_rate")):
+            if isinstance(v, int | float):
+                return float(v)
+        return None
+
+    @property
+    def predicted_prefix_hit_rate(self) -> float | None:
+        """The simulator's prediction for a served point (pipeline/predict.py)."""
+        v = (self.metrics.get("predicted") or {}).get("prefix_hit_rate")
+        return float(v) if isinstance(v, int | float) else None
+
+    @property
     def tokens_per_s_per_user(self) -> float | None:
         """Decode speed one user sees: 1000 / TPOT p50 (InferenceMAX's interactivity axis)."""
         tpot = self.stat("tpot_ms", "p50")

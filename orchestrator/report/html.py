@@ -33,7 +33,25 @@ def _err(measured: float | None, predicted: Any) -> str:
     return "" if e is None else f" ({e:+.0%})"
 
 
-def _point_row(p: PointView, status: str) -> str:
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _sessions(data: ReportData) -> bool:
+    """Whether the table gets the session columns: a point saw a prefix-cache hit or later turns (a
+    random workload's table stays as it was)."""
+    return any(p.prefix_hit_rate or (p.metrics.get("ttft_later_turns_ms") or {}).get("count")
+               for p in data.points)
+
+
+def _session_cells(p: PointView) -> list[str]:
+    """Prefix-cache hit rate (the served one beside its prediction) and TTFT p50 of first / later turns."""
+    hit, pred = p.prefix_hit_rate, p.predicted_prefix_hit_rate
+    return [_pct(hit) + ("" if pred is None else f" ({_pct(pred)})"),
+            f"{_num(p.stat('ttft_first_turn_ms', 'p50'))} / {_num(p.stat('ttft_later_turns_ms', 'p50'))}"]
+
+
+def _point_row(p: PointView, status: str, sessions: bool = False) -> str:
     esc = html.escape
     pred = p.metrics.get("predicted") or {}
     eng = p.metrics.get("engine") or {}
@@ -48,7 +66,7 @@ def _point_row(p: PointView, status: str) -> str:
         "-" if kv is None else f"{kv:.0%}",
         f"{_num(eng.get('running_mean'))} / {_num(eng.get('waiting_mean'))}",
         _num(eng.get("preemptions"), 0),
-    ]
+    ] + (_session_cells(p) if sessions else [])
     verdict = {"pass": "pass", "fail": f"fail: {p.verdict}", "unjudged": f"not judged {p.verdict}"}[p.judged]
     return (
         "<tr>" + "".join(f"<td>{c}</td>" for c in cells)
@@ -61,18 +79,21 @@ _HEAD = (
     "predicted (err)", "out tok/s/GPU", "goodput req/s", "KV peak", "running / waiting (mean)",
     "preemptions", "SLO verdict",
 )
+_SESSION_HEAD = ("prefix-cache hit (predicted)", "TTFT p50 ms first / later turns")
 
 
 def _table(data: ReportData) -> str:
     esc = html.escape
+    sessions = _sessions(data)
+    names = _HEAD[:-1] + (_SESSION_HEAD if sessions else ()) + _HEAD[-1:]
     rows = []
     for o in data.outcomes:
         pts = [p for p in data.points if p.layout == o.layout]
         if not pts:
             rows.append(f"<tr><td>{esc(o.layout)}</td><td>{esc(o.status)}</td>"
-                        f"<td colspan={len(_HEAD) - 2}>{esc(o.reason or '')}</td></tr>")
-        rows += [_point_row(p, o.status) for p in pts]
-    head = "".join(f"<th>{h}</th>" for h in _HEAD)
+                        f"<td colspan={len(names) - 2}>{esc(o.reason or '')}</td></tr>")
+        rows += [_point_row(p, o.status, sessions) for p in pts]
+    head = "".join(f"<th>{h}</th>" for h in names)
     return f'<table id="points"><tr>{head}</tr>{"".join(rows)}</table>'
 
 

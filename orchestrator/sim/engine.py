@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.loadgen.content import ROOT_HASH, Content, sim_answer_key
+from orchestrator.loadgen.content import Content, sim_answer_key
 from orchestrator.plan.cost import LayoutCost
 from orchestrator.sim.prefix_cache import PrefixCache
 
@@ -151,7 +151,7 @@ class EngineCore:
                 + self.side_kv)
         cache = self.cache
         if cache is not None:  # cached blocks count once, whoever holds them (held: cached, not free)
-            used += (len(cache.refs) - cache.free_hashed) * self.cache_block - self.held_kv
+            used += cache.held_blocks * self.cache_block - self.held_kv
         return used
 
     @property
@@ -264,6 +264,32 @@ class EngineCore:
         return StepPlan(self.step_index, tokens, kv_tokens, pairs + prefill_pairs, decodes, tuple(chunks),
                         len(self.running), prefill_pairs)
 
+    def next_decode(self, plan: StepPlan) -> StepPlan | None:
+        """`complete(plan)` then `schedule()`, when both steps are plain decodes: `plan` computes no
+        prompt and ends no request, and the next step has nothing to continue or admit and preempts
+        nothing. Most steps of a busy engine are such steps; this applies them with the same result
+        and without the general bookkeeping. None (nothing applied) when the general path is needed."""
+        step = plan.index
+        decodes = plan.decodes
+        heap = self.finish_heap
+        if plan.prefill_chunks or self.prefilling or not decodes or (heap and heap[0][0] <= step):
+            return None
+        cfg = self.config
+        if self.waiting and len(self.running) < cfg.max_num_seqs:
+            return None
+        self.decode_ctx += decodes
+        used = self.kv_used_tokens() + decodes
+        capacity = cfg.kv_capacity_tokens
+        if used > capacity:  # the next step preempts: undone, the general path does it
+            self.decode_ctx -= decodes
+            return None
+        self.step_index = step + 1
+        cache = self.cache
+        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
+            cache.trim((capacity - used) // self.cache_block)
+        ctx = self.decode_ctx
+        return StepPlan(step + 1, decodes, ctx, float(ctx + decodes), decodes, (), len(self.running))
+
     def step_time_s(self, plan: StepPlan) -> float:
         """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
         if plan.tokens == 0:
@@ -351,8 +377,7 @@ class EngineCore:
         hit = n * size
         if cache.partial_reuse and seq.content is not None and n < len(seq.hashes):
             spans = seq.content.block_spans(n, size)
-            hit += cache.partial_tokens(seq.hashes[n - 1] if n else ROOT_HASH, spans,
-                                        seq.prefill_target - 1 - hit)
+            hit += cache.partial_tokens(seq.hashes, n, spans, seq.prefill_target - 1 - hit)
         return n * size, hit, newly * size
 
     def _take(self, seq: Seq, shared: int, hit: int) -> None:
@@ -378,11 +403,7 @@ class EngineCore:
         full = min(seq.computed // size, len(seq.hashes))
         if full <= seq.held:
             return
-        if cache.partial_reuse and seq.content is not None:
-            for i in range(seq.held, full):
-                parent = seq.hashes[i - 1] if i else ROOT_HASH
-                cache.describe(seq.hashes[i], parent, seq.content.block_spans(i, size))
-        cache.hold(seq.hashes, seq.held, full)
+        cache.hold(seq.hashes, seq.held, full, seq.content if cache.partial_reuse else None)
         self.held_kv += (full - seq.held) * size
         seq.held = full
 
@@ -393,7 +414,8 @@ class EngineCore:
             return
         full = computed // self.cache_block
         if seq.hashes:
-            cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)))
+            cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)),
+                          seq.content if cache.partial_reuse else None)
         else:
             cache.release_anonymous(full)
         self.held_kv -= seq.held * self.cache_block

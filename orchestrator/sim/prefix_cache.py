@@ -29,19 +29,28 @@ Memory: blocks held by running requests count once however many requests hold th
 request holds are free memory that happens to be cached, evicted when the engine needs room (`trim`).
 Blocks of a request without content (random prompts, which no other prompt shares) are tracked as
 anonymous runs: they take LRU room like any other free block without being hashed.
+
+Bookkeeping: the cached blocks form a tree of extents (runs of consecutive blocks of one chain, all
+held by the same requests and freed together), not a table of blocks, so a turn of a long
+conversation costs a few extents, not one dict entry per block of its history. This is exact because
+of two properties of the rules above: a request holds a prefix of its chain (so a block is held at
+least as often as the blocks after it), and the free queue therefore always lists a block after every
+cached block that follows it (freed earlier, or tail first in the same release). So eviction takes
+leaves only, the cached blocks of a chain are always a prefix of it, and the blocks one release frees
+stay one stretch of a chain (re-held or re-freed from the top, evicted from the bottom). An extent is
+split where a hold, a hit or a release ends inside it; the chain hashes make a match a comparison of
+one hash per extent (a block's hash covers every block before it).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import eq, not_, sub
+
+from orchestrator.loadgen.content import Content
 
 Spans = tuple[tuple[int, int, int], ...]
-COMPACT_SLACK = 4096  # stale run entries tolerated beyond the live ones before a compaction
 
 
 @dataclass(frozen=True)
@@ -66,69 +75,132 @@ class CacheStats:
 
 
 class _Run:
-    """Blocks freed together (one request letting go), tail first: the unit of the LRU order. `live`
-    counts those still free since this run (the others were held or freed again: their entries are
-    stale and skipped)."""
+    """The blocks one release freed (the unit of the LRU order): a stretch of one chain, evicted from
+    its `bottom` extent upwards. `live` counts its blocks still free (the others were held or freed
+    again since); anonymous runs are only a count."""
 
-    __slots__ = ("anonymous", "hashes", "live", "pos", "stamp")
+    __slots__ = ("anonymous", "bottom", "live")
 
-    def __init__(self, stamp: int, hashes: list[int], anonymous: int = 0) -> None:
-        self.stamp, self.hashes, self.anonymous, self.pos = stamp, hashes, anonymous, 0
-        self.live = len(hashes)
+    def __init__(self, anonymous: int = 0) -> None:
+        self.anonymous, self.live = anonymous, 0
+        self.bottom: _Extent | None = None
+
+
+class _Extent:
+    """Consecutive cached blocks of one chain, from block `depth` on, with one holder count and (when
+    free) one run. Children hang after its last block, keyed by their first hash. `content` (partial
+    reuse only) names what the blocks hold."""
+
+    __slots__ = ("children", "content", "depth", "hashes", "parent", "refs", "run")
+
+    def __init__(self, parent: _Extent | None, depth: int, hashes: list[int], refs: int,
+                 content: Content | None) -> None:
+        self.parent, self.depth, self.hashes, self.refs, self.content = parent, depth, hashes, refs, content
+        self.children: dict[int, _Extent] = {}
+        self.run: _Run | None = None
 
 
 class PrefixCache:
-    """Cached blocks of one engine: each with the count of running requests holding it (0: free).
-
-    The LRU order of free blocks is kept as runs: the blocks one request freed, in the order they are
-    to go. A block held again, or freed again later, leaves its run (`freed_in` names the run it is
-    free in; the run's live count drops) and its entry there goes stale; runs with nothing live are
-    dropped whole. So a turn of a long conversation touches each block of its history only with dict
-    updates over slices that run in C (map, compress, dict.update, Counter), never a Python loop per
-    block: eviction alone walks blocks one by one, and each block is evicted once."""
+    """Cached blocks of one engine, held by running requests or free (module docstring)."""
 
     def __init__(self, block_tokens: int, *, partial_reuse: bool = False) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
         self.block_tokens = block_tokens
         self.partial_reuse = partial_reuse
-        self.refs: dict[int, int] = {}  # cached block hash -> running requests holding it (0: free)
-        self.freed_in: dict[int, int] = {}  # free block hash -> stamp of the run it is free in
+        self.root = _Extent(None, 0, [], 1, None)
         self.runs: deque[_Run] = deque()  # oldest first
-        self.run_of: dict[int, _Run] = {}  # stamp -> run, for the runs still queued
         self.free_blocks = 0  # hashed + anonymous
         self.free_hashed = 0  # free blocks with a hash (the others are anonymous runs)
-        self._stamp = itertools.count()
-        self._stale = 0  # stale entries in partly live runs: compacted when they outnumber the live
-        # partial_reuse only: what each cached block holds, to match a block's leading tokens.
-        self.spans: dict[int, tuple[int, Spans]] = {}  # hash -> (parent hash, spans)
-        self.children: dict[int, set[int]] = {}  # parent hash -> cached child hashes
+        self.held_blocks = 0  # blocks some running request holds (each counted once)
         self.queries = self.hits = self.preempted_queries = self.preempted_hits = 0
         self.evicted_blocks = 0
 
-    # -- lookup ------------------------------------------------------------------------------------
-    def cached(self, h: int) -> bool:
-        return h in self.refs
+    # -- finding blocks ----------------------------------------------------------------------------
+    def _walk(self, hashes: Sequence[int], limit: int) -> tuple[list[tuple[_Extent, int]], int]:
+        """The extents that hold the leading blocks of `hashes` (at most `limit`), with how many blocks
+        of each match; and how many blocks match in all."""
+        path: list[tuple[_Extent, int]] = []
+        node, pos = self.root, 0
+        while pos < limit:
+            child = node.children.get(hashes[pos])
+            if child is None:
+                break
+            own = child.hashes
+            m = min(len(own), limit - pos)
+            if own[m - 1] != hashes[pos + m - 1]:  # they part inside: the first block that differs
+                lo, hi = 1, m - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if own[mid - 1] == hashes[pos + mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                m = lo
+            path.append((child, m))
+            pos += m
+            if m < len(own):
+                break
+            node = child
+        return path, pos
 
+    def _split(self, node: _Extent, k: int) -> _Extent:
+        """Cut `node` after its first k blocks; the new upper extent is returned, and `node` keeps the
+        rest (so whoever points at a chain's last extent still does)."""
+        parent = node.parent
+        assert parent is not None and 0 < k < len(node.hashes)
+        upper = _Extent(parent, node.depth, node.hashes[:k], node.refs, node.content)
+        upper.run = node.run
+        parent.children[upper.hashes[0]] = upper
+        del node.hashes[:k]
+        node.depth += k
+        node.parent = upper
+        upper.children[node.hashes[0]] = node
+        return upper
+
+    def _cut(self, hashes: Sequence[int], start: int, stop: int) -> list[_Extent]:
+        """The extents that hold blocks [start, stop) of `hashes` exactly (split where needed); every
+        block before `stop` must be cached."""
+        out: list[_Extent] = []
+        node, pos = self.root, 0
+        while pos < stop:
+            child = node.children[hashes[pos]]
+            end = pos + len(child.hashes)
+            if end <= start:
+                node, pos = child, end
+                continue
+            if pos < start:
+                node, pos = self._split(child, start - pos), start
+                continue
+            if end > stop:
+                out.append(self._split(child, stop - pos))
+                break
+            out.append(child)
+            node, pos = child, end
+        return out
+
+    # -- lookup ------------------------------------------------------------------------------------
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> tuple[int, int]:
         """(leading blocks of `hashes` that are cached, within `num_tokens - 1` tokens (whole blocks);
         how many of those are free now: taking them costs that much memory)."""
-        seg = hashes[: (num_tokens - 1) // self.block_tokens]
-        present = list(map(self.refs.__contains__, seg))
-        try:
-            n = present.index(False)
-        except ValueError:
-            n = len(present)
-        if not n:
-            return 0, 0
-        return n, list(map(self.refs.__getitem__, seg[:n])).count(0)
+        limit = min(len(hashes), (num_tokens - 1) // self.block_tokens)
+        path, n = self._walk(hashes, limit)
+        return n, sum(m for node, m in path if not node.refs)
 
-    def partial_tokens(self, parent: int, spans: Spans, limit: int) -> int:
-        """partial_reuse: how many leading tokens of a block (its parent hash and spans) some cached
-        block after the same parent holds, at most `limit`."""
+    def partial_tokens(self, hashes: Sequence[int], n: int, spans: Spans, limit: int) -> int:
+        """partial_reuse: how many leading tokens of block `n` of `hashes` (its spans) some cached block
+        after block n - 1 holds, at most `limit` (blocks before n are cached)."""
+        size = self.block_tokens
+        path, _ = self._walk(hashes, n)
+        node = path[-1][0] if path else self.root
+        if path and path[-1][1] < len(node.hashes):  # block n - 1 inside an extent: one block follows
+            others: list[tuple[Content | None, int]] = [(node.content, n)]
+        else:
+            others = [(child.content, child.depth) for child in node.children.values()]
         best = 0
-        for child in self.children.get(parent, ()):
-            best = max(best, _common(spans, self.spans[child][1]))
+        for content, index in others:
+            if content is not None:
+                best = max(best, _common(spans, content.block_spans(index, size)))
         return min(best, limit)
 
     def record(self, num_tokens: int, hit_tokens: int, preempted: bool) -> None:
@@ -144,86 +216,103 @@ class PrefixCache:
                           self.evicted_blocks)
 
     # -- holding and letting go --------------------------------------------------------------------
-    def _leave_runs(self, blocks: list[int]) -> None:
-        """Free `blocks` stop being free where they were (held again, or freed again into a new run)."""
-        run_of = self.run_of
-        for stamp, k in Counter(map(self.freed_in.__getitem__, blocks)).items():
-            run = run_of.get(stamp)
-            if run is None:
-                continue
-            before, run.live = run.live, run.live - k
-            if run.live:
-                self._stale += k
-            else:  # nothing of it is free any more: drop it whole, stale entries and all
-                self._stale -= len(run.hashes) - run.pos - before
-                del run_of[stamp]
+    def hold(self, hashes: Sequence[int], start: int, stop: int, content: Content | None = None) -> None:
+        """A running request holds blocks [start, stop): hit ones, or ones it just computed (`content`:
+        what they hold, for partial reuse). It holds blocks [0, start) already."""
+        if stop <= start:
+            return
+        _, n = self._walk(hashes, stop)
+        for node in self._cut(hashes, start, n):
+            if not node.refs:  # free until now: it leaves its run
+                count = len(node.hashes)
+                run = node.run
+                assert run is not None
+                run.live -= count
+                node.run = None
+                self.free_blocks -= count
+                self.free_hashed -= count
+                self.held_blocks += count
+            node.refs += 1
+        if n < stop:
+            self._grow(hashes, n, stop, 1, True, content)
+            self.held_blocks += stop - n
 
-    def hold(self, hashes: Sequence[int], start: int, stop: int) -> None:
-        """A running request holds blocks [start, stop): hit ones, or ones it just computed."""
-        seg = hashes[start:stop]
-        refs = self.refs
-        old = list(map(refs.get, seg, repeat(None)))
-        refs.update(zip(seg, [1 if o is None else o + 1 for o in old], strict=True))
-        was_free = list(compress(seg, map(eq, old, repeat(0))))
-        if was_free:
-            self._leave_runs(was_free)
-            self.free_blocks -= len(was_free)
-            self.free_hashed -= len(was_free)
+    def _grow(self, hashes: Sequence[int], start: int, stop: int, refs: int, mine: bool,
+              content: Content | None) -> _Extent:
+        """Blocks [start, stop) of `hashes` are cached newly, after cached block start - 1, with `refs`
+        holders: the extent that holds them. When this request (`mine`) alone holds block start - 1 at
+        the end of its extent, that extent grows in place (a conversation stays one extent)."""
+        parent = self.root
+        if start:  # the extent that ends with block start - 1 (split after it where it goes on)
+            path, _ = self._walk(hashes, start)
+            parent, m = path[-1]
+            if m < len(parent.hashes):
+                parent = self._split(parent, m)
+        if mine and parent is not self.root and parent.refs == 1 and not parent.children:
+            parent.hashes.extend(hashes[start:stop])
+            if content is not None:
+                parent.content = content
+            return parent
+        node = _Extent(parent, start, list(hashes[start:stop]), refs, content)
+        parent.children[node.hashes[0]] = node
+        return node
 
-    def describe(self, h: int, parent: int, spans: Spans) -> None:
-        """partial_reuse: remember what block `h` holds (called when it is first cached)."""
-        if h not in self.spans:
-            self.spans[h] = (parent, spans)
-            self.children.setdefault(parent, set()).add(h)
-
-    def release(self, hashes: Sequence[int], held: int, full: int) -> None:
+    def release(self, hashes: Sequence[int], held: int, full: int, content: Content | None = None) -> None:
         """A request ends or is preempted: it held blocks [0, held) and computed full blocks up to
         `full`; its own blocks [held, full) become cached too. Tail first (module docstring)."""
-        refs = self.refs
-        freed: list[int] = []
-        own = hashes[held:full][::-1]
-        if own:
-            old = list(map(refs.get, own))
+        run = _Run()
+        bottom: _Extent | None = None
+        mine = held  # blocks this request holds: its own new ones too, when they grew its extent
+        if full > held:
+            _, n = self._walk(hashes, full)
             # Blocks another running request holds are not this request's to cache (its copy is just
             # freed); blocks free already are freed again (into this run), new ones join.
-            again = list(compress(own, map(eq, old, repeat(0))))
-            if again:
-                self._leave_runs(again)
-            freed = list(compress(own, map(not_, old)))
-            added = old.count(None)
-            self.free_blocks += added
-            self.free_hashed += added
-        mine = hashes[:held][::-1]
-        if mine:
-            counts = list(map(sub, map(refs.__getitem__, mine), repeat(1)))
-            refs.update(zip(mine, counts, strict=True))
-            now_free = list(compress(mine, map(not_, counts)))
-            self.free_blocks += len(now_free)
-            self.free_hashed += len(now_free)
-            freed += now_free
-        if freed:
-            refs.update(zip(freed, repeat(0)))
-            run = _Run(next(self._stamp), freed)
-            self.freed_in.update(zip(freed, repeat(run.stamp)))
+            for node in self._cut(hashes, held, n):
+                if node.refs:
+                    continue
+                old = node.run
+                assert old is not None
+                old.live -= len(node.hashes)
+                node.run = run
+                run.live += len(node.hashes)
+                bottom = node
+            if n < full:
+                node = self._grow(hashes, n, full, 0, n == held > 0, content)
+                if node.refs:  # grown in place: this request's own extent, freed with its holds below
+                    self.held_blocks += full - n
+                    mine = full
+                else:
+                    node.run = run
+                    run.live += full - n
+                    self.free_blocks += full - n
+                    self.free_hashed += full - n
+                    bottom = node
+        for node in reversed(self._cut(hashes, 0, mine)):  # tail first
+            node.refs -= 1
+            if node.refs:
+                continue
+            count = len(node.hashes)
+            node.run = run
+            run.live += count
+            self.free_blocks += count
+            self.free_hashed += count
+            self.held_blocks -= count
+            if bottom is None:
+                bottom = node
+        if run.live:
+            run.bottom = bottom
             self.runs.append(run)
-            self.run_of[run.stamp] = run
-            if self._stale > self.free_hashed + COMPACT_SLACK:
-                self._compact()
 
     def release_anonymous(self, blocks: int) -> None:
         """A request whose content nobody shares frees `blocks` full blocks: LRU room, never a hit."""
         if blocks > 0:
-            self.runs.append(_Run(next(self._stamp), [], blocks))
+            self.runs.append(_Run(blocks))
             self.free_blocks += blocks
-
-    @property
-    def held_blocks(self) -> int:
-        return len(self.refs) - self.free_hashed
 
     def trim(self, room_blocks: int) -> None:
         """Evict least recently freed blocks until the free cached ones fit in `room_blocks`."""
         room = max(room_blocks, 0)
-        refs, freed_in, runs, run_of = self.refs, self.freed_in, self.runs, self.run_of
+        runs = self.runs
         while self.free_blocks > room and runs:
             run = runs[0]
             if run.anonymous:
@@ -234,52 +323,26 @@ class PrefixCache:
                 if not run.anonymous:
                     runs.popleft()
                 continue
-            if run.stamp not in run_of:  # nothing of it is free any more
+            node = run.bottom
+            if not run.live or node is None:
                 runs.popleft()
                 continue
-            hashes, stamp = run.hashes, run.stamp
-            while run.live and self.free_blocks > room:
-                h = hashes[run.pos]
-                run.pos += 1
-                if refs.get(h) != 0 or freed_in.get(h) != stamp:
-                    self._stale -= 1
-                    continue  # held again, or freed again later: not this run's to evict
-                del refs[h], freed_in[h]
-                run.live -= 1
-                self.free_blocks -= 1
-                self.free_hashed -= 1
-                self.evicted_blocks += 1
-                if self.spans:
-                    self._forget(h)
-            if not run.live:  # what is left of it is stale
-                self._stale -= len(hashes) - run.pos
-                runs.popleft()
-                del run_of[stamp]
-
-    def _compact(self) -> None:
-        """Drop runs with nothing free left, and the stale entries of the others."""
-        refs, freed_in = self.refs, self.freed_in
-        kept: deque[_Run] = deque()
-        for run in self.runs:
-            if run.anonymous:
-                kept.append(run)
-            elif run.stamp in self.run_of:
-                stamp = run.stamp
-                run.hashes = [h for h in run.hashes[run.pos:]
-                              if refs.get(h) == 0 and freed_in.get(h) == stamp]
-                run.pos, run.live = 0, len(run.hashes)
-                kept.append(run)
-        self.runs, self._stale = kept, 0
-
-    def _forget(self, h: int) -> None:
-        known = self.spans.pop(h, None)
-        if known is None:
-            return
-        kids = self.children.get(known[0])
-        if kids is not None:
-            kids.discard(h)
-            if not kids:
-                del self.children[known[0]]
+            # The run's deepest extent, tail first; what followed it was evicted before (it was freed
+            # earlier, or after it in this run).
+            assert node.run is run and not node.children
+            take = min(len(node.hashes), self.free_blocks - room)
+            run.live -= take
+            self.free_blocks -= take
+            self.free_hashed -= take
+            self.evicted_blocks += take
+            if take < len(node.hashes):
+                del node.hashes[len(node.hashes) - take:]
+                continue
+            parent = node.parent
+            assert parent is not None
+            del parent.children[node.hashes[0]]
+            node.run = None
+            run.bottom = parent if parent.run is run else None
 
 
 def _common(a: Spans, b: Spans) -> int:

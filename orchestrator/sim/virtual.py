@@ -244,6 +244,12 @@ class VirtualRun:
                 eng = engines[e]
                 plan = plans[e]
                 assert plan is not None
+                nxt = eng.next_decode(plan)
+                if nxt is not None:  # a plain decode step after a plain decode step (hot path)
+                    step_ends[e].append(now)
+                    plans[e] = nxt
+                    push(busy, (now + eng.step_time_s(nxt), e))
+                    continue
                 finished = eng.complete(plan)[1]
                 step_ends[e].append(now)
                 for seq in finished:

@@ -234,6 +234,11 @@ class WorkloadSpec(SpecModel):
         self._one_loop()
         if self.loop == "closed":
             return self  # no arrival times are drawn, and each load point lasts its duration or count
+        if self.kind == "trace":
+            if self.rates_per_s:  # one point at the trace's own timestamps: a rate would be ignored
+                raise ValueError("a trace sets its own arrival times; drop rates_per_s "
+                                 "(time_scale: 2 replays it twice as fast)")
+            return self
         if self.num_requests is None and self.duration_s is not None:
             # Arrival times are drawn up front: rate x duration of them must fit in memory.
             # A capacity search may go up to its highest rate.

@@ -108,3 +108,26 @@ def test_export_formats(tmp_path: Path) -> None:
 
     parquet = export_run(store, run_id, "parquet", str(tmp_path / "p.parquet"), table="requests")
     assert len(pd.read_parquet(parquet)) == 40 * len(POINTS)
+
+
+def test_the_table_shows_prefix_cache_hits_and_turn_ttft_only_for_session_points(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    _, _, data = _data(tmp_path)
+    assert "prefix-cache hit" not in render_html(data)  # a random workload's table stays as it was
+    turns = {"ttft_first_turn_ms": {"count": 10, "p50": 812.5},
+             "ttft_later_turns_ms": {"count": 30, "p50": 97.25}}
+    points = list(data.points)
+    # virtual time: the simulator's exact counters win over the sampled engine gauge
+    points[0] = replace(points[0], metrics={**points[0].metrics, **turns,
+                                            "sim": {"prefix_cache": {"hit_rate": 0.843}},
+                                            "engine": {"prefix_hit_rate": 0.5}})
+    # served: the engines' measured rate beside the simulator's prediction
+    points[1] = replace(points[1], metrics={**points[1].metrics, "engine": {"prefix_hit_rate": 0.652},
+                                            "predicted": {"prefix_hit_rate": 0.701}})
+    page = render_html(replace(data, points=tuple(points)))
+    table = page[page.index('<table id="points">'):]
+    assert "prefix-cache hit (predicted)" in table and "TTFT p50 ms first / later turns" in table
+    assert "<td>84.3%</td><td>812.5 / 97.2</td>" in table
+    assert "<td>65.2% (70.1%)</td><td>- / -</td>" in table
+    assert "<td colspan=14>weights do not fit" in table  # a rejected layout's reason spans the wider table

@@ -114,3 +114,47 @@ def test_a_token_granular_cache_hits_to_the_token() -> None:
     sglang_like = _engine(block_tokens=1)
     recs, _ = simulate([sglang_like], [_req("a", 0.0, first), _req("b", 5.0, second)])
     assert recs[1].extra["cached_tokens"] == "1000"
+
+
+def _drive(fast: bool, caching: bool, seed: int) -> tuple[list[tuple[object, ...]], int, object]:
+    """One engine stepped through a random arrival pattern of shared-prefix requests (small KV: it
+    preempts and evicts), with `next_decode` taken where it applies or never."""
+    import random
+
+    rng = random.Random(seed)
+    eng = _engine(caching=caching, kv=12_000, max_num_seqs=24)
+    shared = Content.of([(1, 600)])
+    arrivals: dict[int, list[Seq]] = {}
+    for k in range(80):
+        content = shared.then(2 + k % 9, rng.randint(20, 900))
+        seq = Seq(str(k), content.end, rng.randint(1, 800), 0.0, content=content)
+        arrivals.setdefault(rng.randrange(1500), []).append(seq)
+    trace: list[tuple[object, ...]] = []
+    fast_steps = 0
+    plan = eng.schedule()
+    for tick in range(20_000):
+        for seq in arrivals.pop(tick, ()):
+            eng.add(seq)
+        nxt = eng.next_decode(plan) if fast else None
+        if nxt is None:
+            eng.complete(plan)
+            plan = eng.schedule()
+        else:
+            fast_steps += 1
+            plan = nxt
+        trace.append((plan.index, plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.decodes, plan.sequences,
+                      tuple((s.request_id, c) for s, c in plan.prefill_chunks), eng.kv_used_tokens()))
+        if not arrivals and not eng.has_work():
+            break
+    stats = (eng.preemptions, eng.cache.stats() if eng.cache is not None else None)
+    return trace, fast_steps, stats
+
+
+def test_the_decode_fast_path_steps_exactly_as_the_general_one() -> None:
+    for seed in (1, 2):
+        for caching in (True, False):
+            plain, none, plain_stats = _drive(False, caching, seed)
+            fast, taken, fast_stats = _drive(True, caching, seed)
+            assert none == 0 and 0 < taken < len(fast)  # both paths ran
+            assert fast == plain and fast_stats == plain_stats
+            assert plain_stats[0] > 0  # the small cache preempted: the fast path declined those steps

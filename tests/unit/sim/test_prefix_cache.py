@@ -64,15 +64,22 @@ def test_partial_reuse_matches_the_leading_tokens_of_a_block() -> None:
     cache = PrefixCache(16, partial_reuse=True)
     a = Content.of([(1, 16), (2, 16)])
     ha = list(a.block_hashes(16))
-    cache.describe(ha[0], 0x5EED, a.block_spans(0, 16))
-    cache.describe(ha[1], ha[0], a.block_spans(1, 16))
-    cache.release(ha, 0, 2)
+    cache.hold(ha, 0, 2, a)
+    cache.release(ha, 2, 2, a)
     b = Content.of([(1, 16), (2, 10), (3, 20)])
     hb = list(b.block_hashes(16))
     assert cache.lookup(hb, b.end)[0] == 1
-    assert cache.partial_tokens(hb[0], b.block_spans(1, 16), 100) == 10
+    assert cache.partial_tokens(hb, 1, b.block_spans(1, 16), 100) == 10
+    assert cache.partial_tokens(hb, 1, b.block_spans(1, 16), 4) == 4  # never past the limit
+    c = Content.of([(1, 16), (4, 16)])  # another block after the first: the better match counts
+    hc = list(c.block_hashes(16))
+    cache.hold(hc, 0, 1)
+    cache.hold(hc, 1, 2, c)
+    cache.release(hc, 2, 2, c)
+    assert cache.partial_tokens(hb, 1, b.block_spans(1, 16), 100) == 10
+    assert cache.partial_tokens(hc, 1, Content.of([(1, 16), (4, 9)]).block_spans(1, 16), 100) == 9
     cache.trim(0)
-    assert not cache.children and not cache.spans
+    assert cache.partial_tokens(hb, 0, b.block_spans(0, 16), 100) == 0 and cache.free_blocks == 0
 
 
 class _Reference:
@@ -116,27 +123,60 @@ class _Reference:
             self.free.popitem(last=False)
 
 
-@pytest.mark.parametrize("slack", [0, 4096])
-def test_the_fast_bookkeeping_follows_the_plain_rules(monkeypatch: pytest.MonkeyPatch, slack: int) -> None:
+def _chains(seed: int) -> list[list[int]]:
+    """Chains that share prefixes at several depths (a system prompt, conversations that extend one
+    another) and part inside blocks, so extents split and grow every which way."""
     import random
 
-    from orchestrator.sim import prefix_cache
+    rng = random.Random(seed)
+    roots = [Content.of([(k, 16 * rng.randint(1, 6) + rng.choice((0, 5)))]) for k in range(4)]
+    out: list[Content] = list(roots)
+    for k in range(60):
+        base = rng.choice(out)
+        out.append(base.then(100 + k % 23, rng.randint(1, 70)))
+    return [list(c.block_hashes(16)) for c in out if c.end >= 16]
 
-    monkeypatch.setattr(prefix_cache, "COMPACT_SLACK", slack)  # 0: compacts all the time
-    rng = random.Random(7)
+
+def _check_tree(cache: PrefixCache) -> None:
+    """The extent tree's own invariants: every cached block counted once, held or free; a block held at
+    least as often as the ones after it; a free extent in a run, a held one in none."""
+    blocks = 0
+    todo = [(cache.root, 1 << 30)]
+    while todo:
+        node, above = todo.pop()
+        for first, child in node.children.items():
+            assert child.hashes and child.hashes[0] == first and child.parent is node
+            assert child.refs <= above and (child.run is None) == (child.refs > 0)
+            blocks += len(child.hashes)
+            todo.append((child, child.refs))
+    assert blocks == cache.held_blocks + cache.free_hashed
+
+
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_the_fast_bookkeeping_follows_the_plain_rules(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
     fast, ref = PrefixCache(16), _Reference()
-    chains = [list(Content.of([(k % 5, 16 * (1 + k % 7)), (100 + k, 16 * (1 + k % 4))]).block_hashes(16))
-              for k in range(40)]
+    chains = _chains(seed)
     running: list[tuple[list[int], int]] = []
-    for step in range(3000):
+    for step in range(4000):
         op = rng.random()
-        if op < 0.45 or not running:
+        if op < 0.4 or not running:
             h = rng.choice(chains)
-            n, newly = fast.lookup(h, len(h) * 16)
-            assert (n, newly) == ref.lookup(h, len(h) * 16), step
+            tokens = len(h) * 16 if rng.random() < 0.8 else rng.randint(1, len(h) * 16)
+            n, newly = fast.lookup(h, tokens)
+            assert (n, newly) == ref.lookup(h, tokens), step
             fast.hold(h, 0, n)
             ref.hold(h, 0, n)
             running.append((h, n))
+        elif op < 0.55:  # a running request computes more of its prompt: those blocks are held too
+            k = rng.randrange(len(running))
+            h, n = running[k]
+            more = rng.randint(n, len(h))
+            fast.hold(h, n, more)
+            ref.hold(h, n, more)
+            running[k] = (h, more)
         elif op < 0.9:
             h, n = running.pop(rng.randrange(len(running)))
             full = rng.randint(n, len(h))
@@ -148,5 +188,7 @@ def test_the_fast_bookkeeping_follows_the_plain_rules(monkeypatch: pytest.Monkey
             ref.trim(room)
         assert fast.free_hashed == fast.free_blocks == len(ref.free), step
         assert fast.held_blocks == len(ref.held), step
+        if step % 50 == 0:
+            _check_tree(fast)
     for h in chains:
         assert fast.lookup(h, len(h) * 16) == ref.lookup(h, len(h) * 16)
