@@ -41,12 +41,15 @@ from typing import Any
 import numpy as np
 import yaml
 
+from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.catalog.profiles import NO_PROFILE, default_profile
 from orchestrator.errors import OrchError
 from orchestrator.layout import parse_layout
+from orchestrator.loadgen.content import Content, text_key
 from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.plan.params import count_params
 from orchestrator.sim.run import spec_engines
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate, single_request_s
 from orchestrator.spec.models import HardwareSpec, SweepSpec
@@ -114,7 +117,9 @@ def case_spec(case: Case, source: dict[str, Any], calibration: str | None = None
     """The sweep spec a user would write for the case (engine: the simulator, which models no engine
     of its own, so the profile is named: see default_calibration)."""
     settings = dict(source.get("engine_settings", {}))
-    kv_dtype = "fp8" if case.precision == "fp8" and source.get("fp8_kv_cache") else "auto"
+    kv_dtype = "fp8" if case.precision in ("fp8", "nvfp4") and source.get("fp8_kv_cache") else "auto"
+    if source.get("limits") == "trtllm-bench":
+        settings.update(trtllm_bench_limits(case, kv_dtype == "fp8", settings["gpu_memory_utilization"]))
     hardware: dict[str, Any] = {"gpu": case.gpu, "nodes": 1, "overrides": dict(overrides or {})}
     if calibration is not None:
         hardware.update(calibration_fields(calibration))
@@ -127,6 +132,38 @@ def case_spec(case: Case, source: dict[str, Any], calibration: str | None = None
                      "rates_per_s": [case.rate_per_s or 1.0], "num_requests": case.requests},
         "layouts": [case.layout],
     })
+
+
+# Bytes per weight and per KV value as trtllm-bench counts them (tensorrt_llm/bench/build/tuning.py
+# BYTES_PER_ELEM, at commit 04cba882084a25665e7f80f5bda71b35b9790b6f).
+TRTLLM_BENCH_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
+
+
+def trtllm_bench_limits(case: Case, fp8_kv: bool, kv_fraction: float) -> dict[str, int]:
+    """The max_batch_size and max_num_tokens `trtllm-bench throughput` picks for the run (tuning.py
+    calc_engine_setting and finetune_setting), as the simulator's engine-wide limits.
+
+    It estimates the requests the KV cache holds at ISL + OSL each from the GPUs' memory, the weights
+    (parameters x bytes per weight) and the KV per token (2 x layers x max(tp, kv heads) x head dim x
+    bytes); divides them (at most 4,096) by the pipeline stages; rounds up (to 32, 128 or 256, at
+    least 64) for the batch size per micro-batch; and sets the tokens per micro-batch to that batch x
+    (1 + ISL/OSL), at most 32,768 and at least 2,048. Under PP every stage runs PP micro-batches, so
+    the engine holds PP times both."""
+    layout = parse_layout(case.layout)
+    cfg = load_model(case.model)
+    gib = 1024.0 ** 3
+    kv_per_token = (2 * cfg.num_layers * max(layout.tp, cfg.num_kv_heads) * cfg.head_dim
+                    * (1.0 if fp8_kv else 2.0) / gib)
+    weights = count_params(cfg).total * TRTLLM_BENCH_BYTES.get(case.precision, 2.0) / gib
+    memory = load_gpu(case.gpu).memory_bytes / gib * layout.tp * layout.pp
+    requests = (memory - weights) * kv_fraction / (kv_per_token * (case.input_tokens + case.output_tokens))
+    raw_bs = min(requests, 4096) / layout.pp
+    raw_tokens = min(raw_bs * (1 + case.input_tokens / case.output_tokens), 32768)
+    step = 32 if raw_bs < 256 else 128 if raw_bs < 1024 else 256
+    bs = max(64, step * math.ceil(raw_bs / step)) if raw_bs < 256 else step * math.ceil(raw_bs / step)
+    step = 256 if raw_tokens < 4096 else 512 if raw_tokens < 8192 else 1024
+    tokens = max(2048, step * math.ceil(raw_tokens / step))
+    return {"max_num_seqs": bs * layout.pp, "max_num_batched_tokens": tokens * layout.pp}
 
 
 def calibration_fields(profile: str) -> dict[str, Any]:
@@ -154,21 +191,29 @@ def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
     layout = parse_layout(case.layout)
     engines = spec_engines(spec, plan_inputs(spec), layout)
     n, inp, out = case.requests, case.input_tokens, case.output_tokens
+    # Each prompt its own content, shared with no other (the benchmarks send random tokens): with
+    # prefix caching (vLLM's default) a preempted request finds the blocks it computed before while
+    # they stay cached, as the engine does, instead of recomputing its whole prompt. Under
+    # TensorRT-LLM's guaranteed-no-evict nothing is preempted: the same numbers, without the cache's
+    # bookkeeping (8x the CPU time of a 3,000-request offline case).
+    preempts = source.get("engine_settings", {}).get("sim_scheduler") != "guaranteed-no-evict"
+    contents = [Content(None, text_key(f"{case.id}/{i}"), inp) if preempts else None for i in range(n)]
     warmup = 0.0
     if case.mode == "offline":
-        reqs = [SimRequest(str(i), 0.0, inp, out) for i in range(n)]
+        reqs = [SimRequest(str(i), 0.0, inp, out, contents[i]) for i in range(n)]
         records, _ = simulate(engines, reqs)
     elif case.mode == "open":
         assert case.rate_per_s is not None
         gaps = np.random.default_rng(0).exponential(1 / case.rate_per_s, n)
         t = np.concatenate([[0.0], np.cumsum(gaps)[:-1]])
-        records, _ = simulate(engines, [SimRequest(str(i), float(t[i]), inp, out) for i in range(n)])
+        records, _ = simulate(engines, [SimRequest(str(i), float(t[i]), inp, out, contents[i])
+                                        for i in range(n)])
     else:
         # As the tools that publish closed-loop numbers run them: clients ramped up over one
         # request's time, measured in the steady state past every client's first request.
         assert case.concurrency is not None
         ramp = single_request_s(engines[0], inp, out)
-        records, _ = closed_loop(engines, [SimRequest(str(i), 0.0, inp, out) for i in range(n)],
+        records, _ = closed_loop(engines, [SimRequest(str(i), 0.0, inp, out, contents[i]) for i in range(n)],
                                  case.concurrency, ramp_s=ramp)
         warmup = max(ramp, closed_loop_warmup_s(records, case.concurrency))
     if "itl_mean_ms" not in case.measured:

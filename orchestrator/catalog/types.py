@@ -162,17 +162,21 @@ class GPUSpec:
     request_overhead_s: float = 0.0
     source: str = "vendor datasheet"
     profile: str = ""  # calibration profile applied, if any
+    # Dense FP4 (NVFP4) tensor-core FLOP/s, Blackwell on; 0: no FP4 tensor cores or not stated, and
+    # NVFP4 weights then run dequantized to bf16 (as vLLM's Marlin FP4 path does before Blackwell).
+    fp4_flops_per_s: float = 0.0
 
 
 # Constants a spec may override (hardware.overrides) or a calibration profile may set.
 # Efficiencies are fractions in (0, 1]; latencies and the step overhead may be 0; the rest > 0.
 GPU_CONSTANTS = ("memory_bytes", "hbm_bytes_per_s", "bf16_flops_per_s", "fp8_flops_per_s",
-                 "hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
-                 "request_overhead_s", "gpus_per_node")
+                 "fp4_flops_per_s", "hbm_efficiency", "compute_efficiency", "moe_compute_efficiency",
+                 "step_overhead_s", "request_overhead_s", "gpus_per_node")
 LINK_CONSTANTS = ("bandwidth_bytes_per_s", "latency_s", "allreduce_latency_s")
 LINKS = ("intra_node", "inter_node")
 EFFICIENCIES = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency")
-MAY_BE_ZERO = ("fp8_flops_per_s", "step_overhead_s", "request_overhead_s", "latency_s", "allreduce_latency_s")
+MAY_BE_ZERO = ("fp8_flops_per_s", "fp4_flops_per_s", "step_overhead_s", "request_overhead_s", "latency_s",
+               "allreduce_latency_s")
 
 
 def override_keys() -> list[str]:

@@ -23,7 +23,13 @@ from orchestrator.plan.memory import (
     split_stages,
     weight_bytes_per_gpu,
 )
-from orchestrator.plan.moe import all_to_all_bytes_per_layer, all_to_all_time_s, touched_fraction
+from orchestrator.plan.moe import (
+    activation_bytes,
+    all_to_all_bytes_per_layer,
+    all_to_all_time_s,
+    padded_rows,
+    touched_fraction,
+)
 from orchestrator.plan.params import ParamCounts
 
 
@@ -71,6 +77,13 @@ class StageCost:
     has_side_kv: bool = False  # window or state layers: their reads are not per context token
     window_attn_flops_per_pair: tuple[tuple[float, int], ...] = ()  # (FLOPs per pair, window) per kind
     state_flops_per_token: float = 0.0
+    # The fused-MoE passes beside the GEMMs (plan/moe.py activation_bytes), all MoE layers of the stage:
+    # per routed (token, expert) row as _moe_tokens counts them, and per token.
+    expert_act_bytes_per_routed_token: float = 0.0
+    expert_act_bytes_per_token: float = 0.0
+    # MLA chunked prefill: a chunk that is not its prompt's first re-expands the cached latent of the
+    # chunks before it to keys and values (kv_b_proj) before attending to them. FLOPs per prefix token.
+    mla_expand_flops_per_prefix_token: float = 0.0
 
     def side_read_bytes(self, kv_tokens: float, sequences: float) -> float:
         """KV bytes beside the full layers': window layers' (at most their window per sequence) and
@@ -118,8 +131,11 @@ class LayoutCost:
 
     def _stage(self, st: StageCost, tokens: float, kv_tokens: float, attn_pairs: float,
                touched: float, moe_tokens_per_rank: float,
-               prefill_pairs: float, sequences: float) -> tuple[float, float, float, float, float]:
-        """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage."""
+               prefill_pairs: float, sequences: float,
+               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
+        """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage. Compute is every
+        kernel beside the weight and KV stream: GEMMs and attention at their FLOP rate, and the
+        fused-MoE activation passes at the HBM rate (they run between the GEMMs, not under them)."""
         lookup = min(st.lookup_bytes, tokens * st.lookup_row_bytes)
         w = (st.dense_weight_bytes - st.lookup_bytes + lookup
              + st.expert_weight_bytes * touched) / self.hbm_bytes_per_s
@@ -132,11 +148,16 @@ class LayoutCost:
                 + (st.decode_attn_flops_per_pair or st.attn_flops_per_pair) * decode_pairs)
         if st.window_attn_flops_per_pair:
             attn += st.window_attn_flops(tokens, attn_pairs)
-        comp = (st.dense_flops_per_token * tokens / self.flops_per_s
-                + st.state_flops_per_token * tokens / self.flops_per_s
-                + attn / (self.attn_flops_per_s or self.flops_per_s)
-                + st.expert_flops_per_routed_token * moe_tokens_per_rank * self.expert_imbalance
-                / (self.expert_flops_per_s or self.flops_per_s))
+        comp = ((st.dense_flops_per_token + st.state_flops_per_token) * tokens / self.flops_per_s
+                + attn / (self.attn_flops_per_s or self.flops_per_s))
+        if st.moe_layers and moe_tokens_per_rank > 0:
+            rows = padded_rows(moe_tokens_per_rank, self.cfg.num_routed_experts, tokens)
+            comp += (st.expert_flops_per_routed_token * rows * self.expert_imbalance
+                     / (self.expert_flops_per_s or self.flops_per_s)
+                     + (st.expert_act_bytes_per_routed_token * moe_tokens_per_rank * self.expert_imbalance
+                        + st.expert_act_bytes_per_token * tokens) / self.hbm_bytes_per_s)
+        if prefix_tokens and st.mla_expand_flops_per_prefix_token:
+            comp += st.mla_expand_flops_per_prefix_token * prefix_tokens / self.flops_per_s
         tp = st.allreduces * allreduce_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
                                               self.layout.tp, self.tp_link)
         ep = 0.0
@@ -148,7 +169,8 @@ class LayoutCost:
         return w, kv, comp, tp, ep
 
     def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
-                      prefill_pairs: float = 0.0, sequences: float | None = None) -> tuple[float, ...]:
+                      prefill_pairs: float = 0.0, sequences: float | None = None,
+                      prefix_tokens: float = 0.0) -> tuple[float, ...]:
         """Time of each stage for one step of `tokens` new tokens (used by the simulator for PP)."""
         moe_tokens, per_rank = self._moe_tokens(tokens)
         touched = self.touched_fraction(moe_tokens)
@@ -156,7 +178,7 @@ class LayoutCost:
         out = []
         for st in self.stages:
             w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
-                                              prefill_pairs, seqs)
+                                              prefill_pairs, seqs, prefix_tokens)
             out.append(max(w + kv, comp) + tp + ep)
         return tuple(out)
 
@@ -171,13 +193,15 @@ class LayoutCost:
 
     # -- whole replica -----------------------------------------------------------------------------
     def step(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
-             prefill_pairs: float = 0.0, sequences: float | None = None) -> StepParts:
+             prefill_pairs: float = 0.0, sequences: float | None = None,
+             prefix_tokens: float = 0.0) -> StepParts:
         """One step of one micro-batch through all stages, plus the fixed step overhead.
 
         tokens: new tokens computed (decodes + prefill chunk); kv_tokens: context tokens whose KV is
         read; attn_pairs: sum over new tokens of the context each attends to; prefill_pairs: the part of
         attn_pairs that belongs to prefill chunks (MLA runs those in the cheaper non-absorbed form);
-        sequences: how many sequences the tokens belong to (default: one token each, a decode step).
+        sequences: how many sequences the tokens belong to (default: one token each, a decode step);
+        prefix_tokens: the prompt tokens computed before this step's prefill chunks (MLA re-expands them).
         """
         moe_tokens, per_rank = self._moe_tokens(tokens)
         touched = self.touched_fraction(moe_tokens)
@@ -186,7 +210,7 @@ class LayoutCost:
         slowest, bound = -1.0, "memory"
         for st in self.stages:
             w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
-                                              prefill_pairs, seqs)
+                                              prefill_pairs, seqs, prefix_tokens)
             t = max(w + kv, comp) + tp + ep
             sw, skv, sc, stp, sep, total = sw + w, skv + kv, sc + comp, stp + tp, sep + ep, total + t
             if t > slowest:
@@ -211,7 +235,7 @@ class LayoutCost:
         return parts, self.round_s(m * mb, m * mb * context_tokens, m * mb * context_tokens, batch), m
 
     def round_s(self, tokens: float, kv_tokens: float, attn_pairs: float, sequences: int, *,
-                prefill_pairs: float | None = None) -> float:
+                prefill_pairs: float | None = None, prefix_tokens: float = 0.0) -> float:
         """Time until every sequence of a batch has had its step (the simulator's step time).
 
         Under PP the batch is split into m = min(p, sequences) equal micro-batches that keep every
@@ -226,12 +250,13 @@ class LayoutCost:
         p = len(self.stages)
         m = max(1, min(p, sequences))
         t, kv, pairs, pf = tokens / m, kv_tokens / m, attn_pairs / m, prefill_pairs / m
+        pre = prefix_tokens / m
         moe_tokens, per_rank = self._moe_tokens(t)
         touched = self.touched_fraction(moe_tokens)
         total = slowest = 0.0
         seqs = sequences / m
         for st in self.stages:
-            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank, pf, seqs)
+            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank, pf, seqs, pre)
             s = (w + k if w + k > comp else comp) + tp + ep
             total += s
             if s > slowest:
@@ -251,6 +276,7 @@ class LayoutCost:
 def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layout: Layout, *,
                       gpus_per_node: int, weight_bytes_per_value: float, kv_bytes_per_value: float,
                       fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
+                      fp4_compute: bool = False,
                       fp8_attention: bool = False, weight_format: WeightFormat | None = None,
                       max_model_len: int | None = None) -> LayoutCost:
     if layout.pp > counts.num_layers:
@@ -263,6 +289,15 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
     # rope key (kv_lora_rank + rope dims) and values from the latent (kv_lora_rank): 2(2r + rope) FLOPs
     # per pair instead of prefill's 2(d_qk + d_v). DeepSeek-V3: 2*1088 vs 2*320, 3.4x.
     decode_dims = (2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim) if cfg.is_mla else 0
+    # kv_b_proj on one cached latent: r -> heads x (nope + v), the heads split over TP.
+    expand_flops = (2.0 * cfg.kv_lora_rank * cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim) / tp
+                    if cfg.is_mla else 0.0)
+    has_fp8 = gpu.fp8_flops_per_s > 0
+    # Under EP each rank holds whole experts; under TP a 1/tp slice of every expert's width.
+    shard = cfg.moe_intermediate_size // (1 if layout.ep else tp)
+    act_row, act_token = (activation_bytes(cfg.hidden_size, shard, (fp8_compute or fp4_compute) and has_fp8)
+                          if cfg.is_moe else (0.0, 0.0))
+    rows_share = layout.ep_size if layout.ep else 1
     stages = []
     split = split_stages(cfg, counts, layout.pp)
     fmt = weight_format or WeightFormat.uniform(weight_bytes_per_value)
@@ -302,9 +337,18 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
             window_attn_flops_per_pair=tuple((pair_flops * n, w) for w, n in sorted(window_counts.items())),
             state_flops_per_token=sum(state_flops_per_token(cfg, cfg.layer_kind(j), tp)
                                       for j in sp.layer_range),
+            expert_act_bytes_per_routed_token=act_row * sp.moe_layers / rows_share,
+            expert_act_bytes_per_token=act_token * sp.moe_layers,
+            mla_expand_flops_per_prefix_token=expand_flops * full_layers,
         ))
-    has_fp8 = gpu.fp8_flops_per_s > 0
-    peak = gpu.fp8_flops_per_s if fp8_compute and has_fp8 else gpu.bf16_flops_per_s
+    # FP8 weights run FP8 GEMMs where the part has FP8 tensor cores; NVFP4 weights FP4 GEMMs where it
+    # has FP4 ones (TensorRT-LLM and vLLM on Blackwell quantize activations to NVFP4 too), else bf16.
+    if fp4_compute and gpu.fp4_flops_per_s > 0:
+        peak = gpu.fp4_flops_per_s
+    elif fp8_compute and has_fp8:
+        peak = gpu.fp8_flops_per_s
+    else:
+        peak = gpu.bf16_flops_per_s
     # Attention runs at the bf16 peak even with fp8 weights, unless FP8 attention (FP8 KV) is on.
     attn_peak = gpu.fp8_flops_per_s if fp8_attention and has_fp8 else gpu.bf16_flops_per_s
     # PP stages sit on different nodes once a replica spans nodes; its neighbours then talk over IB.

@@ -184,7 +184,8 @@ def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
-        fp8_compute=inputs.weight_dtype == "fp8", assumptions=inputs.assumptions, expert_imbalance=imb,
+        fp8_compute=inputs.weight_dtype == "fp8", fp4_compute=inputs.weight_dtype == "nvfp4",
+        assumptions=inputs.assumptions, expert_imbalance=imb,
         fp8_attention=inputs.fp8_attention, weight_format=inputs.weight_format,
         max_model_len=inputs.max_model_len,
     )
@@ -278,9 +279,9 @@ def decode_estimate(cost: LayoutCost, layout: Layout, batch: int, context: int,
         # Averaged over a prompt, a prefill token attends to (prompt + 1) / 2 tokens; a chunk that is
         # not a prompt's first reads the KV of the chunks before it (on average half the rest).
         pairs = chunk * (prompt_tokens + 1) / 2
-        kv = decoding * context + max(0.0, prompt_tokens - chunk) / 2
-        chunk_s = cost.round_s(decoding + chunk, kv, decoding * context + pairs, decoding + 1,
-                               prefill_pairs=pairs)
+        prefix = max(0.0, prompt_tokens - chunk) / 2
+        chunk_s = cost.round_s(decoding + chunk, decoding * context + prefix, decoding * context + pairs,
+                               decoding + 1, prefill_pairs=pairs, prefix_tokens=prefix)
         mean_s = frac * chunk_s + (1 - frac) * decode_s
     tail_s = 0.0
     if ratio and itl_tail_fraction > 0 and output_tokens:

@@ -91,6 +91,7 @@ class StepPlan:  # not frozen: built once per engine step, and frozen dataclasse
     # The part of attn_pairs that belongs to prefill chunks: MLA runs those in the cheaper
     # non-absorbed form and the step's decodes in the absorbed one (LayoutCost._stage).
     prefill_pairs: float = 0.0
+    prefix_tokens: int = 0  # prompt tokens computed before this step's chunks (MLA re-expands them)
 
 
 class EngineCore:
@@ -257,12 +258,13 @@ class EngineCore:
         if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
             cache.trim((capacity - used) // self.cache_block)
         prefill_pairs = 0.0
+        prefix = 0
         for seq, chunk in chunks:
-            kv_tokens += seq.computed
+            prefix += seq.computed
             prefill_pairs += chunk * (seq.computed + (chunk + 1) / 2)
         tokens = decodes + sum(c for _, c in chunks)
-        return StepPlan(self.step_index, tokens, kv_tokens, pairs + prefill_pairs, decodes, tuple(chunks),
-                        len(self.running), prefill_pairs)
+        return StepPlan(self.step_index, tokens, kv_tokens + prefix, pairs + prefill_pairs, decodes,
+                        tuple(chunks), len(self.running), prefill_pairs, prefix)
 
     def next_decode(self, plan: StepPlan) -> StepPlan | None:
         """`complete(plan)` then `schedule()`, when both steps are plain decodes: `plan` computes no
@@ -295,7 +297,7 @@ class EngineCore:
         if plan.tokens == 0:
             return 0.0
         return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
-                                 prefill_pairs=plan.prefill_pairs)
+                                 prefill_pairs=plan.prefill_pairs, prefix_tokens=plan.prefix_tokens)
 
     @property
     def request_overhead_s(self) -> float:

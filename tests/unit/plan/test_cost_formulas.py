@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -77,15 +78,60 @@ def test_moe_experts_have_their_own_efficiency() -> None:
     assert H200.moe_compute_efficiency == 0.2
     assert cost.expert_flops_per_s == 1979e12 * 0.2
     # Expert FLOPs of a 4,096-token prefill on tp8: 2 * 44.04M params per expert * 58 MoE layers / 8
-    # ranks = 638.6 MFLOP per routed token, x 4,096 * 8 routed tokens = 2.09e13, at 1979e12 x 0.2:
-    # 52.9 ms (at the dense 0.5 it would be 21.1 ms).
+    # ranks = 638.6 MFLOP per routed row, x 4,096 * 8 routed rows = 2.09e13. The grouped GEMMs pad
+    # each expert's rows to 64 (4,096 tokens > 256 experts): 128 rows per expert are 2 + (1 - e^-2)/2
+    # = 2.432 blocks, 256 * 64 * 2.432 = 39,851 rows for 32,768 (x 1.216). At 1979e12 x 0.2: 64.3 ms
+    # (at the dense 0.5 it would be 25.7 ms).
     assert counts.routed_expert == 3 * 7168 * 2048
-    expert_flops = 2 * counts.routed_expert * 58 / 8 * 4096 * 8
-    assert expert_flops == pytest.approx(2.0925e13, rel=1e-3)
+    rows = 256 * 64 * (2 + (1 - math.exp(-2)) / 2)
+    assert rows == pytest.approx(39851, abs=1)
+    expert_flops = 2 * counts.routed_expert * 58 / 8 * rows
+    assert expert_flops == pytest.approx(2.0925e13 * rows / 32768, rel=1e-3)
     same = layout_cost(_ds(gpu=replace(H200, moe_compute_efficiency=0.5)), parse_layout("tp8"))
     extra = cost.prefill(4096).compute_s - same.prefill(4096).compute_s
     assert extra == pytest.approx(expert_flops / (1979e12 * 0.2) - expert_flops / (1979e12 * 0.5))
-    assert extra * 1e3 == pytest.approx(52.9 - 21.1, abs=0.1)
+    assert extra * 1e3 == pytest.approx(64.3 - 25.7, abs=0.1)
+
+
+def test_moe_activation_passes_are_paid_at_the_hbm_rate() -> None:
+    """vLLM's fused-MoE passes beside the GEMMs (plan/moe.py), hand-counted for DeepSeek-V3 FP8 tp8:
+    d 7168, expert slice n = 2048/8 = 256, FP8 GEMM inputs. Per routed row: gathered input 7168 x 1 B,
+    cache1 2n x 2 = 1,024, silu_and_mul 1,024 + 512, quantize 512 + 256, GEMM 2 input 256 x 1, cache3
+    7168 x 2, moe_sum read 7168 x 2: 39,424 B. Per token: moe_sum write 14,336 + input quantize 14,336
+    + 7,168 = 35,840 B. A 4,096-token prefill moves 32,768 rows and 4,096 tokens of them in each of
+    58 MoE layers: 83.4 GB, 21.7 ms at the preset's 4.8 TB/s x 0.8."""
+    cost = layout_cost(_ds(), parse_layout("tp8"))
+    st = cost.stages[0]
+    assert st.expert_act_bytes_per_routed_token == 39424 * 58
+    assert st.expert_act_bytes_per_token == 35840 * 58
+    moved = (39424 * 32768 + 35840 * 4096) * 58
+    assert moved == pytest.approx(83.44e9, rel=1e-3)
+    bare = replace(st, expert_act_bytes_per_routed_token=0.0, expert_act_bytes_per_token=0.0)
+    none = replace(cost, stages=(bare,))
+    extra = cost.prefill(4096).compute_s - none.prefill(4096).compute_s
+    assert cost.hbm_bytes_per_s == 4.8e12 * 0.8
+    assert extra * 1e3 == pytest.approx(moved / (4.8e12 * 0.8) * 1e3, rel=1e-9)
+    assert extra * 1e3 == pytest.approx(21.7, abs=0.05)
+    # Under EP every rank holds whole experts (n = 2048) and computes 1/8 of the rows.
+    ep = layout_cost(_ds(), parse_layout("dp8ep")).stages[0]
+    per_row_ep = 7168 + 4 * 2048 + 6 * 2048 + 2048 + 2 * 7168 * 2 + 3 * 2048
+    assert ep.expert_act_bytes_per_routed_token == pytest.approx(per_row_ep * 58 / 8)
+
+
+def test_mla_chunked_prefill_re_expands_the_cached_latent() -> None:
+    """A prefill chunk after the first re-expands its prompt's cached latent with kv_b_proj: 2 x r 512
+    x (128/8 heads) x (nope 128 + v 128) = 4.19 MFLOP per prefix token and layer on tp8, x 61 layers =
+    255.9 MFLOP; a chunk over an 8,192-token prefix pays 2.10 TFLOP more, 2.12 ms at 1979e12 x 0.5."""
+    cost = layout_cost(_ds(), parse_layout("tp8"))
+    assert cost.stages[0].mla_expand_flops_per_prefix_token == 2 * 512 * 16 * 256 * 61
+    pairs = 4096 * (8192 + 4097 / 2)
+    base = cost.round_s(4096, 8192, pairs, 1, prefill_pairs=pairs)
+    later = cost.round_s(4096, 8192, pairs, 1, prefill_pairs=pairs, prefix_tokens=8192)
+    assert (later - base) * 1e3 == pytest.approx(8192 * 255.85e6 / (1979e12 * 0.5) * 1e3, rel=1e-3)
+    assert (later - base) * 1e3 == pytest.approx(2.12, abs=0.01)
+    dense = layout_cost(PlanInputs(cfg=QWEN, gpu=H200, cluster=Cluster(1, 8), settings=fixed_settings(8192)),
+                        parse_layout("tp8"))
+    assert dense.stages[0].mla_expand_flops_per_prefix_token == 0.0
 
 
 def test_fixed_step_overhead_beside_the_bandwidth_term() -> None:
