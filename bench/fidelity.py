@@ -54,10 +54,14 @@ from orchestrator.sim.run import spec_engines
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate, single_request_s
 from orchestrator.spec.models import HardwareSpec, SweepSpec
 
+sys.path.insert(0, str(Path(__file__).parent))  # bench/ is scripts, not a package
+from fidelity_pd import run_pool_case
+
 CASES = Path(__file__).with_name("fidelity_cases.yaml")
 HELDOUT = Path(__file__).with_name("fidelity_heldout.json")
 MODES = ("offline", "open", "closed")
-METRICS = ("output_tokens_per_s", "ttft_mean_ms", "tpot_mean_ms", "itl_mean_ms", "latency_mean_ms")
+METRICS = ("output_tokens_per_s", "ttft_mean_ms", "tpot_mean_ms", "itl_mean_ms", "latency_mean_ms",
+           "input_tokens_per_s")  # input: a prefill pool measured alone (bench/fidelity_pd.py)
 ENGINE_FAMILIES = ("tensorrt-llm", "vllm", "sglang")
 GOAL_S = 120.0
 
@@ -81,6 +85,7 @@ class Case:
     measured: dict[str, float]
     rate_per_s: float | None = None
     concurrency: int | None = None
+    pool: str | None = None  # prefill or decode: one pool of a prefill/decode pair measured alone
 
 
 def load_cases(path: Path = CASES) -> tuple[dict[str, dict[str, Any]], list[Case]]:
@@ -188,6 +193,9 @@ def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
              overrides: dict[str, float] | None = None) -> dict[str, float]:
     """Predicted metrics for the case, as the measured ones are named."""
     spec = case_spec(case, source, calibration, overrides)
+    if case.pool is not None:  # one pool of a prefill/decode pair (bench/fidelity_pd.py)
+        return run_pool_case(spec, case.layout, case.pool, case.requests, case.input_tokens,
+                             case.output_tokens)
     layout = parse_layout(case.layout)
     engines = spec_engines(spec, plan_inputs(spec), layout)
     n, inp, out = case.requests, case.input_tokens, case.output_tokens
@@ -259,7 +267,10 @@ Column = Callable[[Case, dict[str, Any]], tuple[str, dict[str, float]] | None]
 
 def table_hash(cases: list[Case], sources: dict[str, dict[str, Any]]) -> str:
     """What the held-out cache was fitted from: the cases and their sources."""
-    blob = json.dumps([[c.__dict__, sources[c.source]] for c in sorted(cases, key=lambda c: c.id)],
+    # a case of one whole deployment (no `pool`) hashes as before pools were known
+    fields = [{k: v for k, v in c.__dict__.items() if k != "pool" or v is not None} for c in cases]
+    blob = json.dumps([[f, sources[c.source]] for c, f in sorted(zip(cases, fields, strict=True),
+                                                                 key=lambda cf: cf[0].id)],
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -33,14 +33,14 @@ class Quiet:
 
 def _sweep(
     spec_path: str, rates: tuple[float, ...] | None, db: Path
-) -> tuple[float, int, tuple[str | None, tuple[str, ...]], Store]:
+) -> tuple[float, int, tuple[str | None, tuple[str, ...], str], Store]:
     store = Store(db)
     sweep = Sweep(load_spec(spec_path), store, Quiet(), options=SweepOptions(rates=rates))  # type: ignore[arg-type]
     t0 = time.process_time()
     result = sweep.run()
     cpu = time.process_time() - t0
     sel = result.selection
-    return cpu, len(store.points(sweep.run_id)), (sel.winner, sel.tie_with), store
+    return cpu, len(store.points(sweep.run_id)), (sel.winner, sel.tie_with, sel.decided_by), store
 
 
 def main(paths: list[str]) -> None:
@@ -58,10 +58,10 @@ def main(paths: list[str]) -> None:
             if win_s[0] == win_g[0]:
                 same = "same"
             elif win_g[0] in win_s[1] or win_s[0] in win_g[1]:
-                same = f"grid: {win_g[0]}, a tie (intervals overlap), broken by GPUs then TTFT"
+                same = f"grid: {win_g[0]}, within the tie; decided by {win_g[2]}"
             else:
                 same = f"DIFFERENT (grid: {win_g[0]})"
-            ties = f" tied with {', '.join(win_s[1])}" if win_s[1] else ""
+            ties = f" tied with {', '.join(win_s[1])}, decided by {win_s[2]}" if win_s[1] else ""
             print(f"{Path(path).name:<28} {cpu_s:>12.1f} {n_s:>7} {cpu_g:>11.1f} {n_g:>7} "
                   f"{cpu_s / cpu_g:>6.2f}  {win_s[0]}{ties} ({same})", flush=True)
 

@@ -21,10 +21,22 @@ class NoLayoutMeetsSLO(OrchError):
     exit_code = 3
 
 
-class DeployError(OrchError):
-    """A deployment could not be brought up or torn down."""
+class UnknownRun(SpecError):
+    """A run reference that names no stored run, or more than one (an ambiguous prefix): bad input,
+    never the regression code 1 of `orch compare`."""
+
+
+class InfrastructureError(OrchError):
+    """The machinery under the measurement failed, not the layout's performance: an engine that is not
+    installed, a Ray or Kubernetes target that cannot be reached, a deployment that could not be
+    brought up, an engine that died; in `orch sweep`, no layout could be measured because of such
+    failures. Never 3 ("no layout meets the SLO"): a nightly job must not read it as a regression."""
 
     exit_code = 4
+
+
+class DeployError(InfrastructureError):
+    """A deployment could not be brought up or torn down."""
 
 
 class EngineDied(DeployError):

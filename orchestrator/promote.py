@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate, DisaggCandidate
 from orchestrator.compile import model_ref, prepare
 from orchestrator.compile.artifacts import (
     FILES,
@@ -30,10 +30,14 @@ from orchestrator.compile.artifacts import (
 )
 from orchestrator.compile.helm_values import CHART_NAME
 from orchestrator.compile.k8s import GPU_PRODUCT_LABEL
+from orchestrator.compile.k8s_pd import LONGEST_SUFFIX
+from orchestrator.disagg import AnyLayout, DisaggLayout, is_disagg_text, parse_any_layout
 from orchestrator.engines import ENGINES, EngineSettings, get_engine
-from orchestrator.errors import NoLayoutMeetsSLO, OrchError, SpecError
+from orchestrator.errors import NoLayoutMeetsSLO, SpecError
+from orchestrator.kv_handover import backend_problem, default_backend
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.provenance import orch_version
+from orchestrator.plan.candidates import disagg_candidate
 from orchestrator.plan.from_spec import engine_settings
 from orchestrator.promote_md import provenance_markdown
 from orchestrator.spec.load import spec_from_json
@@ -42,7 +46,6 @@ from orchestrator.store.db import Store
 from orchestrator.store.run_ids import checked_run_id
 
 DEPLOYABLE = ("vllm", "sglang")
-LATEST = "latest"
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class PromoteOptions:
     name: str | None = None
     image: str | None = None
     namespace: str | None = None
+    overwrite: bool = False  # replace what an existing --out folder holds (else refused)
+    router_image: str | None = None  # a vLLM pair's router (orch's): an image with orch in it
 
     def __post_init__(self) -> None:
         bad = [f for f in self.formats if f not in FORMATS]
@@ -74,31 +79,56 @@ class Promoted:
 
 
 def resolve_run(store: Store, ref: str) -> str:
-    """A run id, a unique prefix of one (6+ characters), or `latest` (the newest run in the store)."""
-    if ref == LATEST:
-        runs = store.runs()
-        if not runs:
-            raise OrchError(
-                f"RUN latest: {store.path} holds no runs; run `orch sweep SPEC --store {store.path}`"
-            )
-        return checked_run_id(runs[0].run_id)
-    return checked_run_id(store.run(ref).run_id)
+    """A run id, a unique prefix of one (6+ characters), its short hash, or `latest` (the newest run in
+    the store); an ambiguous prefix is refused with the candidates (store/run_ids.py)."""
+    return checked_run_id(store.resolve(ref))
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """An existing folder with anything in it is not silently overwritten: a promoted folder is what a
+    platform team deploys from, and its PROVENANCE must describe every file in it."""
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--out {out}: not a directory; give a folder to write the artifacts into")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise SpecError(
+            f"--out {out}: the folder exists and is not empty (an earlier promotion?); give a new folder, "
+            "or --overwrite to replace its artifacts"
+        )
+
+
+def clear_promotion(out: Path) -> list[str]:
+    """Before --overwrite writes: remove an earlier promotion's files (the artifacts orch names and its
+    PROVENANCE), so none of them outlives the provenance that described it; say what else is left."""
+    if not out.is_dir():
+        return []
+    ours = {*FILES.values(), "PROVENANCE.json", "PROVENANCE.md"}
+    for name in ours:
+        (out / name).unlink(missing_ok=True)
+    left = sorted(p.name for p in out.iterdir())
+    if not left:
+        return []
+    return [f"--out {out} also holds {', '.join(left[:5])}, not written by orch promote; left as is"]
 
 
 def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:
     """The layout block an eval config carries so evals run under the same sharding as the promoted one."""
     lay = provenance["layout"]
-    layout = parse_layout(lay["layout"])
+    layout = parse_any_layout(lay["layout"])
+
+    def sizes(one: Layout) -> dict[str, Any]:
+        return {"tensor_parallel_size": one.tp, "pipeline_parallel_size": one.pp,
+                "data_parallel_size": one.dp,
+                "expert_parallel": one.ep, "replicas": one.replicas}
+
+    # a prefill/decode pair: each pool's sizes (evals that pin a layout pin both pools)
+    shape = ({"prefill": sizes(layout.prefill), "decode": sizes(layout.decode)}
+             if isinstance(layout, DisaggLayout) else sizes(layout))
     return {
         "serving_layout": {
             "layout": lay["layout"],
             "engine": provenance["artifacts"]["engine"],
             "engine_version": provenance["artifacts"]["engine_version"],
-            "tensor_parallel_size": layout.tp,
-            "pipeline_parallel_size": layout.pp,
-            "data_parallel_size": layout.dp,
-            "expert_parallel": layout.ep,
-            "replicas": layout.replicas,
+            **shape,
             "model": provenance["model"]["name"],
             "model_config_hash": provenance["model"]["config_hash"],
             "promoted_from": {
@@ -109,12 +139,13 @@ def pin_block(provenance: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def k8s_name(model: str, layout: str) -> str:
-    """A DNS label for the objects, e.g. qwen2-5-72b-tp4x2 (at most 40 characters)."""
+def k8s_name(model: str, layout: str, *, pair: bool = False) -> str:
+    """A DNS label for the objects, e.g. qwen2-5-72b-tp4x2 (at most 40 characters; a prefill/decode
+    pair's at most 32, leaving room for its pools' -prefill / -decode suffixes)."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"{model}-{layout}".lower()).strip("-")
     if not name or not name[0].isalpha():
         name = "m-" + name
-    return name[:40].rstrip("-")
+    return name[: 40 - (LONGEST_SUFFIX if pair else 0)].rstrip("-")
 
 
 def _iso(t: float | None) -> str | None:
@@ -174,13 +205,40 @@ def measured_settings(launch: dict[str, Any] | None, spec: SweepSpec, engine: st
     return engine_settings(spec, engine=engine, request=measured.request())
 
 
+def measured_pair(split: dict[str, Any] | None, pd: DisaggLayout, spec: SweepSpec,
+                  engine: str) -> DisaggCandidate:
+    """The prefill/decode candidate a run measured (its stored split: each pool's settings, redundant
+    experts, the transfer and the router), for `engine`: the same values resolved by that engine, over
+    its own transfer backend when the run measured another engine's."""
+    if not split:
+        return disagg_candidate(spec, pd, engine_settings(spec, engine=engine))
+    pools = []
+    for role in ("prefill", "decode"):
+        stored = EngineSettings.from_dict(split[role]["engine_settings"])
+        pools.append(stored if stored.engine == engine
+                     else engine_settings(spec, engine=engine, request=stored.request()))
+    transfer = str(split.get("transfer") or "")
+    if backend_problem(engine, transfer) is not None:
+        own = spec.disagg.transfer_backend if spec.engine.name == engine else None
+        transfer = own or default_backend(engine)
+    return DisaggCandidate.of(
+        pd, pools[0], pools[1], transfer, bases=(pools[0], pools[1]),
+        redundant_experts=(int(split["prefill"].get("num_redundant_experts", 0)),
+                           int(split["decode"].get("num_redundant_experts", 0))),
+        router_policy=split.get("router_policy") or spec.disagg.router_policy)
+
+
 def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOptions | None = None) -> Promoted:
     opts = opts or PromoteOptions()
     run_id = resolve_run(store, run_ref)
     info = store.run_info(run_id)
     verdict, chosen = _choose(info.get("selection"), run_id, opts.layout)
     spec = spec_from_json(info["spec"], f"run {run_id}")
-    layout: Layout = parse_layout(verdict["layout"])
+    name_of = str(verdict["layout"])  # the candidate's name, the store's key
+    row = next((r for r in store.layouts(run_id) if r.layout == name_of), None)
+    split = (row.plan or {}).get("split") if row is not None else None
+    layout: AnyLayout = (parse_any_layout(split["name"] if split else name_of)
+                         if split or is_disagg_text(name_of) else parse_layout(name_of))
     measured_engine = str(info["engine"])
     engine = opts.engine or (measured_engine if measured_engine in DEPLOYABLE else "vllm")
     notes: list[str] = []
@@ -191,23 +249,29 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
         )
     elif engine != measured_engine:
         notes.append(f"run {run_id} measured {measured_engine}; these artifacts are for {engine}")
-    launch = next((r.launch for r in store.layouts(run_id) if r.layout == str(layout)), None)
+    launch = row.launch if row is not None else None
     served = measured_served_name(launch, spec, measured_engine)
-    candidate = Candidate(layout, measured_settings(launch, spec, engine))
+    candidate: AnyCandidate
+    if isinstance(layout, DisaggLayout):
+        candidate = measured_pair(split, layout, spec, engine)
+    else:
+        candidate = Candidate(layout, measured_settings(launch, spec, engine))
     compiled = prepare(spec, candidate, engine=engine, served_model_name=served)
     notes += [f"compile: {w}" for w in compiled.warnings]
-    name = opts.name or k8s_name(str(info["model"]), str(layout))
+    name = opts.name or k8s_name(str(info["model"]), str(layout), pair=isinstance(layout, DisaggLayout))
     seen = (info.get("hardware") or {}).get("gpus") or []
     k8s_opts, option_notes = artifact_options(
         spec, engine, name, image=opts.image, namespace=opts.namespace, spec_hash=str(info["spec_hash"]),
-        product=product_from_seen(seen),
+        product=product_from_seen(seen), router_image=opts.router_image,
     )  # fmt: skip
     notes += option_notes
     out = Path(out_dir)
+    check_out_dir(out, opts.overwrite)
+    notes += clear_promotion(out)
     out.mkdir(parents=True, exist_ok=True)
     texts: dict[str, str] = {}
     for fmt in opts.formats:
-        text = render(fmt, compiled, layout, spec, k8s_opts)
+        text = render(fmt, compiled, spec, k8s_opts)
         if text is None:
             notes.append(f"{fmt}: skipped, Ray Serve LLM runs vLLM, not {engine}")
             continue
@@ -217,7 +281,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
         else:
             text = _header(run_id, _HOW[fmt]) + text
         texts[FILES[fmt]] = text
-    points = {p.label: p for p in store.points(run_id, str(layout))}
+    points = {p.label: p for p in store.points(run_id, name_of)}
     best = points.get(verdict.get("best_point") or "")
     provenance: dict[str, Any] = {
         "promoted_at": _iso(time.time()),

@@ -1,14 +1,11 @@
-# Sourced by .ci/run: Ray for the `ray` test tier (real local clusters on loopback with fake GPUs), into
-# the clone's own .venv. Plain `ray` (no dashboard): the tests check leftovers with placement_group_table
-# and named actors. Exports ORCH_RAY=1 only when ray installed and imports; the tier fails instead of
-# skipping when ORCH_CI=1 and ray does not import.
-# shellcheck source=../lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# Sourced by .ci/run: Ray for the `ray` test tier (real local clusters on loopback with fake GPUs).
+# Plain `ray` (no dashboard): the tests check leftovers with placement_group_table and named actors.
+# Exports ORCH_RAY=1; the tier fails instead of skipping when ORCH_CI=1 and ray does not import.
 
 orch_setup_ray() {
     local ray_version="2.60.0"
-    orch_ci_pip .venv/bin/pip install --quiet "ray==${ray_version}" || return 1
-    .venv/bin/python -c 'import ray; print("ray", ray.__version__)' || return 1
+    .venv/bin/pip install --quiet "ray==${ray_version}"
+    .venv/bin/python -c 'import ray; print("ray", ray.__version__)'
     export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_USAGE_STATS_ENABLED=0
     export ORCH_RAY=1
 }

@@ -43,6 +43,10 @@ labels:
   {{- include "orch.selectorLabels" .root | nindent 2 }}
   orch.dev/layout: {{ .root.Values.layout | quote }}
   orch.dev/role: {{ .role }}
+{{- if and .root.Values.podAnnotations (eq .role "leader") }}
+annotations:
+  {{- toYaml .root.Values.podAnnotations | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -61,6 +65,7 @@ containers:
     imagePullPolicy: {{ $v.imagePullPolicy }}
     command:
       {{- toYaml .cmd.command | nindent 6 }}
+    {{- if or $v.hfToken.secretName .cmd.env $v.extraEnv }}
     env:
       {{- if $v.hfToken.secretName }}
       # Optional: public models need no token, and a missing Secret must not keep the pod from starting.
@@ -77,6 +82,7 @@ containers:
       {{- with $v.extraEnv }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
+    {{- end }}
     resources:
       limits:
         {{- toYaml (mergeOverwrite (deepCopy $v.resources.extraLimits) (dict "nvidia.com/gpu" (int $v.gpusPerPod))) | nindent 8 }}

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from orchestrator.calibrate.fitting import fit as fit
     from orchestrator.calibrate.fitting import points_from_store as points_from_store
     from orchestrator.calibrate.fitting import profile_extra as profile_extra
+    from orchestrator.calibrate.fitting import simulated_runs as simulated_runs
 
 __getattr__, __all__ = lazy_face(__name__, {
-    "fitting": ("Calibration", "METRICS", "fit", "points_from_store", "profile_extra",),
+    "fitting": ("Calibration", "METRICS", "fit", "points_from_store", "profile_extra", "simulated_runs",),
 })  # fmt: skip

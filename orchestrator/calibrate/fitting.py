@@ -26,18 +26,37 @@ from orchestrator.catalog.loader import canonical_gpu
 from orchestrator.catalog.types import GPUSpec
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import spec_from_json
 from orchestrator.spec.models import SweepSpec
 
-# (metric name in a stored point, how to read it from Metrics.to_dict()). Means, not medians: a
-# median is one request's value and jumps as the schedule shifts, which defeats finite differences.
-METRICS: tuple[tuple[str, Callable[[dict[str, Any]], float | None]], ...] = (
-    ("ttft_mean_ms", lambda m: (m.get("ttft_ms") or {}).get("mean")),
-    ("tpot_mean_ms", lambda m: (m.get("tpot_ms") or {}).get("mean")),
-    ("output_tokens_per_s", lambda m: m.get("output_throughput")),
+# (metric name, how to read it from Metrics.to_dict() and the point's records). Means, not medians:
+# a median is one request's value and jumps as the schedule shifts, which defeats finite differences.
+# Output tokens/s over the whole run (makespan_rate), not the window's throughput: a window cuts the
+# start-up ramp and the drain at fixed times, so a small change of a constant that shifts which
+# requests are in the batch at the window's end moves it by a percent or more, up and down (a tp8
+# point past capacity: +-0.7% between hbm_efficiency steps of 0.4%), and the fit cannot follow.
+# The makespan counts every token once and moves smoothly.
+Reader = Callable[[dict[str, Any], Sequence[RequestRecord]], float | None]
+METRICS: tuple[tuple[str, Reader], ...] = (
+    ("ttft_mean_ms", lambda m, _r: (m.get("ttft_ms") or {}).get("mean")),
+    ("tpot_mean_ms", lambda m, _r: (m.get("tpot_ms") or {}).get("mean")),
+    ("output_tokens_per_s", lambda _m, r: makespan_rate(r)),
 )
+
+
+def makespan_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Output tokens of the completed requests over the run's whole span (first scheduled send to last
+    end), per second; None without records (a point stored without them)."""
+    done = [r for r in records if r.ok and r.done_s is not None]
+    if not done:
+        return None
+    span = max(r.done_s or 0.0 for r in done) - min(r.scheduled_s for r in records)
+    return sum(r.n_output_tokens for r in done) / span if span > 0 else None
+
+
 DEFAULT_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "step_overhead_s")
 MOE_CONSTANTS = ("moe_compute_efficiency",)
 TTFT_CONSTANTS = ("request_overhead_s",)  # fitted by default when TTFT is: nothing else sees it
@@ -65,6 +84,7 @@ class MeasuredPoint:
     rate: float
     num_requests: int
     measured: dict[str, float]  # metric -> value (only the ones the run has)
+    engine: str = ""  # what the run measured (the store's engine: sim for the simulated engine)
 
     @property
     def name(self) -> str:
@@ -107,22 +127,44 @@ class Calibration:
         return float(np.median(errs)) if errs else None
 
 
+    def worse_after(self) -> dict[str, tuple[int, int]]:
+        """Per fitted metric: (points whose |error| grew with the fitted constants, points with both
+        errors). A median near 0 can hide a fit that made most points worse."""
+        out: dict[str, tuple[int, int]] = {}
+        for m in self.metrics:
+            pairs = [(b, a) for p in self.points
+                     if (b := p.error(m, "before")) is not None and (a := p.error(m, "after")) is not None]
+            out[m] = (sum(1 for b, a in pairs if abs(a) > abs(b)), len(pairs))
+        return out
+
+
+def simulated_runs(points: Sequence[MeasuredPoint]) -> list[str]:
+    """The runs among `points` that measured the simulated engine: calibrating on them fits the
+    simulator to its own output (errors near 0 by construction; the fit only chases noise)."""
+    return sorted({p.run_id for p in points if p.engine == "sim"})
+
+
 def points_from_store(store: Any, run_ids: Sequence[str]) -> list[MeasuredPoint]:
     """The open-loop measured points of stored runs (closed-loop and trace points are skipped)."""
     out = []
     for ref in run_ids:
         run = store.run(ref)
         spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
+        records: dict[tuple[str, str], list[RequestRecord]] = {}
+        for layout, label, rec in store.records(run.run_id):
+            records.setdefault((layout, label), []).append(rec)
         for p in store.points(run.run_id):
             found = _RATE_LABEL.match(p.label)
             if found is None or p.rate is None:
                 continue
+            recs = records.get((p.layout, p.label), [])
             measured = {name: float(v) for name, read in METRICS
-                        if (v := read(p.metrics)) is not None and math.isfinite(float(v)) and float(v) > 0}
+                        if (v := read(p.metrics, recs)) is not None and math.isfinite(v) and v > 0}
             if not measured:
                 continue
             n = int(p.metrics.get("n_requests") or spec.workload.num_requests or 0)
-            out.append(MeasuredPoint(run.run_id, spec, parse_layout(p.layout), float(p.rate), n, measured))
+            out.append(MeasuredPoint(run.run_id, spec, parse_layout(p.layout), float(p.rate), n, measured,
+                                     run.engine))
     return out
 
 
@@ -150,7 +192,7 @@ def predict_point(point: MeasuredPoint, constants: dict[str, float],
     sp = simulate_point(point.spec, inputs, point.layout, point.rate, num_requests=n)
     m = sp.result.metrics.to_dict()
     return {name: float(v) for name, read in METRICS
-            if (v := read(m)) is not None and math.isfinite(float(v))}
+            if (v := read(m, sp.result.records)) is not None and math.isfinite(float(v))}
 
 
 def with_constants(gpu: GPUSpec, constants: dict[str, float]) -> GPUSpec:

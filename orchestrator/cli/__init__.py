@@ -112,7 +112,7 @@ def err_console() -> Console:
 
     return Console(stderr=True, soft_wrap=True)
 
-RUN_HELP = "Run id, a unique prefix of one (6+ characters), or latest (orch runs lists them)."
+RUN_HELP = "Run id, a unique prefix of one (6+ characters), its short hash, or latest (orch runs lists them)."
 
 # Off a terminal (a pipe, a CI log) tables are printed this wide, so layout and metric names are
 # never cut; a terminal gets its own width (rich's default), as does an explicit COLUMNS.

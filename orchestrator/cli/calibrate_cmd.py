@@ -10,9 +10,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator.calibrate.fitting import METRICS, Calibration, fit, points_from_store, profile_extra
+from orchestrator.calibrate.fitting import (
+    METRICS,
+    Calibration,
+    fit,
+    points_from_store,
+    profile_extra,
+    simulated_runs,
+)
 from orchestrator.catalog.profiles import write_profile
-from orchestrator.cli import app, make_console
+from orchestrator.cli import app, err_line, make_console
 from orchestrator.cli.fit_table import FitTable
 from orchestrator.cli.progress import Lines, stderr_is_terminal
 from orchestrator.errors import SpecError
@@ -22,6 +29,11 @@ from orchestrator.store.db import DEFAULT_STORE, Store
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
+
+
+def _median(x: float | None) -> str:
+    """Three significant digits: a median of 0.004% is not "0.0%"."""
+    return "-" if x is None else f"{x * 100:.3g}%"
 
 
 def _print(cal: Calibration, out: str | None, console: Console) -> None:
@@ -42,10 +54,12 @@ def _print(cal: Calibration, out: str | None, console: Console) -> None:
     for name in cal.fitted:
         kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
+    worse = "; ".join(f"{m} worse on {w} of {n} points" for m, (w, n) in cal.worse_after().items() if w)
     console.print(f"median |error| over {', '.join(cal.metrics)}: "
-                  f"{_pct(cal.median_abs_error('before'))[1:]} before, "
-                  f"{_pct(cal.median_abs_error('after'))[1:]} after ({cal.iterations} iterations, "
-                  f"{cal.evaluations} simulations of every point)", highlight=False)
+                  f"{_median(cal.median_abs_error('before'))} before, "
+                  f"{_median(cal.median_abs_error('after'))} after ({cal.iterations} iterations, "
+                  f"{cal.evaluations} simulations of every point)"
+                  + (f"; after the fit: {worse}" if worse else ""), highlight=False)
     if out:
         console.print(f"wrote {out}; use it with hardware.calibration: {out}", highlight=False)
 
@@ -80,6 +94,11 @@ def calibrate_command(
         points = points_from_store(store, runs)
     finally:
         store.close()
+    if sim := simulated_runs(points):
+        err_line("warning:", "bold yellow",
+                 f"run(s) {', '.join(sim)} measured the simulated engine: calibrating on them fits the "
+                 "simulator to its own output (errors near 0 by construction, the fit only chases noise); "
+                 "calibrate against runs of a real engine")
     console = make_console(stderr=as_json)
     start = f"fitting to {len(points)} measured points (each step simulates every one)"
     lines = Lines("calibrate: ", interval_s=0)  # each iteration's line, on a terminal or not

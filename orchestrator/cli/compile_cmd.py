@@ -10,17 +10,20 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import DisaggCandidate
 from orchestrator.cli import app, err_line
 from orchestrator.compile import prepare, to_json, to_shell
 from orchestrator.compile.artifacts import artifact_options, render
+from orchestrator.disagg import DisaggLayout, parse_any_layout
 from orchestrator.errors import SpecError
-from orchestrator.layout import parse_layout
 from orchestrator.pipeline.validate import load_checked_spec
-from orchestrator.plan.from_spec import engine_settings
-from orchestrator.plan.run import make_plan
+from orchestrator.plan.candidates import candidate_of, check_pairs
+from orchestrator.plan.disagg import DisaggRow, plan_pair
+from orchestrator.plan.from_spec import engine_settings, mean_tokens, plan_inputs
+from orchestrator.plan.planner import PlanRow
+from orchestrator.plan.run import itl_bound_ms, make_plan
 from orchestrator.promote import k8s_name
-from orchestrator.spec.load import spec_hash
+from orchestrator.spec.load import revalidated, spec_hash
 
 
 class EngineName(StrEnum):
@@ -46,7 +49,8 @@ class Executor(StrEnum):
 def compile_cmd(
     spec_path: Annotated[Path, typer.Argument(
         metavar="SPEC", help="Sweep spec YAML, e.g. layouts/qwen72b.yaml")],
-    layout: Annotated[str, typer.Option("--layout", "-l", help="Layout to compile, e.g. tp4x2")],
+    layout: Annotated[str, typer.Option(
+        "--layout", "-l", help="Layout to compile, e.g. tp4x2, or a prefill/decode pair, e.g. p:tp4+d:tp4")],
     engine: Annotated[
         EngineName | None, typer.Option(help="Engine; default: the spec's engine.name")
     ] = None,
@@ -76,16 +80,31 @@ def compile_cmd(
     namespace: Annotated[
         str | None, typer.Option(help="helm-values/k8s: namespace; default target.namespace or default.")
     ] = None,
+    router_image: Annotated[
+        str | None, typer.Option(help="helm-values/k8s of a prefill/decode pair: the router's image (pinned; "
+                                 "vLLM: one with orch installed; SGLang: default the engine image)")
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Emit the commands even for a layout the planner rejects.")
     ] = False,
 ) -> None:
     """Print one layout as shell commands, the launch plan as JSON, Helm values, manifests or a Ray config."""
     spec = load_checked_spec(spec_path)
-    chosen = parse_layout(layout)
+    chosen = parse_any_layout(layout)
+    if engine is not None and engine.value != spec.engine.name and isinstance(chosen, DisaggLayout):
+        spec = revalidated(spec.model_copy(update={"engine": spec.engine.model_copy(
+            update={"name": engine.value})}), "--engine")  # the pair's transfer backend is that engine's
+    check_pairs(spec, [chosen])
     # One settings value for the plan and the command: the engine runs what the planner judged.
     settings = engine_settings(spec, engine=engine.value if engine else None)
-    (row,) = make_plan(spec, layouts=[chosen], batches=(1,), settings=settings).rows
+    candidate = candidate_of(spec, chosen, settings)
+    if isinstance(candidate, DisaggCandidate):
+        w = spec.workload
+        row: PlanRow | DisaggRow = plan_pair(
+            plan_inputs(spec, settings), candidate, prompt_tokens=mean_tokens(w.input_tokens),
+            output_tokens=mean_tokens(w.output_tokens), itl_bound_ms=itl_bound_ms(spec))
+    else:
+        (row,) = make_plan(spec, layouts=[candidate.layout], batches=(1,), settings=settings).rows
     if row.rejected_because:
         why = "; ".join(row.rejected_because)
         if not force:
@@ -95,7 +114,7 @@ def compile_cmd(
                  f"of --force: {why}")
     addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
     compiled = prepare(
-        spec, Candidate(chosen, settings), engine=settings.engine, node_addrs=addrs,
+        spec, candidate, engine=settings.engine, node_addrs=addrs,
         num_redundant_experts=redundant_experts, executor=executor.value if executor else None,
         a2a_backend=a2a_backend,
     )
@@ -109,14 +128,14 @@ def compile_cmd(
         opts = None
         if fmt in (Format.helm_values, Format.k8s):
             model = spec.model.name or spec.model.path or "model"
-            obj_name = name or k8s_name(model, str(chosen))
+            obj_name = name or k8s_name(model, str(chosen), pair=isinstance(chosen, DisaggLayout))
             opts, notes = artifact_options(
                 spec, compiled.plan.engine, obj_name,
-                image=image, namespace=namespace, spec_hash=spec_hash(spec),
+                image=image, namespace=namespace, spec_hash=spec_hash(spec), router_image=router_image,
             )  # fmt: skip
             for note in notes:
                 err_line("note:", "yellow", note)
-        text = render(fmt.value, compiled, chosen, spec, opts)
+        text = render(fmt.value, compiled, spec, opts)
         if text is None:
             raise SpecError(f"--format ray-serve: Ray Serve LLM runs vLLM, not {compiled.plan.engine}")
         typer.echo(text, nl=False)

@@ -12,14 +12,15 @@ from rich.markup import escape
 from orchestrator.cli import app, make_console
 from orchestrator.cli.fit_table import FitTable
 from orchestrator.cli.flags import parse_ints
-from orchestrator.layout import parse_layouts
+from orchestrator.disagg import DisaggLayout, parse_any_layouts
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.planner import PlanRow
 from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
+from orchestrator.spec.models import SweepSpec
 
 GB = 1e9
-
-
 
 
 def _tokens(n: int) -> str:
@@ -101,8 +102,11 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wi
 def plan_command(
     spec_path: Annotated[str, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")],
     layouts: Annotated[str | None, typer.Option(
-        "--layouts", help="Only these, e.g. tp8,tp4x2; 'spec' = the spec's candidates. "
-        "Default: every sensible layout.")] = None,
+        "--layouts", help="Only these, e.g. tp8,tp4x2,p:tp4+d:tp4 (prefill/decode pairs too); 'spec' = the "
+        "spec's candidates. Default: every sensible layout.")] = None,
+    disagg: Annotated[int | None, typer.Option(
+        "--disagg", metavar="N", help="Every prefill/decode split of N GPUs ranked beside the aggregated "
+        "layouts of N GPUs; 0 = the spec's hardware.")] = None,
     batch: Annotated[str | None, typer.Option("--batch", help="Decode batch sizes, e.g. 1,64.")] = None,
     context: Annotated[int | None, typer.Option(
         "--context", help="Context tokens per sequence while decoding.")] = None,
@@ -115,11 +119,17 @@ def plan_command(
 ) -> None:
     """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
     spec = load_checked_spec(spec_path)
-    chosen = None
-    if layouts is not None and layouts.strip() != "spec":
-        chosen = parse_layouts(layouts)
-    elif layouts is not None:
-        chosen = list(spec.layouts)
+    if disagg is not None:
+        _plan_splits(spec, disagg, prompt, as_json, wide)
+        return
+    given = (parse_any_layouts(layouts) if layouts is not None and layouts.strip() != "spec"
+             else list(spec.layouts))
+    pairs = [lay for lay in given if isinstance(lay, DisaggLayout)]
+    # None: every sensible aggregated layout (and the spec's own)
+    chosen = [lay for lay in given if isinstance(lay, Layout)] if layouts is not None else None
+    if pairs:
+        _plan_pairs(spec, chosen, pairs, batch, context, prompt, as_json, wide)
+        return
     result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
                        batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
                        prompt_tokens=prompt)
@@ -127,3 +137,38 @@ def plan_command(
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
     print_plan(result, {str(lay) for lay in spec.layouts}, make_console(), wide=wide)
+
+
+def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[DisaggLayout], batch: str | None,
+                context: int | None, prompt: int | None, as_json: bool, wide: bool) -> None:
+    """Prefill/decode pairs, and the aggregated layouts given beside them."""
+    from orchestrator.cli.plan_disagg import print_pairs
+    from orchestrator.plan.disagg_run import make_disagg_plan
+
+    result = make_disagg_plan(spec, pairs, prompt_tokens=prompt)
+    agg = None
+    if chosen is None or chosen:  # None: every sensible layout, as without pairs
+        agg = make_plan(spec, layouts=chosen, all_layouts=chosen is None,
+                        batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES,
+                        context_tokens=context, prompt_tokens=prompt)
+    if as_json:
+        data = {**(agg.to_dict() if agg else {}), "disaggregated": result.to_dict()}
+        typer.echo(json.dumps(data, indent=2))
+        return
+    console = make_console()
+    if agg is not None:
+        print_plan(agg, {str(lay) for lay in spec.layouts}, console, wide=wide)
+    print_pairs(result, console, wide=wide)
+
+
+def _plan_splits(spec: SweepSpec, gpus: int, prompt: int | None, as_json: bool, wide: bool) -> None:
+    from orchestrator.cli.plan_disagg import print_splits
+    from orchestrator.plan.disagg_run import make_split_plan
+
+    if gpus < 0:
+        raise SpecError(f"--disagg {gpus}: give a number of GPUs (0 = the spec's hardware)")
+    plan = make_split_plan(spec, gpus or None, prompt_tokens=prompt)
+    if as_json:
+        typer.echo(json.dumps(plan.to_dict(), indent=2))
+        return
+    print_splits(plan, make_console(), wide=wide)

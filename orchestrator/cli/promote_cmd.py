@@ -48,16 +48,22 @@ def promote_command(
     name: Annotated[str | None, typer.Option(help="Kubernetes object name; default MODEL-LAYOUT.")] = None,
     image: Annotated[str | None, typer.Option(help="Engine container image (pin a tag).")] = None,
     namespace: Annotated[str | None, typer.Option(help="Kubernetes namespace of the objects.")] = None,
+    router_image: Annotated[str | None, typer.Option(
+        "--router-image", help="A vLLM prefill/decode pair's router: an image with orch installed (pin a "
+        "tag); default target.router_image.")] = None,
     pin: Annotated[
         bool, typer.Option("--pin", help="Print only the layout block an eval config carries; write nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the provenance as JSON.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the artifacts in an existing, non-empty --out.")
+    ] = False,
 ) -> None:
     """Write the winner of a stored run as Helm values, manifests, launch commands and PROVENANCE files."""
     store = Store(store_path, readonly=True)
     opts = PromoteOptions(
         formats=_formats(fmt), engine=engine.value if engine else None, layout=layout, name=name,
-        image=image, namespace=namespace,
+        image=image, namespace=namespace, overwrite=overwrite, router_image=router_image,
     )  # fmt: skip
     if pin:
         with tempfile.TemporaryDirectory(prefix="orch-pin-") as tmp:

@@ -17,7 +17,7 @@ from orchestrator.errors import SpecError
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.sweep import SweepResult, outcomes_from_store
 from orchestrator.promote import resolve_run
-from orchestrator.report.compare import comparability, compare_runs
+from orchestrator.report.compare import comparability, compare_runs, parse_threshold
 from orchestrator.report.data import load_report
 from orchestrator.selection import select
 from orchestrator.spec.load import spec_from_json
@@ -71,7 +71,7 @@ def compare_command(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="The baseline run (id, prefix or latest).")],
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="The run to judge (id, prefix or latest).")],
     threshold: Annotated[
-        str, typer.Option("--threshold", help="Relative change that counts, e.g. 5%.")
+        str, typer.Option("--threshold", help="Relative change that counts, with its unit: 5%.")
     ] = "5%",
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -81,15 +81,12 @@ def compare_command(
     ] = False,
 ) -> None:
     """What changed between two runs; exit code 1 on a regression beyond noise (the nightly CI verdict)."""
-    text = threshold.strip().rstrip("%")
-    try:
-        limit = float(text) / (100 if threshold.strip().endswith("%") else 1)
-    except ValueError:
-        raise SpecError(f"--threshold {threshold!r}: give a relative change such as 5% or 0.05") from None
-    if limit < 0:
-        raise SpecError("--threshold must not be negative")
+    limit = parse_threshold(threshold)
     store = Store(store_path, readonly=True)
     a, b = resolve_run(store, run_a), resolve_run(store, run_b)
+    if a == b:
+        raise SpecError(f"RUN_A {run_a!r} and RUN_B {run_b!r} are the same run {a}: nothing to compare; "
+                        "name two runs (orch runs lists them)")
     mismatch = comparability(store, a, b)
     if mismatch and not allow_mismatch:
         raise SpecError(

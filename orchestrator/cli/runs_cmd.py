@@ -32,7 +32,7 @@ def runs_command(
                     {
                         "run_id": r.run_id,
                         "created_at": r.created_at,
-                        "status": r.status,
+                        "status": store.status_now(r),
                         "spec_path": r.spec_path,
                         "spec_hash": r.spec_hash,
                         "engine": r.engine,
@@ -54,11 +54,15 @@ def runs_command(
     for r in runs:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
         meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
-        cells = (r.run_id, created, r.status, r.engine, r.model, r.spec_path or "-",
+        cells = (r.run_id, created, store.status_now(r), r.engine, r.model, r.spec_path or "-",
                  (r.selection or {}).get("winner") or "-", meta)
         # Text cells: a path or metadata value holding "[bold]" prints as written, not as markup.
         table.row(*(Text(str(c)) for c in cells))
     table.print(make_console())
+    died = [r.run_id for r in runs if store.status_now(r) == "died"]
+    if died:
+        typer.echo(f"died: the orch process of {', '.join(died)} ended without finishing it; "
+                   f"orch sweep --resume {died[0]} --store {store.path} finishes it")
 
 
 @app.command("export", help="Export a run: one row per (layout, load point) with flattened metrics, per "

@@ -12,11 +12,13 @@ from rich.markup import escape
 from orchestrator.cli import app, make_console
 from orchestrator.cli.bench_tables import print_points
 from orchestrator.cli.flags import parse_ints, parse_rates
+from orchestrator.disagg import AnyLayout, DisaggLayout, parse_any_layouts
 from orchestrator.errors import NoRequestCompleted, SpecError
-from orchestrator.layout import Layout, parse_layouts
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.plan.candidates import check_pairs, disagg_candidate
 from orchestrator.plan.from_spec import constants_line, constants_used, plan_inputs
+from orchestrator.sim.pd_run import DisaggSimPoint, simulate_pair_point
 from orchestrator.sim.run import SimPoint, prefix_cache_of, simulate_point
 from orchestrator.spec.checks import MAX_COUNT
 from orchestrator.spec.load import with_workload
@@ -28,7 +30,9 @@ app.add_typer(sim_app, name="sim")
 @app.command("simulate")
 def simulate_command(
     spec_path: Annotated[str, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")],
-    layouts: Annotated[str | None, typer.Option("--layouts", help="Default: the spec's layouts.")] = None,
+    layouts: Annotated[str | None, typer.Option(
+        "--layouts", help="e.g. tp8,p:tp4+d:tp4 (prefill/decode pairs too). Default: the spec's "
+        "layouts.")] = None,
     rates: Annotated[str | None, typer.Option("--rates", help="Requests/s; default: the spec's.")] = None,
     concurrency: Annotated[str | None, typer.Option(
         "--concurrency", help="Closed loop: N[,M...] requests in flight, the next sent as one ends "
@@ -44,7 +48,7 @@ def simulate_command(
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_checked_spec(spec_path)
     policies = _policies(routing) if routing is not None else spec.routing_policies()
-    chosen = parse_layouts(layouts) if layouts else list(spec.layouts)
+    chosen: list[AnyLayout] = parse_any_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
     levels = parse_ints(concurrency, "--concurrency")
@@ -71,24 +75,39 @@ def simulate_command(
         with_workload(spec, rates=[r for r, _ in loads if r is not None], num_requests=num_requests)
     elif num_requests is not None and num_requests > MAX_COUNT:
         raise SpecError(f"--num-requests {num_requests}: at most {MAX_COUNT:,}")
+    check_pairs(spec, chosen)  # a pair no deployment could run: one line, exit 2
     inputs = plan_inputs(spec)
     console = make_console(stderr=as_json)
-    results: list[SimPoint] = []
-    rejected: list[tuple[Layout, str]] = []
-    routed: dict[int, str] = {}  # id(SimPoint) -> the routing it ran under
+    results: list[SimPoint | DisaggSimPoint] = []
+    rejected: list[tuple[AnyLayout, str]] = []
+    routed: dict[int, str] = {}  # id(point) -> the routing it ran under
     for layout in chosen:
-        for policy in policies:
-            name = f"{layout} routing={policy}" if len(policies) > 1 else str(layout)
-            spec_p = spec.model_copy(update={"routing": policy})
-            points = []
+        # a pair routes through its own router (the spec's disagg.router); routing policies compare
+        # how an aggregated layout spreads requests over its replicas
+        try:
+            pair = (disagg_candidate(spec, layout, inputs.settings)
+                    if isinstance(layout, DisaggLayout) else None)
+        except SpecError as exc:
+            rejected.append((layout, str(exc)))
+            continue
+        for policy in ([pair.router_policy] if pair is not None else policies):
+            name = f"{layout} routing={policy}" if pair is None and len(policies) > 1 else str(layout)
+            spec_p = spec.model_copy(update={"routing": policy}) if pair is None else spec
+            points: list[SimPoint | DisaggSimPoint] = []
             try:
                 for rate, conc in loads:
                     what = f"concurrency {conc}" if conc is not None else f"{rate:g} req/s"
                     if spec.workload.kind == "trace" and conc is None:
                         what = "the trace's timestamps"
                     with console.status(f"simulating {name} at {what}"):
-                        sp = simulate_point(spec_p, inputs, layout, rate, num_requests=num_requests,
-                                            concurrency=conc, keep_records=False)  # metrics only: no records
+                        sp: SimPoint | DisaggSimPoint
+                        if pair is not None:
+                            sp = simulate_pair_point(spec, inputs, pair, rate, num_requests=num_requests,
+                                                     concurrency=conc)
+                        else:
+                            assert not isinstance(layout, DisaggLayout)
+                            sp = simulate_point(spec_p, inputs, layout, rate, num_requests=num_requests,
+                                                concurrency=conc, keep_records=False)  # metrics only
                     points.append(sp)
                     routed[id(sp)] = policy
             except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
@@ -107,7 +126,7 @@ def simulate_command(
                                       "constants": constants_used(inputs.gpu), "points": [
             {"layout": str(p.layout), "gpus": p.layout.gpus, "routing": routed[id(p)], **p.result.to_dict(),
              "steps": p.summary.steps, "preemptions": p.summary.preemptions, "rejected": p.summary.rejected,
-             **prefix_cache_of(p)}
+             **(prefix_cache_of(p) if isinstance(p, SimPoint) else {})}
             for p in results], "rejected_layouts": [
             {"layout": str(lay), "gpus": lay.gpus, "reason": why} for lay, why in rejected]}), indent=2))
     if not any(p.result.metrics.n_completed for p in results):
@@ -118,7 +137,8 @@ def simulate_command(
             "check workload.warmup_s against the run's length, or the rejections above")
 
 
-def _print_layout(console: Console, name: str, layout: Layout, points: list[SimPoint], wide: bool) -> None:
+def _print_layout(console: Console, name: str, layout: AnyLayout,
+                  points: list[SimPoint | DisaggSimPoint], wide: bool) -> None:
     print_points(console, [p.result for p in points],
                  f"orch simulate {name} ({layout.gpus} GPUs): predicted in virtual time, not measured",
                  wide=wide)
@@ -127,7 +147,12 @@ def _print_layout(console: Console, name: str, layout: Layout, points: list[SimP
         console.print(f"  {p.result.point.label}: {s.steps} engine steps, "
                       f"{s.preemptions} preemptions, {s.rejected} rejected, "
                       f"{s.virtual_s:.1f} virtual s", highlight=False)
-        if p.note:
+        if isinstance(p, DisaggSimPoint):
+            t = p.summary
+            on_link, waiting = (1e3 * x / max(t.transfers, 1) for x in (t.transfer_s_sum, t.kv_wait_s_sum))
+            console.print(f"    {t.transfers} KV transfers, {on_link:.2f} ms each on the link, "
+                          f"{waiting:.2f} ms each waiting for decode KV or the link", highlight=False)
+        elif p.note:
             console.print(f"  {p.result.point.label}: {p.note}", highlight=False)
 
 

@@ -12,15 +12,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from orchestrator.cli import app, err_console, make_console
 from orchestrator.cli.flags import parse_ints, parse_rates
 from orchestrator.cli.progress import SweepLines, stderr_is_terminal
-from orchestrator.cli.sweep_tables import json_out, mode_note, ms, num, print_result, unsound_message
+from orchestrator.cli.sweep_tables import (
+    infrastructure_failure,
+    json_out,
+    mode_note,
+    ms,
+    num,
+    print_result,
+    unsound_message,
+)
 from orchestrator.deploy.targets import check_runs_here
-from orchestrator.errors import DecisionNotSound, NoLayoutMeetsSLO, OrchError, SpecError
-from orchestrator.layout import Layout, parse_layouts
+from orchestrator.disagg import AnyLayout, parse_any_layouts
+from orchestrator.errors import DecisionNotSound, InfrastructureError, NoLayoutMeetsSLO, SpecError
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Observer, Sweep, SweepOptions
 from orchestrator.pipeline.validate import load_checked_spec
-from orchestrator.promote import resolve_run
+from orchestrator.plan.candidates import check_pairs
 from orchestrator.spec.load import revalidated, spec_from_json
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import DEFAULT_STORE, Store
@@ -82,7 +90,7 @@ def point_line(layout: str, result: PointResult) -> str:
 
 def _as_swept(
     spec: SweepSpec,
-    layouts: tuple[Layout, ...] | None,
+    layouts: tuple[AnyLayout, ...] | None,
     rates: tuple[float, ...] | None,
     num_requests: int | None,
     concurrency: tuple[int, ...] | None = None,
@@ -114,7 +122,8 @@ def _as_swept(
 @app.command("sweep")
 def sweep_command(
     spec_path: Annotated[str | None, typer.Argument(metavar="SPEC", help="Sweep spec YAML.")] = None,
-    layouts: Annotated[str | None, typer.Option("--layouts", help="Subset, e.g. tp8,tp4x2.")] = None,
+    layouts: Annotated[str | None, typer.Option(
+        "--layouts", help="Subset, e.g. tp8,tp4x2,p:tp4+d:tp4 (prefill/decode pairs too).")] = None,
     engine: Annotated[
         str | None, typer.Option("--engine", help="Override engine.name: sim|vllm|sglang.")
     ] = None,
@@ -157,12 +166,9 @@ def sweep_command(
     """Deploy each layout, measure it at each load point, pick the SLO winner, store everything."""
     store = Store(store_path)
     if resume is not None:
-        try:
-            ref = resolve_run(store, resume)
-        except OrchError:
-            ref = resume  # the store may have lost the run (deleted, emptied): its journal has it
-        store.recover(ref)  # a journal left by a store that failed under the sweep goes in first
-        run = store.run(ref)
+        # The store may have lost the run (deleted, emptied): its journal beside the store has it, so
+        # the reference is resolved over both, and the journal replayed first.
+        run = store.run(store.recover(resume))
         spec = spec_from_json(store.spec_json(run.run_id), f"run {run.run_id}")
         run_id: str | None = run.run_id
         shown_path = run.spec_path
@@ -175,7 +181,8 @@ def sweep_command(
         if engine not in ("sim", "vllm", "sglang"):
             raise SpecError(f"--engine {engine!r}: expected sim, vllm or sglang")
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
-    chosen = tuple(parse_layouts(layouts)) if layouts else None
+    chosen = tuple(parse_any_layouts(layouts)) if layouts else None
+    check_pairs(spec, chosen or spec.layouts)  # a pair no deployment can run: exit 2 before the store opens
     rate_list = tuple(r) if (r := parse_rates(rates)) else None
     levels = parse_ints(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:
@@ -223,6 +230,8 @@ def sweep_command(
         typer.echo(json_out(result, store))
     else:
         print_result(result, store, make_console(), scale_note=note, wide=wide)
+    if result.selection.winner is None and (why := infrastructure_failure(result)) is not None:
+        raise InfrastructureError(why)
     if not result.selection.sound:
         raise DecisionNotSound(unsound_message(result))
     if result.selection.winner is None:

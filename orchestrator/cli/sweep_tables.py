@@ -15,6 +15,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
 from orchestrator.pipeline.sweep import SweepResult
+from orchestrator.report.pairs import pair_lines
 from orchestrator.spec.models import SweepSpec
 from orchestrator.store.db import PointRow, Store
 from orchestrator.store.extras import SideRecords
@@ -124,7 +125,8 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
         for line in caps:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     extras = store.extras(result.run_id)
-    for line in _objective_lines(extras) + _timing_lines(extras) + placement_lines(extras):
+    lines = _objective_lines(extras) + _timing_lines(extras) + placement_lines(extras)
+    for line in lines + pair_lines(store, result.run_id):  # both pools of each prefill/decode pair
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     sel = result.selection
     for v in sel.verdicts:
@@ -144,6 +146,22 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             f"run {result.run_id}",
             highlight=False,
         )
+
+
+def infrastructure_failure(result: SweepResult) -> str | None:
+    """Why no layout could be judged on its performance, when deployments failed (the engine is not
+    installed, the target cannot be reached, the engines died): exit 4, not 3. None when at least the
+    layouts that were deployed all failed the SLO on their own, or none failed to deploy."""
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    if not failed:
+        return None
+    first = (failed[0].reason or "no reason recorded").splitlines()[0]
+    judged = [o.layout for o in result.outcomes if o.status == "measured"]
+    rest = f"; {', '.join(judged)} measured but not meeting the SLO" if judged else ""
+    return (
+        f"{len(failed)} layout(s) could not be deployed or measured ({failed[0].layout}: {first}){rest}: "
+        f"an infrastructure failure, not an SLO verdict (run {result.run_id})"
+    )
 
 
 def _pct(v: object) -> str:
@@ -301,8 +319,10 @@ def _timing_lines(extras: dict[str, dict[str, Any]]) -> list[str]:
     if not t:
         return []
     ratio = f" ({t['exhaustive_s'] / t['wall_s']:.1f}x this sweep's time)" if t["wall_s"] > 0 else ""
+    sessions = int(((extras.get("sweep") or {}).get("progress") or {}).get("sessions") or 1)
+    over = f" over {sessions} sessions (--resume)" if sessions > 1 else ""
     return [
-        f"time to decision: {t['wall_s']:.1f} s for {t['points_measured']} load points on "
+        f"time to decision: {t['wall_s']:.1f} s{over} for {t['points_measured']} load points on "
         f"{t['layouts_measured']} layouts; an exhaustive grid: {t['exhaustive_points']} points on "
         f"{t['exhaustive_layouts']} layouts, about {t['exhaustive_s']:.0f} s{ratio}"
     ]

@@ -20,9 +20,14 @@ if TYPE_CHECKING:
     from orchestrator.compile.k8s import LABEL_PREFIX as LABEL_PREFIX
     from orchestrator.compile.k8s import LABEL_ROLE as LABEL_ROLE
     from orchestrator.compile.k8s import LWS_API as LWS_API
+    from orchestrator.compile.k8s import MAX_NAME as MAX_NAME
+    from orchestrator.compile.k8s import K8sOptions as K8sOptions
     from orchestrator.compile.k8s import Obj as Obj
     from orchestrator.compile.k8s import build_objects as build_objects
     from orchestrator.compile.k8s import options_from_target as options_from_target
+    from orchestrator.compile.k8s_pd import LONGEST_SUFFIX as LONGEST_SUFFIX
+    from orchestrator.compile.k8s_pd import build_pair_objects as build_pair_objects
+    from orchestrator.compile.k8s_pd import pool_options as pool_options
     from orchestrator.compile.launch import Compiled as Compiled
     from orchestrator.compile.launch import engine_options as engine_options
     from orchestrator.compile.launch import is_cpu as is_cpu
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 __getattr__, __all__ = lazy_face(__name__, {
     "artifacts": ("FILES", "FORMATS", "artifact_options", "chart_version", "product_from_seen", "render",),
     "helm_values": ("CHART_NAME",),
-    "k8s": (
+    "k8s": ("K8sOptions", "MAX_NAME",
         "GPU_PRODUCT_LABEL", "LABEL_PREFIX", "LABEL_ROLE", "LWS_API", "Obj", "build_objects",
         "options_from_target",
     ),
@@ -47,4 +52,5 @@ __getattr__, __all__ = lazy_face(__name__, {
         "sim_options", "to_json",
     ),
     "shell": ("node_script", "to_shell",),
+    "k8s_pd": ("LONGEST_SUFFIX", "build_pair_objects", "pool_options",),
 })  # fmt: skip

@@ -15,9 +15,11 @@ from typing import Any
 import yaml
 
 from orchestrator.compile import Compiled, to_shell
-from orchestrator.compile.helm_values import helm_values
+from orchestrator.compile.helm_values import helm_values, pair_helm_values
 from orchestrator.compile.k8s import GPU_PRODUCT_LABEL, K8sOptions, build_objects, options_from_target
-from orchestrator.compile.ray_serve import accelerator_type, serve_app_config
+from orchestrator.compile.k8s_pd import build_pair_objects
+from orchestrator.compile.ray_serve import accelerator_type, pd_serve_app_config, serve_app_config
+from orchestrator.engines.base import LaunchPlan
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.spec.models import SweepSpec
@@ -116,6 +118,7 @@ def artifact_options(
     namespace: str | None = None,
     spec_hash: str | None = None,
     product: str | None = None,
+    router_image: str | None = None,
 ) -> tuple[K8sOptions, list[str]]:
     """Object options from the spec's kubernetes target (or defaults), flags winning, with notes.
 
@@ -127,6 +130,11 @@ def artifact_options(
     if namespace:
         over["namespace"] = namespace
     target = spec.target if isinstance(spec.target, KubernetesTarget) else None
+    if router_image:  # a prefill/decode pair's router (compile/k8s_pd.py)
+        check_pinned(router_image, "--router-image")
+        over["router_image"] = router_image
+    elif target is not None and target.router_image:
+        check_pinned(target.router_image, "target.router_image")
     if image:
         check_pinned(image, "--image")
         over["image"] = image
@@ -148,14 +156,20 @@ def artifact_options(
     return opts, notes
 
 
-def render(
-    fmt: str, compiled: Compiled, layout: Layout, spec: SweepSpec, opts: K8sOptions | None
-) -> str | None:
-    """One format's text (helm-values and k8s need opts); None for ray-serve of an engine other than vLLM."""
+def render(fmt: str, compiled: Compiled, spec: SweepSpec, opts: K8sOptions | None) -> str | None:
+    """One format's text (helm-values and k8s need opts); None for ray-serve of an engine other than vLLM.
+    A prefill/decode pair's plan renders both pools and its router: Kubernetes objects per pool and the
+    router's (compile/k8s_pd.py), Helm values with one unit per pool and the router (the chart renders
+    each unit as it renders one layout), Ray Serve LLM's prefill/decode application."""
     plan = compiled.plan
     if fmt in ("helm-values", "k8s"):
         if opts is None:
             raise ValueError(f"render {fmt}: needs the object options")  # a bug: callers pass them
+        if plan.pools:
+            if fmt == "helm-values":
+                return yaml.safe_dump(pair_helm_values(plan, opts), sort_keys=False)
+            return yaml.safe_dump_all(build_pair_objects(plan, opts), sort_keys=False)
+        layout = _one_layout(plan)
         if fmt == "helm-values":
             return yaml.safe_dump(helm_values(plan, layout, opts), sort_keys=False)
         return yaml.safe_dump_all(build_objects(plan, layout, opts), sort_keys=False)
@@ -164,6 +178,16 @@ def render(
     if fmt == "ray-serve":
         if plan.engine != "vllm":
             return None
-        cfg = serve_app_config(plan, layout, accelerator_type(spec.hardware.gpu))
+        if plan.pools:
+            cfg = pd_serve_app_config(plan, accelerator_type(spec.hardware.gpu))
+        else:
+            cfg = serve_app_config(plan, _one_layout(plan), accelerator_type(spec.hardware.gpu))
         return yaml.safe_dump(cfg, sort_keys=False)
     raise SpecError(f"--format {fmt}: choose from {', '.join(FORMATS)}")
+
+
+def _one_layout(plan: LaunchPlan) -> Layout:
+    layout = plan.layout
+    if not isinstance(layout, Layout):
+        raise SpecError(f"launch plan {plan.name}: a prefill/decode pair's plan needs its pools")
+    return layout

@@ -8,11 +8,13 @@ the result equals ``compile.k8s.build_objects`` for the same plan.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.compile.k8s import (
     K8sOptions,
     is_multi_node,
+    layout_label,
     plain_env,
     replica_probe,
     resources,
@@ -44,7 +46,7 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
         "image": opts.image,
         "imagePullPolicy": opts.image_pull_policy,
         "engine": plan.engine,
-        "layout": str(plan.layout),
+        "layout": layout_label(str(plan.layout)),
         "specHash": opts.spec_hash or "",
         "extraLabels": dict(opts.extra_labels),
         "replicas": layout.replicas,
@@ -77,8 +79,58 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
         "service": {"type": opts.service_type, "port": opts.service_port},
         # The chart's extension values (extraEnv, affinity, ...) stay at their empty defaults: orch sets
         # what it measured, a platform team adds its cluster's specifics on top.
-        "resources": {"requests": pod_resources.get("requests", {}), "extraLimits": {}},
+        "resources": {"requests": pod_resources.get("requests", {}),
+                      "extraLimits": dict(opts.rdma_resources)},
     }
     # The chart picks the kind from nodesPerReplica; keep the two decisions from drifting apart.
     assert (values["nodesPerReplica"] > 1) == is_multi_node(plan)
     return values
+
+
+def pair_helm_values(plan: LaunchPlan, opts: K8sOptions) -> dict[str, Any]:
+    """A prefill/decode pair's values: `units`, one per pool and one for the router, each what
+    `helm_values` gives one layout (the chart renders every unit as it renders one layout; the router
+    unit has no GPU and, for SGLang, a ServiceAccount allowed to read pods: `podReader`)."""
+    from orchestrator.compile.k8s_argv import PodCommand
+    from orchestrator.compile.k8s_pd import (
+        ROUTER_PROBE_TIMEOUT_S,
+        pod_annotations,
+        pool_options,
+        pool_role,
+        router_command,
+        router_options,
+    )
+
+    units = []
+    for pool in plan.pools:
+        role, layout = pool_role(pool), pool.layout
+        if not isinstance(layout, Layout):
+            raise SpecError(f"launch plan {plan.name}: its {role} pool's plan is not one layout's")
+        values = helm_values(pool, layout, pool_options(opts, role))
+        values["podAnnotations"] = pod_annotations(plan, role, opts)
+        units.append(values)
+    ropts = router_options(opts, plan.engine)
+    reader = plan.engine == "sglang"
+    if reader:
+        ropts = replace(ropts, service_account=ropts.name)
+    cmd = PodCommand(router_command(plan, opts), ())
+    router = {
+        "name": ropts.name, "namespace": opts.namespace, "image": ropts.image,
+        "imagePullPolicy": ropts.image_pull_policy,
+        "engine": plan.engine, "layout": layout_label(str(plan.layout)), "specHash": opts.spec_hash or "",
+        "extraLabels": dict(ropts.extra_labels), "replicas": 1, "nodesPerReplica": 1, "gpusPerPod": 0,
+        "containerPort": opts.container_port, "healthPath": "/health",
+        "leader": {"command": list(cmd.argv), "env": plain_env(cmd, ropts)},
+        "worker": {"command": [], "env": []},
+        "modelCache": {"claimName": "", "mountPath": ropts.model_cache_mount},
+        "hfToken": {"secretName": "", "key": ropts.hf_token_key},
+        "shmSize": ropts.shm_size, "gpuProduct": ropts.gpu_product or "",
+        "nodeSelector": dict(ropts.node_selector), "tolerations": [dict(t) for t in ropts.tolerations],
+        "serviceAccountName": ropts.service_account or "", "podReader": reader,
+        "probes": {"periodSeconds": ropts.probe_period_s, "timeoutSeconds": ROUTER_PROBE_TIMEOUT_S,
+                   "startupFailureThreshold": math.ceil(ropts.startup_budget_s / ropts.probe_period_s),
+                   "readinessFailureThreshold": ropts.readiness_failure_threshold},
+        "service": {"type": ropts.service_type, "port": ropts.service_port},
+        "resources": {"requests": resources(0, ropts).get("requests", {}), "extraLimits": {}},
+    }
+    return {"units": [*units, router]}

@@ -75,6 +75,10 @@ class K8sOptions:
     shm_size: str = "32Gi"
     spec_hash: str | None = None
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    # Prefill/decode pairs (compile/k8s_pd.py): the router's image, and the extended resources each pool
+    # pod asks for to reach the KV transfer network (RDMA device plugins: rdma/ib, rdma/hca, ...).
+    router_image: str | None = None
+    rdma_resources: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not (_DNS_LABEL.fullmatch(self.name) and len(self.name) <= MAX_NAME):
@@ -111,6 +115,8 @@ def options_from_target(target: KubernetesTarget, name: str, **overrides: Any) -
         "tolerations": tuple(target.tolerations),
         "service_account": target.service_account,
         "startup_budget_s": target.ready_timeout_s,
+        "router_image": target.router_image,
+        "rdma_resources": tuple(sorted(target.rdma_resources.items())),
     }
     fields.update(overrides)
     return K8sOptions(**fields)
@@ -122,6 +128,12 @@ def _label_value(what: str, value: str) -> str:
     return value
 
 
+def layout_label(layout: str) -> str:
+    """A layout as a label value: a prefill/decode pair's `p:tp4+d:tp4` reads `p-tp4.d-tp4` (labels
+    allow no ':' or '+')."""
+    return layout.replace(":", "-").replace("+", ".")
+
+
 def selector_labels(opts: K8sOptions) -> dict[str, str]:
     """What selectors match: stable across layouts, so a new layout updates the app rather than adding one."""
     return {"app.kubernetes.io/name": opts.name, "app.kubernetes.io/component": "engine"}
@@ -131,7 +143,7 @@ def object_labels(plan: LaunchPlan, opts: K8sOptions) -> dict[str, str]:
     labels = selector_labels(opts) | {
         "app.kubernetes.io/managed-by": "orch",
         LABEL_ENGINE: _label_value("engine", plan.engine),
-        LABEL_LAYOUT: _label_value("layout", str(plan.layout)),
+        LABEL_LAYOUT: _label_value("layout", layout_label(str(plan.layout))),
     }
     for key, value in opts.extra_labels:
         labels[key] = _label_value(key, value)
@@ -230,7 +242,7 @@ def resources(gpus: int, opts: K8sOptions) -> Obj:
         requests["cpu"] = str(int(cpu)) if cpu == int(cpu) else f"{int(cpu * 1000)}m"
     if opts.memory_per_gpu_gib > 0:
         requests["memory"] = f"{math.ceil(opts.memory_per_gpu_gib * share)}Gi"
-    out: Obj = {"limits": {GPU_RESOURCE: gpus}}
+    out: Obj = {"limits": {GPU_RESOURCE: gpus, **dict(opts.rdma_resources)}}
     if requests:
         out["requests"] = requests
     return out
@@ -281,7 +293,7 @@ def pod_spec(cmd: PodCommand, gpus: int, opts: K8sOptions, probe: Probe | None) 
 
 
 def _template(plan: LaunchPlan, opts: K8sOptions, role: str, spec: Obj) -> Obj:
-    labels = selector_labels(opts) | {LABEL_LAYOUT: str(plan.layout), LABEL_ROLE: role}
+    labels = selector_labels(opts) | {LABEL_LAYOUT: layout_label(str(plan.layout)), LABEL_ROLE: role}
     return {"metadata": {"labels": labels}, "spec": spec}
 
 

@@ -25,8 +25,11 @@ LOOPBACK = "127.0.0.1"
 # The device plugin sets the visible GPUs in a pod; a host-side pin would name GPUs the pod may not have.
 DROPPED_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
 BIND_FLAGS = frozenset({"--host"})
-# Env vars that name the process's own address: in a pod that is the pod IP, known only at run time.
-OWN_ADDRESS_ENV = frozenset({"VLLM_HOST_IP", "SGLANG_HOST_IP", "HOST_IP"})
+# Env vars that name the process's own address: in a pod that is the pod IP, known only at run time
+# (vLLM's NIXL side channel too: the decode side reads KV from the address the prefill side names).
+OWN_ADDRESS_ENV = frozenset({"VLLM_HOST_IP", "SGLANG_HOST_IP", "HOST_IP", "VLLM_NIXL_SIDE_CHANNEL_HOST"})
+# Env vars holding a port of the replica's block: moved with it, as port flags are.
+PORT_ENV = frozenset({"VLLM_NIXL_SIDE_CHANNEL_PORT"})
 RANK_FLAGS = frozenset({"--node-rank"})
 
 
@@ -124,7 +127,8 @@ def pod_argv(argv: tuple[str, ...], rw: _Rewriter, is_worker: bool) -> tuple[str
 
 def pod_command(proc: ProcessSpec, rw: _Rewriter, is_worker: bool) -> PodCommand:
     env = tuple(
-        (k, rw.address(_escape(v))) for k, v in sorted(proc.env) if k not in DROPPED_ENV | OWN_ADDRESS_ENV
+        (k, rw.port(v) if k in PORT_ENV else rw.address(_escape(v)))
+        for k, v in sorted(proc.env) if k not in DROPPED_ENV | OWN_ADDRESS_ENV
     )
     own = tuple(sorted(k for k, _ in proc.env if k in OWN_ADDRESS_ENV))
     return PodCommand(pod_argv(proc.argv, rw, is_worker), env, own, proc.secret_env)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate, DisaggCandidate
 from orchestrator.catalog.checkpoint import launch_quantization
 from orchestrator.engines import EngineOptions, LaunchPlan, Placement, SecretEnv, SimOptions, get_engine
 from orchestrator.errors import DeployError, SpecError
@@ -213,7 +213,7 @@ class Compiled:
     warnings: tuple[str, ...]  # it compiles, but will not serve as expected (printed, not fatal)
 
     @property
-    def candidate(self) -> Candidate:
+    def candidate(self) -> AnyCandidate:
         return self.plan.candidate
 
     @property
@@ -224,7 +224,7 @@ class Compiled:
 
 def prepare(
     spec: SweepSpec,
-    what: Candidate | Layout,
+    what: AnyCandidate | Layout,
     where: Placement | None = None,
     *,
     engine: str | None = None,
@@ -234,11 +234,17 @@ def prepare(
     a2a_backend: str | None = None,
     served_model_name: str | None = None,
     to_serve: bool = False,
+    kv_dir: str | None = None,
 ) -> Compiled:
     """The launch plan of one candidate of a spec for its engine (or `engine`), on `where` (default: the
     spec's placement, with `node_addrs` when given). A bare layout runs the engine's settings resolved
-    from the spec. `to_serve`: refuse (DeployError) what the engine can compile but not serve here."""
+    from the spec. `to_serve`: refuse (DeployError) what the engine can compile but not serve here.
+    `kv_dir`: a pair on vLLM's ExampleConnector keeps its KV there (default /tmp/orch-kv/<name>)."""
     eng = get_engine(engine or spec.engine.name)
+    if isinstance(what, DisaggCandidate):
+        return _prepare_pair(spec, what, where or placement(spec, node_addrs), eng.name, executor=executor,
+                             a2a_backend=a2a_backend, served_model_name=served_model_name, to_serve=to_serve,
+                             kv_dir=kv_dir)
     if isinstance(what, Candidate):
         candidate = what
     else:
@@ -259,3 +265,25 @@ def prepare(
     notes += [r for r in eng.unsupported(layout, where) if r not in notes]
     return Compiled(plan=plan, placement=where, options=options, warnings=tuple(notes))
 
+
+
+def _prepare_pair(spec: SweepSpec, cand: DisaggCandidate, where: Placement, engine: str, *,
+                  executor: Literal["mp", "ray"] | None, a2a_backend: str | None,
+                  served_model_name: str | None, to_serve: bool, kv_dir: str | None = None) -> Compiled:
+    """A prefill/decode candidate's plan (compile/pd_plan.py): each pool with its own options (its
+    redundant expert slots), the router in front."""
+    from orchestrator.catalog.loader import load_model
+    from orchestrator.compile.pd_plan import pair_plan
+    from orchestrator.kv_handover import KVShape
+
+    eng = get_engine(engine)
+    options = tuple(engine_options(spec, engine=eng.name, num_redundant_experts=pool.num_redundant_experts,
+                                   executor=executor, a2a_backend=a2a_backend,
+                                   served_model_name=served_model_name) for pool in cand.pools)
+    kv = None
+    with contextlib.suppress(SpecError):  # the model's KV shape says which handover warnings apply
+        cfg = load_model(spec.model.name or spec.model.config_path or "")
+        kv = KVShape(cfg.num_kv_heads, cfg.is_mla)
+    plan, notes = pair_plan(eng, cand, (options[0], options[1]), where, to_serve=to_serve, kv=kv,
+                            kv_dir=kv_dir)
+    return Compiled(plan=plan, placement=where, options=options[0], warnings=notes)

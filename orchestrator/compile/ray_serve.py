@@ -58,6 +58,35 @@ def llm_config(plan: LaunchPlan, layout: Layout, accelerator: str | None = None)
     return config
 
 
+# Ray Serve LLM's prefill/decode builder (ray/llm/_internal/serve/serving_patterns/prefill_decode/
+# builder.py in Ray 2.60): ingress -> decode deployment -> prefill deployment, each an LLMConfig whose
+# engine_kwargs carry kv_transfer_config; Ray sets the NIXL side-channel ports itself
+# (experimental_configs NIXL_SIDE_CHANNEL_PORT_BASE), so the plan's VLLM_NIXL_* env stays out.
+PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+_RAY_OWNS_ENV = frozenset({"VLLM_NIXL_SIDE_CHANNEL_PORT"})
+
+
+def pd_serve_app_config(plan: LaunchPlan, accelerator: str | None = None,
+                        app_name: str = "llm") -> dict[str, Any]:
+    """A ``serve run`` config of a prefill/decode pair: build_pd_openai_app with each pool's LLMConfig."""
+    configs: dict[str, Any] = {}
+    for pool in plan.pools:
+        role, layout = (pool.replicas[0].role if pool.replicas else ""), pool.layout
+        if role not in ("prefill", "decode") or not isinstance(layout, Layout):
+            raise SpecError(f"ray-serve: {plan.name} is not a prefill/decode pair's plan")
+        config = llm_config(pool, layout, accelerator)
+        env = config.get("runtime_env", {}).get("env_vars", {})
+        for key in _RAY_OWNS_ENV:
+            env.pop(key, None)
+        if not env:
+            config.pop("runtime_env", None)
+        if layout.dp > 1:  # build_pd_openai_app gang-schedules DP ranks itself (DPPD servers)
+            config["deployment_config"] = {"num_replicas": layout.replicas}
+        configs[f"{role}_config"] = config
+    return {"applications": [{"name": app_name, "route_prefix": "/", "import_path": PD_IMPORT_PATH,
+                              "args": configs}]}
+
+
 def serve_app_config(
     plan: LaunchPlan, layout: Layout, accelerator: str | None = None, app_name: str = "llm"
 ) -> dict[str, Any]:

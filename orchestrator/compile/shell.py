@@ -63,7 +63,8 @@ def node_script(plan: LaunchPlan, node_index: int, nodes: Sequence[str] | None =
     background = len(procs) > 1
     lines = [_comment(f"=== {plan.engine} {plan.layout!s}: {_node_name(node_index, nodes)} ===")]
     for r_i, rep, proc in procs:
-        what = f"replica {r_i}, {proc.role}"
+        pool = "" if rep.role == "serve" else f" ({rep.role})"  # a prefill/decode pair's pools and router
+        what = f"replica {r_i}{pool}, {proc.role}"
         if proc.role == "leader":
             what += f": ready at {rep.health_url}, OpenAI API at {rep.openai_base_url}"
         lines.append(_comment(what))

@@ -10,12 +10,13 @@ from __future__ import annotations
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from orchestrator.engines import PORT_STRIDE, LaunchPlan
+from orchestrator.engines import PORT_STRIDE, LaunchPlan, ReplicaPlan
+from orchestrator.engines.base import ReplicaRole
 
 # Ray uses 10002-19999 for workers; stay clear of it and of the well-known range.
 PORT_RANGE = (20000, 60000)
@@ -28,22 +29,50 @@ class Endpoint:
     replica: int
     openai_base_url: str
     health_url: str
+    role: ReplicaRole = "serve"  # a pair's pool servers: prefill / decode; its router: router
 
 
 @dataclass(frozen=True)
 class Deployment(Generic[H]):
     """A deployed launch plan: its endpoints and the target's own handles (processes, Ray replicas,
-    Kubernetes objects), typed by the target that made them."""
+    Kubernetes objects), typed by the target that made them. `endpoints` are what clients talk to (the
+    engines, or a prefill/decode pair's router); `backends` are a pair's pool servers behind its
+    router, health-checked and scraped for metrics like the endpoints, never sent requests directly."""
 
     plan: LaunchPlan
     endpoints: tuple[Endpoint, ...]
     workdir: str
     handles: tuple[H, ...] = ()
+    backends: tuple[Endpoint, ...] = ()
 
     @property
     def name(self) -> str:
         """The candidate's name, as logs and errors call it."""
         return self.plan.name
+
+    @property
+    def servers(self) -> tuple[Endpoint, ...]:
+        """Every server that must be healthy: the endpoints and the backends behind them."""
+        return self.endpoints + self.backends
+
+    @property
+    def engines(self) -> tuple[Endpoint, ...]:
+        """The engines whose /metrics tell what they did: the pools' servers behind a router, else the
+        endpoints themselves."""
+        return self.backends or self.endpoints
+
+
+def split_endpoints(plan: LaunchPlan, endpoint: Callable[[int, ReplicaPlan], Endpoint],
+                    ) -> tuple[tuple[Endpoint, ...], tuple[Endpoint, ...]]:
+    """(endpoints, backends) of a plan: each replica's Endpoint (made by `endpoint(index, replica)`,
+    the target's addresses) split by whether clients talk to it."""
+    front: list[Endpoint] = []
+    back: list[Endpoint] = []
+    for i, rep in enumerate(plan.replicas):
+        ep = endpoint(i, rep)
+        ep = ep if ep.role == rep.role else Endpoint(ep.replica, ep.openai_base_url, ep.health_url, rep.role)
+        (front if rep.serves_clients else back).append(ep)
+    return tuple(front), tuple(back)
 
 
 class Target(Protocol[H]):

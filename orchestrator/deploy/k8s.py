@@ -13,6 +13,7 @@ object names, which ``orch gc`` shares, are in ``k8s_api``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import time
@@ -21,7 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.compile.k8s import LABEL_ROLE, LWS_API, Obj, build_objects, options_from_target
+from orchestrator.compile.k8s import (
+    LABEL_ROLE,
+    LWS_API,
+    MAX_NAME,
+    K8sOptions,
+    Obj,
+    build_objects,
+    options_from_target,
+)
+from orchestrator.compile.k8s_pd import LONGEST_SUFFIX, build_pair_objects, pool_options
 from orchestrator.deploy.base import Deployment, Endpoint
 from orchestrator.deploy.k8s_api import (
     LABEL_RUN,
@@ -37,7 +47,9 @@ from orchestrator.deploy.k8s_api import (
 from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_problem, restarts
 from orchestrator.deploy.k8s_forward import PodForward
 from orchestrator.engines import LaunchPlan
+from orchestrator.engines.base import ReplicaRole
 from orchestrator.errors import DeployError, EngineDied
+from orchestrator.layout import Layout
 from orchestrator.spec.targets import KubernetesTarget
 
 _POLL_S = 0.5
@@ -66,6 +78,7 @@ class KubernetesRunTarget:
         self.core: Any = client.CoreV1Api(self.api)
         self.apps: Any = client.AppsV1Api(self.api)
         self.custom: Any = client.CustomObjectsApi(self.api)
+        self.rbac: Any = client.RbacAuthorizationV1Api(self.api)
         self.ns = spec.namespace
         self.in_cluster = spec.access == "service" or (
             spec.access == "auto" and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
@@ -79,6 +92,8 @@ class KubernetesRunTarget:
     # -- deploy -------------------------------------------------------------------------------------
     def deploy(self, plan: LaunchPlan) -> Deployment[KubeHandle]:
         layout = plan.layout
+        if not isinstance(layout, Layout):
+            return self._deploy_pair(plan)
         name = object_name(self.run_id, layout)
         opts = options_from_target(
             self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
@@ -113,6 +128,54 @@ class KubernetesRunTarget:
                 for i, f in enumerate(handle.forwards)
             )
         return Deployment(plan, endpoints, str(self.workdir), (handle,))
+
+    def _deploy_pair(self, plan: LaunchPlan) -> Deployment[KubeHandle]:
+        """A prefill/decode pair (compile/k8s_pd.py): one handle per pool and one for the router, all
+        owned by the run's ConfigMap. Clients reach the router; the pools' leaders are backends (health
+        and metrics), reached like the router: by Service DNS in the cluster, by port-forward outside."""
+        name = object_name(self.run_id, pair_label(str(plan.layout)))
+        if len(name) > MAX_NAME - LONGEST_SUFFIX:  # its pools' objects add -prefill / -decode
+            digest = hashlib.sha1(str(plan.layout).encode()).hexdigest()[:8]
+            name = object_name(self.run_id, f"pd-{digest}")
+        opts = options_from_target(
+            self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
+        )
+        objects = build_pair_objects(plan, opts)
+        owner = self._run_object()
+        handles: dict[str, KubeHandle] = {}
+        for obj in objects:
+            obj["metadata"]["ownerReferences"] = [owner]
+            unit = obj["metadata"]["labels"]["app.kubernetes.io/name"]
+            handles.setdefault(unit, KubeHandle(unit, []))
+        try:
+            for obj in objects:
+                self._create(obj)
+                handles[obj["metadata"]["labels"]["app.kubernetes.io/name"]].objects.append(obj)
+        except BaseException:
+            for h in handles.values():
+                self._delete_all(h)
+            self._delete_run_object_if_idle()
+            raise
+        units = [(pool_options(opts, role).name, pool, role) for pool, role in
+                 ((p, p.replicas[0].role) for p in plan.pools)]
+        router = handles[opts.name]
+        endpoints = (self._reach(router, opts, 1, "/health", "router")[0],)
+        backends = tuple(ep for unit, pool, role in units
+                         for ep in self._reach(handles[unit], opts, len(pool.replicas), _health(pool), role))
+        return Deployment(plan, endpoints, str(self.workdir),
+                          (*(handles[u] for u, _, _ in units), router), backends)
+
+    def _reach(self, handle: KubeHandle, opts: K8sOptions, leaders: int, health: str,
+               role: ReplicaRole) -> list[Endpoint]:
+        """How orch reaches one unit's leaders: its Service's DNS name in the cluster (one endpoint),
+        else one port-forward per leader pod (assigned to the pods once they are Ready)."""
+        if self.in_cluster:
+            base = f"http://{handle.name}.{self.ns}.svc:{opts.service_port}"
+            return [Endpoint(0, base + "/v1", base + health, role)]
+        handle.forwards = [PodForward(self._new_core_api, self.ns, opts.container_port)
+                           for _ in range(leaders)]
+        return [Endpoint(i, f"http://127.0.0.1:{f.local_port}/v1", f"http://127.0.0.1:{f.local_port}{health}",
+                         role) for i, f in enumerate(handle.forwards)]
 
     def _run_object(self) -> Obj:
         """The per-run ConfigMap every object is owned by (get or create); its ownerReference."""
@@ -151,6 +214,12 @@ class KubernetesRunTarget:
                 self.custom.create_namespaced_custom_object(
                     group, version, self.ns, "leaderworkersets", obj, _request_timeout=REQUEST_TIMEOUT_S
                 )
+            elif kind == "ServiceAccount":  # a pair's router that discovers its pools (SGLang's)
+                self.core.create_namespaced_service_account(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
+            elif kind == "Role":
+                self.rbac.create_namespaced_role(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
+            elif kind == "RoleBinding":
+                self.rbac.create_namespaced_role_binding(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
             else:
                 raise DeployError(f"kubernetes target: cannot apply a {kind}")
         except ApiException as exc:
@@ -202,10 +271,14 @@ class KubernetesRunTarget:
         return ""
 
     def wait_ready(self, deployment: Deployment[KubeHandle], timeout_s: float) -> None:
-        handle = _handle(deployment)
+        deadline = time.monotonic() + timeout_s
+        for handle in deployment.handles:  # a prefill/decode pair: each pool, then its router
+            self._wait_handle(handle, timeout_s, deadline)
+        for ep in deployment.servers:
+            _wait_health(ep.health_url, deadline)
+
+    def _wait_handle(self, handle: KubeHandle, timeout_s: float, deadline: float) -> None:
         expected = _expected_pods(handle)
-        start = time.monotonic()
-        deadline = start + timeout_s
         unschedulable_since: float | None = None
         pods: list[Obj] = []
         while time.monotonic() < deadline:
@@ -236,32 +309,32 @@ class KubernetesRunTarget:
         leaders = sorted(p["metadata"]["name"] for p in pods if _role(p) == "leader")
         for forward, pod in zip(handle.forwards, leaders, strict=False):
             forward.pod = pod
-        for ep in deployment.endpoints:
-            _wait_health(ep.health_url, deadline)
 
     def check_alive(self, deployment: Deployment[KubeHandle]) -> None:
         """Between load points: a pod that restarted or went unready makes the measurement invalid."""
-        handle = _handle(deployment)
-        for pod in self._pods(handle):
-            name = pod["metadata"]["name"]
-            if restarts(pod) > handle.pod_restarts.get(name, 0) or not is_ready(pod):
-                problem = pod_problem(pod)
-                raise EngineDied(problem.message if problem else f"pod {name} is no longer ready")
+        for handle in deployment.handles:
+            for pod in self._pods(handle):
+                name = pod["metadata"]["name"]
+                if restarts(pod) > handle.pod_restarts.get(name, 0) or not is_ready(pod):
+                    problem = pod_problem(pod)
+                    raise EngineDied(problem.message if problem else f"pod {name} is no longer ready")
 
     # -- teardown -----------------------------------------------------------------------------------
     def teardown(self, deployment: Deployment[KubeHandle]) -> None:
-        handle = _handle(deployment)
-        for forward in handle.forwards:
-            forward.close()
-        self._delete_all(handle)
+        handles = list(deployment.handles)
+        for handle in handles:
+            for forward in handle.forwards:
+                forward.close()
+            self._delete_all(handle)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if not self._pods(handle):
+        for handle in handles:
+            while time.monotonic() < deadline:
+                try:
+                    if not self._pods(handle):
+                        break
+                except DeployError:
                     break
-            except DeployError:
-                break
-            time.sleep(_POLL_S)
+                time.sleep(_POLL_S)
         self._delete_run_object_if_idle()
 
     def _delete_all(self, handle: KubeHandle) -> None:
@@ -285,6 +358,15 @@ class KubernetesRunTarget:
                         group, version, self.ns, "leaderworkersets", name, body=opts,
                         _request_timeout=REQUEST_TIMEOUT_S,
                     )  # fmt: skip
+                elif kind == "ServiceAccount":
+                    self.core.delete_namespaced_service_account(
+                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S)
+                elif kind == "Role":
+                    self.rbac.delete_namespaced_role(
+                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S)
+                elif kind == "RoleBinding":
+                    self.rbac.delete_namespaced_role_binding(
+                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S)
 
     def _delete_run_object_if_idle(self) -> None:
         selector = f"{LABEL_RUN}={self.run_id}"
@@ -295,6 +377,11 @@ class KubernetesRunTarget:
             if json.loads(left.data).get("items"):
                 return
             self.core.delete_namespaced_config_map(run_object_name(self.run_id), self.ns)
+
+
+def pair_label(layout: str) -> str:
+    """A pair's layout in object names: `p:tp4+d:tp4` -> `p-tp4-d-tp4`."""
+    return layout.replace(":", "-").replace("+", "-")
 
 
 def selector_labels_of(handle: KubeHandle) -> dict[str, str]:

@@ -31,7 +31,7 @@ with contextlib.suppress(ImportError):
     UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
 
 
-def object_name(run_id: str, layout: Layout) -> str:
+def object_name(run_id: str, layout: Layout | str) -> str:
     """A DNS label unique per run and layout: the run id's last digits keep two sweeps apart."""
     tail = "".join(ch for ch in run_id if ch.isalnum())[-6:].lower() or "run"
     return f"orch-{tail}-{layout}".lower()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.deploy.base import Deployment, Endpoint
+from orchestrator.deploy.base import Deployment, Endpoint, split_endpoints
 from orchestrator.deploy.ownership import foreign_listener, port_in_use
 from orchestrator.engines import LaunchPlan, ProcessSpec, secret_values
 from orchestrator.errors import DeployError, EngineDied
@@ -61,6 +62,19 @@ def program_argv(spec: ProcessSpec) -> list[str]:
     return argv
 
 
+def exit_status(code: int | None) -> str:
+    """How an engine ended, from its supervisor's status (which mirrors the engine's: supervise.py):
+    `exited with code 1`, or `was killed by signal 9 (SIGKILL, the out-of-memory killer's signal)`."""
+    if code is None or code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "unknown signal"
+    why = ", the out-of-memory killer's signal" if -code == signal.SIGKILL else ""
+    return f"was killed by signal {-code} ({name}{why})"
+
+
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -78,19 +92,20 @@ class LocalProcessTarget:
         self.workdir.mkdir(parents=True, exist_ok=True)
         _check_ports_free(plan)
         procs: list[LocalProcess] = []
-        endpoints = []
         try:
             for r, replica in enumerate(plan.replicas):
                 for i, spec in enumerate(replica.processes):
-                    name = f"{plan.engine}-{plan.name}-r{r}-p{i}-{spec.role}"
+                    what = spec.role if replica.role == "serve" else f"{replica.role}-{spec.role}"
+                    name = f"{plan.engine}-{_file_name(plan.name)}-r{r}-p{i}-{what}"
                     procs.append(self._start(name, spec))
-                endpoints.append(Endpoint(r, replica.openai_base_url, replica.health_url))
         except BaseException as exc:  # Ctrl-C half way included: what started must not outlive this
             self._stop(procs)
             if isinstance(exc, OSError):
                 raise DeployError(f"could not start {plan.engine} for {plan.name}: {exc}") from exc
             raise
-        return Deployment(plan, tuple(endpoints), str(self.workdir), tuple(procs))
+        endpoints, backends = split_endpoints(
+            plan, lambda r, rep: Endpoint(r, rep.openai_base_url, rep.health_url))
+        return Deployment(plan, endpoints, str(self.workdir), tuple(procs), backends)
 
     def _start(self, name: str, spec: ProcessSpec) -> LocalProcess:
         log_path = self.workdir / f"{name}.log"
@@ -113,14 +128,14 @@ class LocalProcessTarget:
 
     def wait_ready(self, deployment: Deployment[LocalProcess], timeout_s: float) -> None:
         procs = list(deployment.handles)
-        pending = {ep.health_url for ep in deployment.endpoints}
+        pending = {ep.health_url for ep in deployment.servers}
         deadline = time.monotonic() + timeout_s
         while pending:
             for p in procs:
                 code = p.popen.poll()
                 if code is not None:
                     raise EngineDied(
-                        f"{p.name} exited with code {code} before it was ready; "
+                        f"{p.name} {exit_status(code)} before it was ready; "
                         f"last log lines ({p.log_path}):\n{tail(p.log_path)}"
                     )
             for url in list(pending):
@@ -141,7 +156,7 @@ class LocalProcessTarget:
         for h in deployment.handles:
             if h.popen.poll() is not None:
                 raise EngineDied(
-                    f"{h.name} exited with code {h.popen.returncode} during the measurement; "
+                    f"{h.name} {exit_status(h.popen.returncode)} during the measurement; "
                     f"last log lines ({h.log_path}):\n{tail(h.log_path)}"
                 )
 
@@ -163,6 +178,11 @@ class LocalProcessTarget:
             if p.popen.stdin is not None:
                 with contextlib.suppress(OSError):
                     p.popen.stdin.close()  # the supervisor is gone; nothing left for it to guard
+
+
+def _file_name(name: str) -> str:
+    """A candidate's name as part of a file name: `p:tp4+d:tp4` -> `p-tp4-d-tp4`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "candidate"
 
 
 def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -194,7 +214,7 @@ def _check_ours(health_url: str, procs: list[LocalProcess]) -> None:
     for p in procs:
         if p.popen.poll() is not None:  # ours already died: whoever answered is not ours
             raise EngineDied(
-                f"{p.name} exited with code {p.popen.returncode}, yet {health_url} answers: another "
+                f"{p.name} {exit_status(p.popen.returncode)}, yet {health_url} answers: another "
                 f"process serves port {url.port}; last log lines ({p.log_path}):\n{tail(p.log_path)}"
             )
     if foreign_listener(url.port, [p.popen.pid for p in procs]):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from orchestrator.deploy.base import Deployment, Endpoint
-from orchestrator.deploy.local import TERM_GRACE_S, healthy
+from orchestrator.deploy.base import Deployment, Endpoint, split_endpoints
+from orchestrator.deploy.local import TERM_GRACE_S, exit_status, healthy
 from orchestrator.deploy.ray_actor import EngineProcess, ray_module
 from orchestrator.deploy.ray_placement import ReplicaBundles, replica_bundles, substitute_hosts
 from orchestrator.engines import LaunchPlan, ReplicaPlan, secret_values
@@ -109,10 +109,9 @@ class RayTarget:
     # -- deploy -----------------------------------------------------------------------------------
     def deploy(self, plan: LaunchPlan) -> Deployment[RayReplica]:
         ray = self.connect()
-        layout = plan.layout
         shapes = [
-            replica_bundles(r, layout.gpus_per_replica, self.gpus_per_node, self.on_cpu)
-            for r in plan.replicas
+            replica_bundles(r, plan.replica_gpus(i), self.gpus_per_node, self.on_cpu)
+            for i, r in enumerate(plan.replicas)
         ]
         self._check_capacity(ray, shapes, plan.name)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -127,10 +126,9 @@ class RayTarget:
         except BaseException:
             self._cleanup(ray, made.actors, made.groups)
             raise
-        endpoints = tuple(
-            _endpoint(r, rep, replicas[r].actors[0].info["host"]) for r, rep in enumerate(plan.replicas)
-        )
-        return Deployment(plan, endpoints, str(self.workdir), tuple(replicas))
+        endpoints, backends = split_endpoints(
+            plan, lambda r, rep: _endpoint(r, rep, replicas[r].actors[0].info["host"]))
+        return Deployment(plan, endpoints, str(self.workdir), tuple(replicas), backends)
 
     def _check_capacity(self, ray: Any, shapes: list[ReplicaBundles], layout: str) -> None:
         if self.on_cpu:
@@ -218,7 +216,7 @@ class RayTarget:
 
     # -- readiness, liveness ----------------------------------------------------------------------
     def wait_ready(self, deployment: Deployment[RayReplica], timeout_s: float) -> None:
-        pending = {ep.health_url for ep in deployment.endpoints}
+        pending = {ep.health_url for ep in deployment.servers}
         deadline = time.monotonic() + timeout_s
         while pending:
             self.check_alive(deployment, "before it was ready")
@@ -244,7 +242,7 @@ class RayTarget:
                 raise EngineDied(f"{a.name}: its Ray actor is gone {when}: {_cause(exc)}") from None
             if code is not None:
                 raise EngineDied(
-                    f"{a.name} exited with code {code} {when}; last log lines ({a.info['log']} on "
+                    f"{a.name} {exit_status(code)} {when}; last log lines ({a.info['log']} on "
                     f"{a.info['host']}):\n{self._tail(a)}"
                 )
 

@@ -63,7 +63,7 @@ def replica_bundles(
     bundles = []
     for b in range(wanted):
         bundle: dict[str, float] = {"CPU": float(max(1, cpus[b]))}
-        if not on_cpu:
+        if not on_cpu and max(gpus[b], per_bundle) > 0:  # a pair's router holds no GPU
             bundle["GPU"] = float(max(gpus[b], per_bundle))
         bundles.append(bundle)
     strategy = "PACK" if wanted == 1 else "STRICT_SPREAD"
@@ -71,9 +71,13 @@ def replica_bundles(
 
 
 def substitute_hosts(text: str, hosts: Mapping[str, str]) -> str:
-    """Replace placeholder node names in one argv token or env value: `node0`, `--x=node0`, `node0:29500`."""
+    """Replace placeholder node names in one argv token or env value: `node0`, `--x=node0`, `node0:29500`,
+    and URLs such as `http://node1:8000` (a pair's router addresses its pool servers so)."""
     if not hosts:
         return text
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme.isalpha():
+        return f"{scheme}://{substitute_hosts(rest, hosts)}"
     prefix, _, value = text.rpartition("=") if text.startswith("-") and "=" in text else ("", "", text)
     head, sep, port = value.partition(":")
     if head in hosts and (not sep or port.isdigit()):

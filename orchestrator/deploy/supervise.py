@@ -124,9 +124,12 @@ def _end_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
 
 
 def _exit_like(code: int) -> None:
+    """Exit as the engine did: its code, or killed by its signal. SIGKILL and SIGSTOP cannot have a
+    handler (setting one raises): they are already at their default, so only the kill is needed."""
     if code >= 0:
         sys.exit(code)
-    signal.signal(-code, signal.SIG_DFL)
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
     sys.exit(128 - code)  # a signal whose default is not to end the process
 

@@ -17,9 +17,18 @@ from orchestrator.engines.base import (
     Placement,
     ProcessSpec,
     ReplicaPlan,
+    ReplicaRole,
     SecretEnv,
     check_extra_args,
     secret_values,
+)
+from orchestrator.engines.pd_flags import (
+    SGLANG_ROUTER,
+    SGLANG_ROUTER_POLICIES,
+    SIDE_PORT_OFFSET,
+    PoolRole,
+    orch_router_argv,
+    router_process,
 )
 from orchestrator.engines.settings import EngineSettings, SettingsRequest
 from orchestrator.engines.sim import SimOptions
@@ -47,7 +56,28 @@ def resolve_settings(engine: str, gpu: GPUSpec, model: ModelConfig,
 
 
 __all__ = [
-    "ENGINES", "METRIC_FIELDS", "PORT_STRIDE", "Engine", "EngineOptions", "EngineSettings", "LaunchPlan",
-    "Placement", "ProcessSpec", "ReplicaPlan", "SecretEnv", "SettingsRequest", "SimOptions",
-    "check_extra_args", "get_engine", "resolve_settings", "secret_values",
+    "ENGINES",
+    "METRIC_FIELDS",
+    "PORT_STRIDE",
+    "SGLANG_ROUTER",
+    "SGLANG_ROUTER_POLICIES",
+    "SIDE_PORT_OFFSET",
+    "Engine",
+    "EngineOptions",
+    "EngineSettings",
+    "LaunchPlan",
+    "Placement",
+    "PoolRole",
+    "ProcessSpec",
+    "ReplicaPlan",
+    "ReplicaRole",
+    "SecretEnv",
+    "SettingsRequest",
+    "SimOptions",
+    "check_extra_args",
+    "get_engine",
+    "orch_router_argv",
+    "resolve_settings",
+    "router_process",
+    "secret_values",
 ]

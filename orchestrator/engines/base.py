@@ -13,10 +13,15 @@ from orchestrator.layout import Layout
 from orchestrator.spec.checks import ENV_NAME, is_host
 
 if TYPE_CHECKING:
-    from orchestrator.candidate import Candidate
+    from orchestrator.candidate import Candidate, DisaggCandidate
+    from orchestrator.disagg import DisaggLayout
     from orchestrator.engines.sim import SimOptions
 
 Role = Literal["leader", "worker", "headless"]
+# What a replica is in its deployment: an ordinary server ("serve"), a server of a prefill/decode
+# pair's pool, or the router in front of a pair (the only one of those clients talk to).
+ReplicaRole = Literal["serve", "prefill", "decode", "router"]
+CLIENT_ROLES = ("serve", "router")
 
 # Ports used per replica slot on one node: http = base + stride*slot, then +1 (rpc/master), +2 (ray).
 PORT_STRIDE = 10
@@ -126,27 +131,42 @@ class ReplicaPlan:
     openai_base_url: str
     # How long one health call may take before it counts as failed (Kubernetes probes' timeoutSeconds).
     health_timeout_s: float = 5.0
+    role: ReplicaRole = "serve"
+
+    @property
+    def serves_clients(self) -> bool:
+        """Whether clients send requests here (an engine, or a pair's router), not to a pool behind it."""
+        return self.role in CLIENT_ROLES
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "processes": [p.to_dict() for p in self.processes],
             "health_url": self.health_url,
             "openai_base_url": self.openai_base_url,
             "health_timeout_s": self.health_timeout_s,
         }
+        if self.role != "serve":
+            out["role"] = self.role
+        return out
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
     """How to start one candidate: its processes per replica. It carries the candidate itself, so a
-    target reads the parsed layout and settings instead of re-parsing a string."""
+    target reads the parsed layout and settings instead of re-parsing a string.
+
+    A prefill/decode candidate's plan holds every replica of both pools (role prefill / decode) and the
+    router (role router) in `replicas`, and each pool's own plan in `pools` (what per-pool objects,
+    such as one Deployment per pool, are built from). A target starts and health-checks them all;
+    clients talk to the router only."""
 
     engine: str
-    candidate: Candidate
+    candidate: Candidate | DisaggCandidate
     replicas: tuple[ReplicaPlan, ...]
+    pools: tuple[LaunchPlan, ...] = ()
 
     @property
-    def layout(self) -> Layout:
+    def layout(self) -> Layout | DisaggLayout:
         return self.candidate.layout
 
     @property
@@ -154,14 +174,45 @@ class LaunchPlan:
         """The candidate's name: what logs, process names and work directories are called."""
         return self.candidate.name
 
+    @property
+    def router(self) -> ReplicaPlan | None:
+        return next((r for r in self.replicas if r.role == "router"), None)
+
+    def replica_gpus(self, index: int) -> int:
+        """The GPUs replica `index` holds: its pool's replica size (a router holds none)."""
+        rep = self.replicas[index]
+        if rep.role == "router":
+            return 0
+        for pool in self.pools:
+            if rep in pool.replicas:
+                return pool.replica_gpus(pool.replicas.index(rep))
+        return _single(self.candidate).layout.gpus_per_replica
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "engine": self.engine,
             "layout": str(self.candidate.layout),
             "candidate": self.candidate.name,
-            "engine_settings": self.candidate.settings.to_dict(),
-            "replicas": [r.to_dict() for r in self.replicas],
         }
+        if self.pools:  # a prefill/decode pair: each pool's layout and settings
+            out["pools"] = {
+                (p.replicas[0].role if p.replicas else str(i)): {
+                    "layout": str(p.candidate.layout), "replicas": len(p.replicas),
+                    "engine_settings": _single(p.candidate).settings.to_dict()}
+                for i, p in enumerate(self.pools)}
+        else:
+            out["engine_settings"] = _single(self.candidate).settings.to_dict()
+        out["replicas"] = [r.to_dict() for r in self.replicas]
+        return out
+
+
+def _single(candidate: Candidate | DisaggCandidate) -> Candidate:
+    """A one-pool candidate (a pair's plan has one for each pool in `pools`)."""
+    from orchestrator.candidate import Candidate  # engines load before candidates do
+
+    if not isinstance(candidate, Candidate):
+        raise TypeError(f"{candidate}: a prefill/decode pair has no single layout; use its pools")
+    return candidate
 
 
 @dataclass(frozen=True)

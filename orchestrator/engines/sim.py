@@ -13,6 +13,7 @@ resolved setting in its argv, and the server runs exactly those.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,9 @@ def settings_flags(settings: EngineSettings) -> list[str]:
 class SimEngine:
     name = "sim"
     version = VERSION
-    metrics = VLLM_METRICS  # the simulated server speaks vLLM's names (sim/server.py)
+    # the simulated server speaks vLLM's names (sim/server.py); its PD roles count their KV handovers
+    metrics: Mapping[str, str] = {**VLLM_METRICS, "orch_sim_kv_transfers_total": "kv_transfers",
+                                  "orch_sim_kv_transfer_seconds_sum": "kv_transfer_s"}
     simulated = True  # its hardware exists only in the cost model
 
     def resolve_settings(

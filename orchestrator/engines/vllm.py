@@ -52,6 +52,9 @@ METRICS: Mapping[str, str] = {
     "vllm:gpu_prefix_cache_hit_rate": "prefix_hit_rate",
     "vllm:prefix_cache_hits_total": "prefix_hits",
     "vllm:prefix_cache_queries_total": "prefix_queries",
+    # a prefill/decode pair's NIXL reads (nixl metrics: histogram of each transfer's duration)
+    "vllm:nixl_xfer_time_seconds_count": "kv_transfers",
+    "vllm:nixl_xfer_time_seconds_sum": "kv_transfer_s",
 }
 BLOCK_SIZE = 16
 # vllm/platforms/cpu.py, CpuPlatform.update_block_size_for_backend: 128 on CPU; its MLA backend needs 16.

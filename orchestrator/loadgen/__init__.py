@@ -36,12 +36,18 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.content import sim_answer_key as sim_answer_key
     from orchestrator.loadgen.content import sim_answer_text as sim_answer_text
     from orchestrator.loadgen.content import text_key as text_key
+    from orchestrator.loadgen.delivery import Delivery as Delivery
+    from orchestrator.loadgen.delivery import check_delivery as check_delivery
+    from orchestrator.loadgen.delivery import delivered_label as delivered_label
+    from orchestrator.loadgen.delivery import undelivered as undelivered
     from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
     from orchestrator.loadgen.engine_metrics import EngineSample as EngineSample
     from orchestrator.loadgen.engine_metrics import series_to_dict as series_to_dict
+    from orchestrator.loadgen.engine_metrics import summarize_pools as summarize_pools
     from orchestrator.loadgen.engine_metrics import summarize_series as summarize_series
     from orchestrator.loadgen.engine_metrics import with_engine_metrics as with_engine_metrics
-    from orchestrator.loadgen.intervals import bootstrap_intervals as bootstrap_intervals
+    from orchestrator.loadgen.intervals import MIN_REQUESTS_TO_SEPARATE as MIN_REQUESTS_TO_SEPARATE
+    from orchestrator.loadgen.intervals import point_intervals as point_intervals
     from orchestrator.loadgen.intervals import slo_margin as slo_margin
     from orchestrator.loadgen.intervals import straddled_bounds as straddled_bounds
     from orchestrator.loadgen.metrics import Distribution as Distribution
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.metrics import closed_loop_warmup_s as closed_loop_warmup_s
     from orchestrator.loadgen.metrics import compute_metrics as compute_metrics
     from orchestrator.loadgen.metrics import finite as finite
+    from orchestrator.loadgen.metrics import measurement_window as measurement_window
     from orchestrator.loadgen.metrics import meets_slo as meets_slo
     from orchestrator.loadgen.metrics import metrics_of as metrics_of
     from orchestrator.loadgen.metrics import parse_slo as parse_slo
@@ -101,13 +108,17 @@ __getattr__, __all__ = lazy_face(__name__, {
     ),
     "columns": ("GapSet", "RequestColumns", "columns_from_records",),
     "content": ("Content", "ROOT_HASH", "sim_answer_key", "sim_answer_text", "text_key",),
-    "engine_metrics": (
+    "engine_metrics": ("summarize_pools",
         "DEFAULT_INTERVAL_S", "EngineSample", "series_to_dict", "summarize_series", "with_engine_metrics",
     ),
-    "intervals": ("bootstrap_intervals", "slo_margin", "straddled_bounds",),
+    "delivery": ("Delivery", "check_delivery", "delivered_label", "undelivered",),
+    "intervals": (
+        "MIN_REQUESTS_TO_SEPARATE", "point_intervals", "slo_margin",
+        "straddled_bounds",
+    ),
     "metrics": (
-        "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "meets_slo",
-        "metrics_of", "parse_slo", "point_warmup_s", "slo_met",
+        "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "measurement_window",
+        "meets_slo", "metrics_of", "parse_slo", "point_warmup_s", "slo_met",
     ),
     "records": ("RequestRecord",),
     "search": (

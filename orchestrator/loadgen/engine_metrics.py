@@ -33,7 +33,10 @@ from orchestrator.engines import METRIC_FIELDS
 DEFAULT_INTERVAL_S = 0.5
 SCRAPE_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
-FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate", "prefix_hits", "prefix_queries")
+# kv_transfers / kv_transfer_s: a prefill/decode pair's KV handovers and their seconds on the link
+# (counters: NIXL's transfer histogram on vLLM, orch_sim_kv_* on the simulated roles)
+FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_hit_rate", "prefix_hits", "prefix_queries",
+          "kv_transfers", "kv_transfer_s")
 
 _NAMES = METRIC_FIELDS  # each engine names its own metrics (orchestrator/engines/)
 _FRACTIONS = ("kv_usage", "prefix_hit_rate")
@@ -55,6 +58,8 @@ class EngineSample:
     prefix_hit_rate: float | None = None  # fraction, 0-1
     prefix_hits: float | None = None  # counter: prompt tokens found cached
     prefix_queries: float | None = None  # counter: prompt tokens looked up
+    kv_transfers: float | None = None  # counter: KV handovers completed (a pair's pool servers)
+    kv_transfer_s: float | None = None  # counter: seconds those handovers spent on the link
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -191,15 +196,31 @@ async def with_engine_metrics(
 
 
 def series_to_dict(
-    samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0
+    samples: Sequence[EngineSample], interval_s: float, time_scale: float = 1.0,
+    roles: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The stored form: times divided by the simulator's time scale, like every other measured time."""
+    """The stored form: times divided by the simulator's time scale, like every other measured time.
+    `roles`: per endpoint index, the pool it serves in (a prefill/decode deployment), if any."""
     rows = []
     for s in samples:
         d = asdict(s)
         d["t_s"] = s.t_s / time_scale
         rows.append({k: v for k, v in d.items() if v is not None})
-    return {"interval_s": interval_s / time_scale, "samples": rows}
+    out: dict[str, Any] = {"interval_s": interval_s / time_scale, "samples": rows}
+    if roles:
+        out["roles"] = list(roles)
+    return out
+
+
+def summarize_pools(series: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """summarize_series per pool, for a series whose endpoints have roles (prefill, decode); {} else."""
+    roles: list[str] = series.get("roles") or []
+    out: dict[str, dict[str, Any]] = {}
+    for role in dict.fromkeys(roles):
+        mine = {i for i, r in enumerate(roles) if r == role}
+        part = {**series, "samples": [s for s in series.get("samples") or [] if s.get("endpoint") in mine]}
+        out[role] = summarize_series(part)
+    return out
 
 
 def _point_hit_rate(hits: float | None, queries: float | None, samples: list[dict[str, Any]]) -> float | None:
@@ -233,7 +254,7 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         return max(vals) if vals else None
 
     def growth(name: str) -> float | None:
-        """How much a counter grew during the point, summed over the endpoints."""
+        """How much a counter grew during the point, summed over the endpoints that report it."""
         out: float | None = None
         for ep in {s["endpoint"] for s in samples}:
             counts = [s[name] for s in samples if s["endpoint"] == ep and name in s]
@@ -243,6 +264,7 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
 
     preempted = growth("preemptions")
     hits, queries = growth("prefix_hits"), growth("prefix_queries")
+    transfers, transfer_s = growth("kv_transfers"), growth("kv_transfer_s")
     running, waiting = total("running"), total("waiting")
     return {
         "samples": len(samples),
@@ -255,4 +277,6 @@ def summarize_series(series: dict[str, Any]) -> dict[str, Any]:
         "prefix_hit_rate_peak": peak("prefix_hit_rate"),
         "prefix_hit_rate": _point_hit_rate(hits, queries, samples),
         "prefix_queries": queries,
+        "kv_transfers": transfers,
+        "kv_transfer_ms_mean": 1e3 * transfer_s / transfers if transfers and transfer_s is not None else None,
     }

@@ -9,25 +9,27 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate
 from orchestrator.compile import is_cpu, secret_env
 from orchestrator.deploy.targets import preflight
+from orchestrator.disagg import AnyLayout
 from orchestrator.engines import Engine, EngineSettings, get_engine, secret_values
-from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.provenance import new_run_id
+from orchestrator.plan.candidates import candidate_of, check_pairs
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.db import LayoutRow, PointRow
-from orchestrator.store.extras import SideRecords
+from orchestrator.store.extras import SideRecords, SweepMode
 from orchestrator.store.run_ids import checked_run_id
 
 SideBySide = Literal["auto", "on", "off"]
@@ -86,7 +88,7 @@ class RunStore(Protocol):
 
 @dataclass(frozen=True)
 class SweepOptions:
-    layouts: tuple[Layout, ...] | None = None
+    layouts: tuple[AnyLayout, ...] | None = None  # prefill/decode pairs too
     rates: tuple[float, ...] | None = None
     num_requests: int | None = None
     force: bool = False
@@ -101,11 +103,35 @@ class SweepOptions:
 @dataclass
 class Tally:
     """What the sweep counts as it goes: the time of each measured load point and each layout's own
-    overhead (deploy, warm-up, teardown), and the simulator's predicted capacity per candidate."""
+    overhead (deploy, warm-up, teardown), and the simulator's predicted capacity per candidate. A
+    resumed run starts from what its earlier sessions counted (`restore`), so its time to decision
+    compares the whole sweep with the whole grid (issue 29: it compared the last session with it)."""
 
     point_s: list[float] = field(default_factory=list)
     layout_s: list[float] = field(default_factory=list)
     predicted_capacity: dict[str, float | None] = field(default_factory=dict)
+    earlier_wall_s: float = 0.0  # wall time of the run's earlier sessions
+    sessions: int = 1
+    started: float = field(default_factory=time.monotonic)  # this session's start
+
+    def wall_s(self) -> float:
+        return self.earlier_wall_s + time.monotonic() - self.started
+
+    def progress(self) -> dict[str, Any]:
+        """What a later session needs to go on counting (stored as the sweep goes)."""
+        return {"wall_s": self.wall_s(), "point_s": list(self.point_s), "layout_s": list(self.layout_s),
+                "sessions": self.sessions}
+
+    def restore(self, progress: dict[str, Any] | None, resumed: bool) -> None:
+        """Go on from the earlier sessions' progress (a session killed before it stored any has none:
+        it still counts as a session); this session starts now."""
+        if progress:
+            self.earlier_wall_s = float(progress.get("wall_s") or 0.0)
+            self.point_s[:0] = [float(x) for x in progress.get("point_s") or []]
+            self.layout_s[:0] = [float(x) for x in progress.get("layout_s") or []]
+        if resumed:
+            self.sessions = int((progress or {}).get("sessions") or 1) + 1
+        self.started = time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -128,9 +154,10 @@ class SweepContext:
     def settings(self) -> EngineSettings:
         return self.inputs.settings
 
-    def candidate(self, layout: Layout) -> Candidate:
-        """A layout of the sweep with the sweep's settings."""
-        return Candidate(layout, self.settings)
+    def candidate(self, layout: AnyLayout) -> AnyCandidate:
+        """A layout of the sweep with the sweep's settings; a prefill/decode pair with its pools' (the
+        spec's disagg section), transfer backend and router."""
+        return candidate_of(self.spec, layout, self.settings)
 
     @property
     def ready_timeout_s(self) -> float:
@@ -140,6 +167,12 @@ class SweepContext:
     def records(self) -> SideRecords:
         """The run's side records (mode, settings, capacities, placements), typed."""
         return SideRecords(self.store, self.run_id)
+
+    def save_progress(self) -> None:
+        """Keep the time spent so far with the run (after each point and layout): a session killed
+        later still leaves its part for the time to decision of the session that finishes it."""
+        mode = self.records.sweep() or SweepMode("served" if self.served else "virtual", "auto")
+        self.records.set_sweep(replace(mode, progress=self.tally.progress()))
 
     def on_thread(self, store: RunStore, obs: Observer) -> SweepContext:
         """The context as a side-by-side layout's thread sees it: its store and observer calls run on the
@@ -173,6 +206,7 @@ def open_context(spec: SweepSpec, store: RunStore, obs: Observer, options: Sweep
     opts = options or SweepOptions()
     resuming = run_id is not None
     run_id = checked_run_id(run_id or new_run_id())  # it names the work directory
+    check_pairs(spec, opts.layouts or spec.layouts)  # a pair no deployment can run: exit 2, nothing runs
     preflight(spec.target)
     if not isinstance(spec.target, KubernetesTarget):
         # Every secret the engines need must be in orch's environment before anything starts; the

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, DisaggCandidate
+from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import LoadPoint, PointResult
-from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_series
-from orchestrator.loadgen.intervals import bootstrap_intervals, slo_margin
+from orchestrator.loadgen.delivery import Delivery, check_delivery, delivered_label, undelivered
+from orchestrator.loadgen.engine_metrics import series_to_dict, summarize_pools, summarize_series
+from orchestrator.loadgen.intervals import point_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite, point_warmup_s
 from orchestrator.loadgen.spec_workload import session_shape, slo_bounds
 from orchestrator.pipeline.capacity import (
@@ -32,16 +34,21 @@ from orchestrator.pipeline.predict import (
     planned_capacity_concurrency,
     planned_capacity_rate,
     predicted_metrics,
+    transfer_stats,
     virtual_point,
 )
 from orchestrator.pipeline.repeats import measure_point, reseeded
 from orchestrator.pipeline.serving import Served
+from orchestrator.plan.disagg import DisaggRow, plan_pair
 from orchestrator.plan.from_spec import mean_tokens
-from orchestrator.plan.planner import PlanRow, plan_layout
+from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome
-from orchestrator.sim.run import prefix_cache_of
+from orchestrator.sim.pd_run import DisaggSimPoint
+from orchestrator.sim.run import SimPoint, prefix_cache_of
 from orchestrator.verdict import Verdict
+
+AnyRow = PlanRow | DisaggRow
 
 
 @dataclass(frozen=True)
@@ -67,10 +74,14 @@ class Bench(Protocol):
     ) -> tuple[PointResult, dict[str, Any]]: ...
 
 
-def plan_row(ctx: SweepContext, candidate: Candidate) -> PlanRow:
-    """The candidate's row of `orch plan`, with the workload's prompt and answer lengths."""
+def plan_row(ctx: SweepContext, candidate: AnyCandidate) -> AnyRow:
+    """The candidate's row of `orch plan`, with the workload's prompt and answer lengths (a pair:
+    both pools, the transfer, which pool binds)."""
     w = ctx.spec.workload
     prompt, output = mean_tokens(w.input_tokens), mean_tokens(w.output_tokens)
+    if isinstance(candidate, DisaggCandidate):
+        return plan_pair(ctx.inputs, candidate, prompt_tokens=prompt, output_tokens=output,
+                         itl_bound_ms=itl_bound_ms(ctx.spec))
     return plan_layout(
         ctx.inputs.with_settings(candidate.settings), candidate.layout, prompt_tokens=prompt,
         context_tokens=prompt + output // 2, itl_bound_ms=itl_bound_ms(ctx.spec),
@@ -78,55 +89,87 @@ def plan_row(ctx: SweepContext, candidate: Candidate) -> PlanRow:
     )
 
 
-def virtual_point_fn(ctx: SweepContext, candidate: Candidate) -> PointFn:
+def sim_target(ctx: SweepContext, candidate: AnyCandidate) -> tuple[PlanInputs, Layout | DisaggCandidate]:
+    """What the simulator runs for a candidate: (inputs with its settings, its layout), or a pair
+    itself (each pool takes its own settings from it)."""
+    if isinstance(candidate, DisaggCandidate):
+        return ctx.inputs, candidate
+    return ctx.inputs.with_settings(candidate.settings), candidate.layout
+
+
+def engine_summary(series: dict[str, Any]) -> dict[str, Any]:
+    """The engines' gauges over a point: all engines, and per pool when they have roles."""
+    pools = summarize_pools(series)
+    return {**summarize_series(series), **({"pools": pools} if pools else {})}
+
+
+def virtual_point_fn(ctx: SweepContext, candidate: AnyCandidate) -> PointFn:
     """The candidate's point function in virtual time: the simulated engine, deterministic for a seed,
-    with its own gauges sampled as a served run scrapes /metrics."""
+    with its own gauges sampled as a served run scrapes /metrics (per pool for a pair, with its KV
+    transfers)."""
     interval_s = ctx.opts.engine_metrics_interval_s
-    inputs = ctx.inputs.with_settings(candidate.settings)
+    inputs, what = sim_target(ctx, candidate)
 
     def run(load: float, k: int) -> Measured:
         point = load_point(ctx.spec.workload, load)
-        sp = virtual_point(reseeded(ctx.spec, k), inputs, candidate.layout, point.rate,
+        sp = virtual_point(reseeded(ctx.spec, k), inputs, what, point.rate,
                            ctx.opts.num_requests, point.concurrency, sample_interval_s=interval_s)
         s = sp.summary
-        sim = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
-               "virtual_s": s.virtual_s, **prefix_cache_of(sp)}
-        series = series_to_dict(list(s.engine_samples), interval_s)
-        extra = {"measured_in": "virtual time", "sim": sim, "engine": summarize_series(series)}
+        sim: dict[str, Any] = {"steps": s.steps, "preemptions": s.preemptions, "rejected": s.rejected,
+                               "virtual_s": s.virtual_s,
+                               **(prefix_cache_of(sp) if isinstance(sp, SimPoint) else {})}
+        roles: list[str] = []
+        extra: dict[str, Any] = {"measured_in": "virtual time", "sim": sim}
+        if isinstance(sp, DisaggSimPoint) and isinstance(candidate, DisaggCandidate):
+            extra["kv_transfer"] = {**transfer_stats(sp), "source": "simulated"}
+            roles = [pool.role for pool in candidate.pools
+                     for _ in range(pool.layout.replicas * pool.layout.dp)]
+        series = series_to_dict(list(s.engine_samples), interval_s, roles=roles)
+        extra["engine"] = engine_summary(series)
         return Measured(sp.result, extra, series)
 
     return run
 
 
-def served_point_fn(ctx: SweepContext, candidate: Candidate, served: Served, bench: Bench,
+def served_point_fn(ctx: SweepContext, candidate: AnyCandidate, served: Served, bench: Bench,
                     beside: Mapping[str, Any] | None = None) -> PointFn:
     """The candidate's point function on a served deployment: the load point through `bench`, the
     engines checked alive after it, and the simulator's prediction of the same point stored beside it
     (`beside`: more to store, e.g. which layouts ran alongside)."""
 
-    inputs = ctx.inputs.with_settings(candidate.settings)
+    inputs, what = sim_target(ctx, candidate)
 
     def run(load: float, k: int) -> Measured:
         point, n = load_point(ctx.spec.workload, load), ctx.opts.num_requests
         result, series = bench.point(point, n, k)
         served.check_alive()
+        # A point is a measurement at its load only if the client sent it (loadgen/delivery.py).
+        delivered = check_delivery(result.metrics, point.rate)
+        if not delivered.delivered and result.judgement.judged:
+            result = replace(result, verdict=delivered.short_because)
+        engines = engine_summary(series)
         extra = {
-            "predicted": predicted_metrics(reseeded(ctx.spec, k), inputs, candidate.layout, point.rate, n,
+            "predicted": predicted_metrics(reseeded(ctx.spec, k), inputs, what, point.rate, n,
                                            point.concurrency),
-            "engine": summarize_series(series),
+            "engine": engines,
+            "delivery": delivered.to_dict(),
             **(beside or {}),
         }
+        if isinstance(candidate, DisaggCandidate) and engines.get("kv_transfers"):
+            # what the pool servers counted (the decode side times each read of KV it pulls)
+            extra["kv_transfer"] = {"transfers": engines["kv_transfers"],
+                                    "transfer_ms_mean": engines.get("kv_transfer_ms_mean"),
+                                    "source": "engine metrics"}
         return Measured(result, extra, series)
 
     return run
 
 
 def judge(ctx: SweepContext, result: PointResult, gpus: int) -> dict[str, Any]:
-    """The point's bootstrap intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
+    """The point's intervals and how surely its SLO verdict holds (loadgen/intervals.py)."""
     slo = slo_bounds(ctx.spec.slo)
     warmup_s = point_warmup_s(result.records, ctx.spec.workload.warmup_s, result.point.concurrency)
-    iv = bootstrap_intervals(result.records, warmup_s=warmup_s, gpus=gpus, slo=slo,
-                             seed=ctx.spec.workload.seed)
+    iv = point_intervals(result.records, warmup_s=warmup_s, gpus=gpus, slo=slo, seed=ctx.spec.workload.seed)
     return {"intervals": finite(iv), "slo_margin": slo_margin(iv, slo) if slo else None}
 
 
@@ -135,17 +178,20 @@ def probe_of(result: PointResult, load: float) -> Probe:
     return Probe(load, v.passed, v.text, judged=v.judged)
 
 
-def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, point_fn: PointFn) -> float:
+def measure_candidate(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow, point_fn: PointFn) -> float:
     """Measure and store the candidate's load points (the grid, or the capacity search with its
     stored points reused); returns the seconds spent in load points."""
-    name, spec, gpus = candidate.name, ctx.spec, candidate.layout.gpus
+    name, spec, gpus = candidate.name, ctx.spec, candidate.gpus
     stored = {p.label: p for p in ctx.store.points(ctx.run_id, name)}
+    # A point the client did not deliver is stored under what it received (loadgen/delivery.py); a
+    # resumed search finds it by its asked rate, and steps around it as it did the first time.
+    short = {p.rate: p for p in stored.values() if p.rate is not None and undelivered(p.label)}
     by = load_axis(spec.workload)
     spent = [0.0]
 
     def probe(load: float) -> Probe:
         label = load_point(spec.workload, load).label
-        prior = stored.get(label)
+        prior = stored.get(label) or (short.get(load) if by == "rate" else None)
         if prior is not None:
             v = Verdict.of(prior.passed, prior.verdict)
             return Probe(load, v.passed, v.text, judged=v.judged,
@@ -171,11 +217,14 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
         if result.note:  # what the workload left out (sessions cut at max_model_len ...)
             metrics["note"] = result.note
         rate = load_point(spec.workload, load).rate
+        if (shortfall := extra.get("delivery")) is not None:
+            label = delivered_label(label, Delivery.from_dict(shortfall))  # never the target's label
         # The point first: if the store fails, the journal has the measurement itself.
         ctx.store.add_point(ctx.run_id, name, label, rate, result.passed, result.verdict, metrics,
                             result.records)
         if series[0]:
             ctx.store.add_engine_metrics(ctx.run_id, name, label, series[0])
+        ctx.save_progress()
         ctx.obs.point_done(name, result)
         p = probe_of(result, load)
         return Probe(p.load, p.passed, p.verdict, p.judged, sure=judged.get("slo_margin") != "close")
@@ -191,7 +240,7 @@ def measure_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, poi
     return spent[0]
 
 
-def predict_outcome(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> LayoutOutcome:
+def predict_outcome(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow) -> LayoutOutcome:
     """The candidate's load points (grid or capacity search) through the simulator, not stored; its
     predicted capacity is kept for the served search to start from."""
     name, run = candidate.name, virtual_point_fn(ctx, candidate)
@@ -210,7 +259,7 @@ def predict_outcome(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> La
         seed, source, growth = planner_seed(ctx, candidate, row)
         cap = search_capacity(name, probe, ctx.spec.workload.search, seed, source, growth, by)
         ctx.tally.predicted_capacity[name] = cap.capacity
-    gpus = candidate.layout.gpus
+    gpus = candidate.gpus
     points = tuple(
         point_outcome(r.point.label, r.point.rate, r.passed, r.verdict, finite(r.metrics.to_dict()), gpus)
         for r in results.values()
@@ -218,7 +267,7 @@ def predict_outcome(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> La
     return LayoutOutcome(name, gpus, "measured", None, points, searched=not grid)
 
 
-def search_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple[float, str, float]:
+def search_seed(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow) -> tuple[float, str, float]:
     """Where a capacity search starts: served runs from the simulator's own capacity search (seconds
     in virtual time, so the real engine spends its minutes near the answer), virtual runs from the
     planner's estimate."""
@@ -232,8 +281,10 @@ def search_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple[
     return cap, "simulator (virtual-time capacity search)", GROWTH_FROM_SIMULATOR
 
 
-def planner_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple[float, str, float]:
-    w, layout = ctx.spec.workload, candidate.layout
+def planner_seed(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow) -> tuple[float, str, float]:
+    w = ctx.spec.workload
+    # the engines that hold sequences while they decode: a pair's decode pool
+    layout = candidate.decode.layout if isinstance(candidate, DisaggCandidate) else candidate.layout
     search = w.search
     if load_axis(w) == "concurrency":
         conc = planned_capacity_concurrency(row, layout.replicas * layout.dp)
@@ -249,6 +300,7 @@ def planner_seed(ctx: SweepContext, candidate: Candidate, row: PlanRow) -> tuple
 
 
 __all__ = [
-    "Bench", "Measured", "PointFn", "measure_candidate", "plan_row", "planner_seed", "predict_outcome",
+    "AnyRow", "Bench", "Measured", "PointFn", "measure_candidate", "plan_row", "planner_seed",
+    "predict_outcome",
     "search_seed", "served_point_fn", "virtual_point_fn",
 ]

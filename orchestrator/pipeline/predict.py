@@ -7,29 +7,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.candidate import DisaggCandidate
 from orchestrator.errors import OrchError
 from orchestrator.layout import Layout
+from orchestrator.plan.disagg import DisaggRow
 from orchestrator.plan.planner import PlanInputs, PlanRow
+from orchestrator.sim.pd_run import DisaggSimPoint, simulate_pair_point
 from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.models import SweepSpec
 
 SOURCE = "orch simulate (virtual time)"
 
 
-def virtual_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None,
+def virtual_point(spec: SweepSpec, inputs: PlanInputs, what: Layout | DisaggCandidate, rate: float | None,
                   num_requests: int | None, concurrency: int | None = None,
-                  sample_interval_s: float | None = None) -> SimPoint:
+                  sample_interval_s: float | None = None) -> SimPoint | DisaggSimPoint:
     """The load point through the simulated engine in virtual time: deterministic for a seed. An
     open loop at `rate` (under `workload.max_concurrency`, as the load generator caps it) or a closed
-    loop of `concurrency` clients."""
-    return simulate_point(spec, inputs, layout, rate, num_requests=num_requests, concurrency=concurrency,
+    loop of `concurrency` clients. `what`: a layout, or a prefill/decode candidate (both pools, the
+    transfer and the router)."""
+    if isinstance(what, DisaggCandidate):
+        return simulate_pair_point(spec, inputs, what, rate, num_requests=num_requests,
+                                   concurrency=concurrency, sample_interval_s=sample_interval_s)
+    return simulate_point(spec, inputs, what, rate, num_requests=num_requests, concurrency=concurrency,
                           sample_interval_s=sample_interval_s)
 
 
-def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None) -> dict[str, Any]:
+def prediction_of(sp: SimPoint | DisaggSimPoint, spec: SweepSpec,
+                  concurrency: int | None = None) -> dict[str, Any]:
     m = sp.result.metrics
     cache = sp.summary.prefix_cache
-    return {
+    out: dict[str, Any] = {
         "source": SOURCE,
         "load": sp.result.point.label,
         "max_concurrency": None if concurrency else spec.workload.max_concurrency,
@@ -41,14 +49,26 @@ def prediction_of(sp: SimPoint, spec: SweepSpec, concurrency: int | None = None)
         "ttft_first_turn_p50_ms": m.ttft_first_turn_ms.p50 if m.ttft_first_turn_ms else None,
         "ttft_later_turns_p50_ms": m.ttft_later_turns_ms.p50 if m.ttft_later_turns_ms else None,
     }
+    if isinstance(sp, DisaggSimPoint):
+        out["kv_transfer"] = transfer_stats(sp)
+    return out
 
 
-def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None,
+def transfer_stats(sp: DisaggSimPoint) -> dict[str, Any]:
+    """KV transfers of a simulated prefill/decode point: how many, mean time on the link, mean wait
+    for decode KV room (or the link) before it."""
+    s = sp.summary
+    n = max(s.transfers, 1)
+    return {"transfers": s.transfers, "transfer_ms_mean": 1e3 * s.transfer_s_sum / n,
+            "wait_ms_mean": 1e3 * s.kv_wait_s_sum / n}
+
+
+def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, what: Layout | DisaggCandidate, rate: float | None,
                       num_requests: int | None, concurrency: int | None = None) -> dict[str, Any]:
     """The simulator on the measured point's own load: its rate under `workload.max_concurrency`
     (the cap the load generator applied), or its closed-loop concurrency."""
     try:
-        sp = virtual_point(spec, inputs, layout, rate, num_requests, concurrency)
+        sp = virtual_point(spec, inputs, what, rate, num_requests, concurrency)
     except OrchError as exc:  # e.g. the layout does not fit the model's memory: nothing to predict
         return {"source": SOURCE, "error": str(exc)}
     return prediction_of(sp, spec, concurrency)
@@ -64,10 +84,12 @@ def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate:
 PLANNER_OVERESTIMATE = 1.25
 
 
-def planned_capacity_rate(row: PlanRow, mean_output_tokens: int) -> float | None:
+def planned_capacity_rate(row: PlanRow | DisaggRow, mean_output_tokens: int) -> float | None:
     """Requests/s the cost model sustains within the ITL bound: the best batch's output tokens/s
-    over the whole layout divided by the mean answer length, over PLANNER_OVERESTIMATE. A seed for
-    the search, not a verdict."""
+    over the whole layout divided by the mean answer length (a pair: its binding pool's rate), over
+    PLANNER_OVERESTIMATE. A seed for the search, not a verdict."""
+    if isinstance(row, DisaggRow):
+        return row.capacity_rps / PLANNER_OVERESTIMATE if row.capacity_rps > 0 else None
     best = row.best
     if best is None or mean_output_tokens <= 0:
         return None
@@ -88,10 +110,15 @@ def planned_capacity_rate(row: PlanRow, mean_output_tokens: int) -> float | None
 PLANNER_CONCURRENCY_OVERESTIMATE = 1.0
 
 
-def planned_capacity_concurrency(row: PlanRow, engines: int) -> float | None:
+def planned_capacity_concurrency(row: PlanRow | DisaggRow, engines: int) -> float | None:
     """Requests in flight the cost model keeps within the ITL bound: the best batch on each of the
-    layout's engines (replicas x DP ranks), over PLANNER_CONCURRENCY_OVERESTIMATE (measured: 1). A
-    closed loop's seed."""
+    layout's engines (replicas x DP ranks; a pair: its decode engines), over
+    PLANNER_CONCURRENCY_OVERESTIMATE (measured: 1). A closed loop's seed."""
+    if isinstance(row, DisaggRow):
+        best_d = row.decode.best if row.decode is not None else None
+        if best_d is None or best_d.batch <= 0:
+            return None
+        return max(1.0, best_d.batch * engines / PLANNER_CONCURRENCY_OVERESTIMATE)
     best = row.best
     if best is None or best.batch <= 0:
         return None

@@ -3,7 +3,7 @@ repeated when its verdict is close to the SLO, deciding on the pooled records.
 
 - Unjudged ("unreliable": the served simulation lost its clock): measured once more; if that one
   is unjudged too, the point stays unjudged (the capacity search treats it as unknown).
-- Close (slo_margin 'close': a bootstrap interval of an SLO percentile straddles its bound, so the
+- Close (slo_margin 'close': the interval of an SLO percentile straddles its bound, so the
   verdict could go either way under noise): measured again up to REPEATS_WHEN_CLOSE more times, each
   time with the next workload seed (seed + k: other prompts, lengths and arrival times, so that in
   virtual time, where one seed always gives the same answer, the repeat is informative; served, it
@@ -11,9 +11,11 @@ repeated when its verdict is close to the SLO, deciding on the pooled records.
   and it stops early once the pooled verdict is no longer close.
 
 Pooling lays the repeats end to end: each repeat after the first keeps the requests sent inside
-its own measurement window (its warm-up is dropped) and is shifted in time to start where the
-previous one ended, so the pooled window is the sum of the windows and the one metric code
-(loadgen.metrics) computes throughput, goodput and percentiles over all of them unchanged.
+its own measurement window (its warm-up is dropped) and is shifted in time so that its window starts
+where the previous one's ended (the last send: loadgen.metrics.measurement_window), so the pooled
+window is the sum of the windows and the one metric code (loadgen.metrics) computes throughput,
+goodput and percentiles over all of them unchanged. (An earlier run's drain then streams into the
+next one's start, where the next one's own dropped warm-up would have been streaming.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.intervals import straddled_bounds
-from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
+from orchestrator.loadgen.metrics import compute_metrics, measurement_window, point_warmup_s
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds
@@ -51,10 +53,6 @@ def reseeded(spec: SweepSpec, k: int) -> SweepSpec:
     return spec.model_copy(update={"workload": w.model_copy(update={"seed": (w.seed + k) % 2**63})})
 
 
-def _end(r: RequestRecord) -> float:
-    return r.done_s if r.done_s is not None else r.sent_s
-
-
 def _shifted(r: RequestRecord, dt: float, k: int) -> RequestRecord:
     return replace(
         r,
@@ -71,17 +69,23 @@ def _shifted(r: RequestRecord, dt: float, k: int) -> RequestRecord:
 def pooled_records(
     runs: Sequence[Sequence[RequestRecord]], warmup_s: float, concurrency: int | None = None
 ) -> list[RequestRecord]:
-    """The runs' records end to end (module docstring): the first as measured, each later one
-    without its warm-up (loadgen.metrics.point_warmup_s) and shifted to start where the previous ended."""
-    out = list(runs[0])
-    end = max((_end(r) for r in out), default=0.0)
-    for k, recs in enumerate(runs[1:], start=1):
-        if not recs:
-            continue
-        start = min(r.scheduled_s for r in recs) + point_warmup_s(recs, warmup_s, concurrency)
-        dt = end - start
-        out.extend(_shifted(r, dt, k) for r in recs if r.sent_s >= start)
-        end = max(_end(r) for r in recs) + dt
+    """The runs' records end to end (module docstring): each run's measurement window starts where the
+    previous one's ended (its last send), so the pooled window is the sum of the windows and holds
+    each run's own requests; a later run's warm-up, and the last send that closes an earlier run's
+    window, are left out. Each run's warm-up is loadgen.metrics.point_warmup_s (a closed loop's
+    default: past its own first wave)."""
+    kept = [list(recs) for recs in runs if recs]
+    if not kept:
+        return []
+    out: list[RequestRecord] = []
+    end = 0.0
+    for k, recs in enumerate(kept):
+        w = measurement_window(recs, point_warmup_s(recs, warmup_s, concurrency))
+        dt = 0.0 if k == 0 else end - w.start_s
+        last = k == len(kept) - 1
+        chosen = [r for r in recs if (k == 0 or r.sent_s >= w.start_s) and (last or r.sent_s < w.end_s)]
+        out.extend(r if k == 0 else _shifted(r, dt, k) for r in chosen)
+        end = w.end_s + dt
     return out
 
 

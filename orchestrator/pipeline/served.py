@@ -6,10 +6,11 @@ clients, and pipeline/loadgen_proc.py runs it in a process of its own (side by s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from orchestrator.layout import Layout
+from orchestrator.disagg import AnyLayout
 from orchestrator.loadgen.bench import BenchConfig, BenchRun, LoadPoint, PointResult, run_point
 from orchestrator.loadgen.client import ClientConfig
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S, series_to_dict, with_engine_metrics
@@ -34,16 +35,18 @@ def bench_point(
     spec: SweepSpec,
     obs: Observer,
     clients: tuple[ClientConfig, ...],
-    layout: Layout,
+    layout: AnyLayout,
     point: LoadPoint,
     num_requests: int | None,
     scale: float,
     engine_metrics_interval_s: float = DEFAULT_INTERVAL_S,
+    engines: Sequence[tuple[str, str]] = (),
 ) -> tuple[PointResult, dict[str, Any]]:
     """One load point over HTTP, with the engines' /metrics scraped meanwhile (the series is the
     second result). A simulated server at time scale s gets s times the rate and its records are
     mapped back to simulated seconds (a closed loop keeps its concurrency); its clock is checked
-    (harness.py) before judging."""
+    (harness.py) before judging. `engines`: (OpenAI base URL, role) of the servers to scrape when
+    they are not the clients' (a prefill/decode pair's pools behind its router), by pool."""
     w, s = spec.workload, scale
     slo = slo_bounds(spec.slo)
     n = num_requests or w.num_requests
@@ -60,7 +63,8 @@ def bench_point(
         gpus=layout.gpus,
     )
     obs.point_start(str(layout), point.label, n)
-    urls = [c.base_url for c in clients]
+    urls = [url for url, _ in engines] or [c.base_url for c in clients]
+    roles = [role for _, role in engines if role in ("prefill", "decode")]
     # A simulated server reports how it kept its clock (orch_sim_*); a real engine has no such counters.
     before = read_counters(urls)
     wall_point = point if point.rate is None else LoadPoint(rate=point.rate / s)
@@ -69,7 +73,8 @@ def bench_point(
     work = run_point(BenchRun(wall), factory, wall_point, obs)
     interval_wall_s = engine_metrics_interval_s * s
     raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
-    series = series_to_dict(poller.samples, interval_wall_s, s)
+    series = series_to_dict(poller.samples, interval_wall_s, s,
+                            roles=roles if len(roles) == len(urls) else ())
     records = unscale(raw.records, s)
     measure = replace(
         wall,
@@ -93,12 +98,13 @@ class LocalBench:
     spec: SweepSpec
     obs: Observer
     clients: tuple[ClientConfig, ...]
-    layout: Layout
+    layout: AnyLayout
     scale: float
     engine_metrics_interval_s: float = DEFAULT_INTERVAL_S
+    engines: tuple[tuple[str, str], ...] = ()  # (OpenAI base URL, role) scraped instead of the clients'
 
     def point(self, point: LoadPoint, num_requests: int | None, k: int) -> tuple[PointResult, dict[str, Any]]:
         """Try k of the point: measured with workload seed + k (pipeline/repeats.py)."""
         return bench_point(reseeded(self.spec, k), self.obs, self.clients, self.layout, point, num_requests,
-                           self.scale, self.engine_metrics_interval_s)
+                           self.scale, self.engine_metrics_interval_s, self.engines)
 

@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate, DisaggCandidate
 from orchestrator.compile import Compiled, placement, prepare
 from orchestrator.deploy.base import Deployment, Endpoint, Target, free_base_port, signals_deferred
 from orchestrator.deploy.targets import make_target, probe_host
 from orchestrator.engines import PORT_STRIDE
+from orchestrator.engines.pd_flags import SIDE_PORT_OFFSET
 from orchestrator.errors import DeployError
 from orchestrator.loadgen.client import ClientConfig, RequestSpec, run_open_loop
 from orchestrator.pipeline.context import SweepContext
@@ -95,6 +96,12 @@ class Served:
         """Raise EngineDied when an engine ended since it was healthy (between load points)."""
         self.target.check_alive(self.deployment)
 
+    @property
+    def engines(self) -> tuple[tuple[str, str], ...]:
+        """(OpenAI base URL, role) of the servers whose /metrics to scrape: a pair's pool servers
+        behind its router, else none (the clients' own endpoints are scraped)."""
+        return tuple((ep.openai_base_url, ep.role) for ep in self.deployment.backends)
+
 
 def clients_of(endpoints: Sequence[Endpoint], model_name: str) -> tuple[ClientConfig, ...]:
     return tuple(ClientConfig(ep.openai_base_url, model_name, ignore_eos=True) for ep in endpoints)
@@ -151,34 +158,47 @@ class Launch:
 
 def launch_for(
     ctx: SweepContext,
-    candidate: Candidate,
+    candidate: AnyCandidate,
     usable_gpus: tuple[tuple[int, ...], ...] = (),
     avoid_ports: frozenset[int] = frozenset(),
 ) -> Launch:
     """The candidate's launch plan on free ports (none of `avoid_ports`, which wave mates hold) and its
     deploy target; `usable_gpus` confines it to its share of the cluster (side by side)."""
-    spec, layout = ctx.spec, candidate.layout
+    spec = ctx.spec
     where = replace(placement(spec), usable_gpus=usable_gpus)
-    reasons = ctx.engine.unsupported(layout, where)
-    if reasons:
-        raise DeployError(f"{ctx.engine.name} cannot run {candidate}: " + "; ".join(reasons))
-    slots, host = max(layout.replicas, 1), probe_host(spec.target, where)
-    base_port = free_base_port(slots, host)
+    if isinstance(candidate, Candidate):
+        reasons = ctx.engine.unsupported(candidate.layout, where)
+        if reasons:
+            raise DeployError(f"{ctx.engine.name} cannot run {candidate}: " + "; ".join(reasons))
+    # (a pair's pools are checked one by one when its plan is compiled to serve)
+    slots, host = port_slots(candidate), probe_host(spec.target, where)
+    # a pair's pool servers also bind a side port (NIXL side channel, SGLang bootstrap)
+    side = SIDE_PORT_OFFSET + 1 if isinstance(candidate, DisaggCandidate) else 3
+    base_port = free_base_port(slots, host, side_ports=side)
     for _ in range(100):  # ports are only checked free, not held, until the engines bind them
         if not avoid_ports & set(range(base_port, base_port + PORT_STRIDE * slots)):
             break
-        base_port = free_base_port(slots, host, start=base_port + PORT_STRIDE * slots)
-    compiled = prepare(spec, candidate, replace(where, base_port=base_port), to_serve=True)
+        base_port = free_base_port(slots, host, side_ports=side, start=base_port + PORT_STRIDE * slots)
+    workdir = ctx.workdir / candidate.name
+    kv_dir = str((workdir / "kv").absolute()) if isinstance(candidate, DisaggCandidate) else None
+    compiled = prepare(spec, candidate, replace(where, base_port=base_port), to_serve=True, kv_dir=kv_dir)
     target = make_target(
-        spec.target, ctx.workdir / candidate.name, compiled.placement, run_id=ctx.run_id,
+        spec.target, workdir, compiled.placement, run_id=ctx.run_id,
         spec_hash=spec_hash(spec),
     )
     return Launch(compiled, target)
 
 
+def port_slots(candidate: AnyCandidate) -> int:
+    """Port blocks a candidate's servers take: one per replica (a pair: of both pools, and the router's)."""
+    if isinstance(candidate, Candidate):
+        return max(candidate.layout.replicas, 1)
+    return candidate.prefill.layout.replicas + candidate.decode.layout.replicas + 1
+
+
 def port_block(launch: Launch) -> set[int]:
     """Every port of the launch's replica slots (http and side ports), which wave mates must avoid."""
-    base, slots = launch.compiled.placement.base_port, max(launch.compiled.candidate.layout.replicas, 1)
+    base, slots = launch.compiled.placement.base_port, port_slots(launch.compiled.candidate)
     return set(range(base, base + PORT_STRIDE * slots))
 
 

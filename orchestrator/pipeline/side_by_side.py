@@ -38,9 +38,8 @@ from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.context import Observer, SweepContext
 from orchestrator.pipeline.loadgen_proc import LoadgenProcess, MainThreadCalls, on_main_thread
-from orchestrator.pipeline.points import measure_candidate, plan_row, served_point_fn
+from orchestrator.pipeline.points import AnyRow, measure_candidate, plan_row, served_point_fn
 from orchestrator.pipeline.serving import Cancel, Cancelled, Launch, launch_for, port_block, serve
-from orchestrator.plan.planner import PlanRow
 from orchestrator.spec.targets import RayTarget as RayTargetSpec
 from orchestrator.store.extras import CLUSTER, PLACEMENT, named
 
@@ -112,7 +111,7 @@ class _Run:
     """One candidate of a wave, run on its own thread."""
 
     candidate: Candidate
-    row: PlanRow
+    row: AnyRow
     launch: Launch
     others: tuple[str, ...] = ()
     failed: str | None = None
@@ -217,6 +216,7 @@ def _candidate_thread(ctx: SweepContext, r: _Run) -> None:
         if r.worker is not None:
             r.worker.stop()
     ctx.tally.layout_s.append(time.monotonic() - t0 - spent)
+    ctx.save_progress()
     if r.error is not None:
         return
     status = "failed" if r.failed is not None else "measured"

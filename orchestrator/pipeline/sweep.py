@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from orchestrator.candidate import Candidate
+from orchestrator.candidate import AnyCandidate, Candidate, DisaggCandidate
+from orchestrator.disagg import AnyLayout, DisaggLayout
 from orchestrator.errors import DeployError, OrchError, SpecError, StoreError
 from orchestrator.layout import Layout
 from orchestrator.loadgen.metrics import finite
@@ -34,6 +35,7 @@ from orchestrator.pipeline.context import (
 from orchestrator.pipeline.derived import derive
 from orchestrator.pipeline.outcomes import FINAL_STATUSES, outcomes_from_store, point_outcome
 from orchestrator.pipeline.points import (
+    AnyRow,
     measure_candidate,
     plan_row,
     predict_outcome,
@@ -45,7 +47,6 @@ from orchestrator.pipeline.prune import dominated, exhaustive_grid_points, timin
 from orchestrator.pipeline.served import LocalBench
 from orchestrator.pipeline.serving import launch_for, serve
 from orchestrator.pipeline.side_by_side import placed_waves, run_wave
-from orchestrator.plan.planner import PlanRow
 from orchestrator.selection import LayoutOutcome, Selection, select
 from orchestrator.spec.load import spec_hash
 from orchestrator.spec.models import SweepSpec
@@ -95,8 +96,10 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
     if not ctx.resuming:
         _create_run(ctx, spec_path)
     done = {row.layout: row for row in store.layouts(ctx.run_id)}
-    started = time.monotonic()
-    candidates: list[Candidate] = []
+    # The time the run's earlier sessions spent counts toward its time to decision.
+    earlier = (ctx.records.sweep() or SweepMode("virtual", "auto")).progress if ctx.resuming else None
+    ctx.tally.restore(earlier, ctx.resuming)
+    candidates: list[AnyCandidate] = []
     try:
         # A spec listing several routing policies measures each layout with replicas under each, as
         # candidates of their own (`tp2x4 routing=prefix_aware`), one pass per policy; a one-replica
@@ -108,29 +111,32 @@ def run_sweep(ctx: SweepContext, spec_path: str | None = None) -> SweepResult:
         store.finish_run(ctx.run_id, "interrupted", None)
         raise
     result = sweep_result(ctx, [c.name for c in candidates])
-    _record_timing(ctx, time.monotonic() - started, candidates)
+    _record_timing(ctx, ctx.tally.wall_s(), candidates)
     derive(store, ctx.run_id, spec, result.selection)
     store.finish_run(ctx.run_id, "done", result.selection.to_dict())
     return result
 
 
-def routing_passes(ctx: SweepContext, layouts: Sequence[Layout]) -> list[tuple[SweepContext,
-                                                                              list[Candidate]]]:
+def routing_passes(ctx: SweepContext, layouts: Sequence[AnyLayout],
+                   ) -> list[tuple[SweepContext, list[AnyCandidate]]]:
     """(context, candidates) per routing policy of the spec: every layout under the first, the ones with
-    replicas under each further one (the context's spec then names that one policy)."""
+    replicas under each further one (the context's spec then names that one policy). A prefill/decode
+    pair routes through its own router (the spec's disagg.router): measured once, in the first pass."""
     policies = ctx.spec.routing_policies()
     if len(policies) == 1:
         return [(ctx, [ctx.candidate(x) for x in layouts])]
-    out = []
+    out: list[tuple[SweepContext, list[AnyCandidate]]] = []
     for i, policy in enumerate(policies):
         pass_ctx = replace(ctx, spec=ctx.spec.model_copy(update={"routing": policy}))
-        named = [Candidate(x, ctx.settings, f"{x} routing={policy}" if x.replicas > 1 else str(x))
-                 for x in layouts if i == 0 or x.replicas > 1]
+        named: list[AnyCandidate] = [
+            ctx.candidate(x) if isinstance(x, DisaggLayout)
+            else Candidate(x, ctx.settings, f"{x} routing={policy}" if x.replicas > 1 else str(x))
+            for x in layouts if i == 0 or (isinstance(x, Layout) and x.replicas > 1)]
         out.append((pass_ctx, named))
     return out
 
 
-def _run_pass(ctx: SweepContext, candidates: Sequence[Candidate], done: dict[str, Any]) -> None:
+def _run_pass(ctx: SweepContext, candidates: Sequence[AnyCandidate], done: dict[str, Any]) -> None:
     store = ctx.store
     todo = [c for c in candidates
             if (prior := done.get(c.name)) is None or prior.status not in FINAL_STATUSES]
@@ -139,11 +145,15 @@ def _run_pass(ctx: SweepContext, candidates: Sequence[Candidate], done: dict[str
         if (why := pruned.get(c.name)) is not None:
             store.set_layout(ctx.run_id, c.name, c.gpus, "pruned", reason=why)
             ctx.obs.layout_done(c.name, "pruned", why)
-    for number, wave in enumerate(placed_waves(ctx, [c for c in todo if c.name not in pruned]), 1):
+    single = [c for c in todo if isinstance(c, Candidate) and c.name not in pruned]
+    for number, wave in enumerate(placed_waves(ctx, single), 1):
         if len(wave) > 1:  # on disjoint GPUs at the same time (pipeline/side_by_side.py)
             run_wave(ctx, wave, number)
         else:
             one_candidate(ctx, wave[0][0])
+    for pair in todo:  # a prefill/decode pair holds its two pools alone on the cluster
+        if isinstance(pair, DisaggCandidate) and pair.name not in pruned:
+            one_candidate(ctx, pair)
 
 
 def _create_run(ctx: SweepContext, spec_path: str | None) -> None:
@@ -173,7 +183,7 @@ def sweep_result(ctx: SweepContext, names: Sequence[str] | None = None) -> Sweep
     return SweepResult(ctx.run_id, select(outcomes, ctx.spec.objective), tuple(outcomes))
 
 
-def prune(ctx: SweepContext, candidates: Sequence[Candidate]) -> dict[str, str]:
+def prune(ctx: SweepContext, candidates: Sequence[AnyCandidate]) -> dict[str, str]:
     """Candidates the simulator predicts to lose clearly (pipeline/prune.py); served runs only: in
     virtual time the prediction is the measurement, so everything is measured."""
     if not ctx.served or ctx.opts.measure_all or len(candidates) < 2:
@@ -188,7 +198,7 @@ def prune(ctx: SweepContext, candidates: Sequence[Candidate]) -> dict[str, str]:
     return dominated(predicted, ctx.spec.objective)
 
 
-def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
+def one_candidate(ctx: SweepContext, candidate: AnyCandidate) -> None:
     """Plan, then measure one candidate alone (served or in virtual time); store its status."""
     name, obs, store = candidate.name, ctx.obs, ctx.store
     obs.phase(name, "plan")
@@ -199,6 +209,8 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
         obs.layout_done(name, "rejected", str(exc))
         return
     plan_d = finite(row.to_dict())
+    if isinstance(candidate, DisaggCandidate):
+        plan_d["split"] = candidate.to_dict()  # the stored run records both pools
     if row.rejected_because and not ctx.opts.force:
         reason = "; ".join(row.rejected_because)
         store.set_layout(ctx.run_id, name, candidate.gpus, "rejected", reason=reason, plan=plan_d)
@@ -213,6 +225,7 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
             spent = measure_candidate(ctx, candidate, row, virtual_point_fn(ctx, candidate))
         if spent:  # the layout's own overhead: deploy, warm-up, teardown (not its points)
             ctx.tally.layout_s.append(time.monotonic() - t0 - spent)
+            ctx.save_progress()
     except StoreError:
         raise  # not the layout's fault: the sweep stops (the journal keeps what was measured)
     except (DeployError, OrchError, OSError) as exc:
@@ -223,7 +236,8 @@ def one_candidate(ctx: SweepContext, candidate: Candidate) -> None:
     obs.layout_done(name, "measured", None)
 
 
-def served_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, plan_d: dict[str, Any]) -> float:
+def served_candidate(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow,
+                     plan_d: dict[str, Any]) -> float:
     """The candidate alone on the cluster: the serve step around its load points, its load generator
     in this process. Returns the seconds spent in load points."""
     name = candidate.name
@@ -234,11 +248,11 @@ def served_candidate(ctx: SweepContext, candidate: Candidate, row: PlanRow, plan
     with serve(launch.target, launch.compiled, ctx.ready_timeout_s,
                phase=lambda what: ctx.obs.phase(name, what)) as served:
         bench = LocalBench(ctx.spec, ctx.obs, served.clients, candidate.layout, ctx.scale,
-                           ctx.opts.engine_metrics_interval_s)
+                           ctx.opts.engine_metrics_interval_s, served.engines)
         return measure_candidate(ctx, candidate, row, served_point_fn(ctx, candidate, served, bench))
 
 
-def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[Candidate]) -> None:
+def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[AnyCandidate]) -> None:
     w = ctx.spec.workload
     rows = {r.layout: r for r in ctx.store.layouts(ctx.run_id)}
     measured = sum(1 for c in candidates if (r := rows.get(c.name)) is not None and r.status != "rejected")
@@ -248,8 +262,13 @@ def _record_timing(ctx: SweepContext, wall_s: float, candidates: Sequence[Candid
     whole = load_axis(w) == "concurrency"
     grid = exhaustive_grid_points(rates, w.search.tolerance_frac, searched, whole)
     t = timing(wall_s, ctx.tally.layout_s, ctx.tally.point_s, measured, grid, searched, whole)
+    t = replace(t, points_measured=len(loads))  # stored, every session's (a kill may beat its tally)
+    if ctx.tally.sessions > 1:
+        together = f"; this run took {ctx.tally.sessions} sessions (--resume): the wall time, points and " \
+            "layouts of all of them"
+        t = replace(t, definition=t.definition + together)
     mode = ctx.records.sweep() or SweepMode("served" if ctx.served else "virtual", "auto")
-    ctx.records.set_sweep(SweepMode(mode.mode, mode.side_by_side, asdict(t)))
+    ctx.records.set_sweep(SweepMode(mode.mode, mode.side_by_side, asdict(t), ctx.tally.progress()))
 
 
 __all__ = [

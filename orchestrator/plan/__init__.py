@@ -8,8 +8,20 @@ from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
     from orchestrator.plan.assumptions import Assumptions as Assumptions
+    from orchestrator.plan.candidates import candidate_of as candidate_of
+    from orchestrator.plan.candidates import check_pairs as check_pairs
+    from orchestrator.plan.candidates import disagg_candidate as disagg_candidate
     from orchestrator.plan.checks import Cluster as Cluster
     from orchestrator.plan.cost import LayoutCost as LayoutCost
+    from orchestrator.plan.disagg import DisaggRow as DisaggRow
+    from orchestrator.plan.disagg import inputs_of as inputs_of
+    from orchestrator.plan.disagg import plan_pair as plan_pair
+    from orchestrator.plan.disagg import shape_of as shape_of
+    from orchestrator.plan.disagg_run import DisaggPlanResult as DisaggPlanResult
+    from orchestrator.plan.disagg_run import make_disagg_plan as make_disagg_plan
+    from orchestrator.plan.disagg_run import make_split_plan as make_split_plan
+    from orchestrator.plan.disagg_search import SplitPlan as SplitPlan
+    from orchestrator.plan.disagg_search import output_tokens_per_s_per_gpu as output_tokens_per_s_per_gpu
     from orchestrator.plan.dtypes import kv_bytes_per_value as kv_bytes_per_value
     from orchestrator.plan.dtypes import weight_bytes_per_value as weight_bytes_per_value
     from orchestrator.plan.experts import contiguous_placement as contiguous_placement
@@ -24,6 +36,8 @@ if TYPE_CHECKING:
     from orchestrator.plan.from_spec import engine_settings as engine_settings
     from orchestrator.plan.from_spec import mean_tokens as mean_tokens
     from orchestrator.plan.from_spec import plan_inputs as plan_inputs
+    from orchestrator.plan.kv_transfer import transfer_link as transfer_link
+    from orchestrator.plan.kv_transfer import transfer_time_fn as transfer_time_fn
     from orchestrator.plan.moe import touched_fraction as touched_fraction
     from orchestrator.plan.params import count_params as count_params
     from orchestrator.plan.planner import PlanInputs as PlanInputs
@@ -54,4 +68,9 @@ __getattr__, __all__ = lazy_face(__name__, {
     "params": ("count_params",),
     "planner": ("PlanInputs", "PlanRow", "kv_capacity", "kv_capacity_tokens", "layout_cost", "plan_layout",),
     "run": ("DEFAULT_BATCHES", "PlanResult", "itl_bound_ms", "make_plan",),
+    "candidates": ("candidate_of", "check_pairs", "disagg_candidate",),
+    "disagg": ("DisaggRow", "inputs_of", "plan_pair", "shape_of",),
+    "disagg_run": ("DisaggPlanResult", "make_disagg_plan", "make_split_plan",),
+    "disagg_search": ("SplitPlan", "output_tokens_per_s_per_gpu",),
+    "kv_transfer": ("transfer_link", "transfer_time_fn",),
 })  # fmt: skip

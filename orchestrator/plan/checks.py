@@ -132,9 +132,11 @@ def _head_problems(cfg: ModelConfig, tp: int) -> list[str]:
 
 def layout_problems(cfg: ModelConfig, layout: Layout, cluster: Cluster, *, weight_dtype: str,
                     group_size: int, quant: CheckpointQuant | None = None,
-                    engine: str = "vllm") -> tuple[list[str], list[str]]:
+                    engine: str = "vllm", redundant_experts: int = 0) -> tuple[list[str], list[str]]:
     """(rejections, warnings) that need no memory or timing figures. `engine` picks the engine's rule
-    where vLLM and SGLang differ (SGLang for `sglang`, vLLM's for vllm and the simulator)."""
+    where vLLM and SGLang differ (SGLang for `sglang`, vLLM's for vllm and the simulator).
+    `redundant_experts`: EPLB slots beside the routed experts (then routed + redundant must divide over
+    the EP ranks, on either engine)."""
     reject: list[str] = []
     warn: list[str] = []
     tp, pp = layout.tp, layout.pp
@@ -156,7 +158,13 @@ def layout_problems(cfg: ModelConfig, layout: Layout, cluster: Cluster, *, weigh
                     "(the largest sets the pace)")
     if layout.ep and not cfg.is_moe:
         reject.append("EP on a dense model: there are no experts to spread")
-    if layout.ep and cfg.is_moe and cfg.num_routed_experts % layout.ep_size:
+    if layout.ep and cfg.is_moe and redundant_experts:
+        # EPLB (deepseek-ai/EPLB eplb.py, used by vLLM and SGLang) asserts num_physical_experts %
+        # num_gpus == 0: DeepSeek-V3's decode unit holds 256 + 64 on 320 ranks, one each
+        if (cfg.num_routed_experts + redundant_experts) % layout.ep_size:
+            reject.append(f"{cfg.num_routed_experts} + {redundant_experts} redundant experts do not divide "
+                          f"over {layout.ep_size} EP ranks (EPLB places routed + redundant slots evenly)")
+    elif layout.ep and cfg.is_moe and cfg.num_routed_experts % layout.ep_size:
         experts, ranks = cfg.num_routed_experts, layout.ep_size
         if engine == "sglang":
             reject.append(f"{experts} experts do not divide over {ranks} EP ranks (SGLang requires an even "

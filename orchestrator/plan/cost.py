@@ -278,7 +278,9 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
                       fp8_compute: bool, assumptions: Assumptions, expert_imbalance: float = 1.0,
                       fp4_compute: bool = False,
                       fp8_attention: bool = False, weight_format: WeightFormat | None = None,
-                      max_model_len: int | None = None) -> LayoutCost:
+                      max_model_len: int | None = None, expert_copies: float = 1.0) -> LayoutCost:
+    """`expert_copies`: physical / routed experts under EP with redundant slots (EPLB), the factor on
+    the routed expert weights every rank holds."""
     if layout.pp > counts.num_layers:
         raise SpecError(f"layout {layout}: {layout.pp} pipeline stages for {counts.num_layers} layers")
     tp = layout.tp
@@ -322,7 +324,7 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         lookup = counts.embedding * EMBEDDING_BYTES_PER_VALUE / tp if lookup_only else 0.0
         stages.append(StageCost(
             dense_weight_bytes=dense_b,
-            expert_weight_bytes=expert_b,
+            expert_weight_bytes=expert_b * (expert_copies if layout.ep else 1.0),
             kv_bytes_per_token=shape.full_bytes_per_token,
             dense_flops_per_token=2.0 * (sp.flop_params - routed_active) / tp,
             expert_flops_per_routed_token=2.0 * counts.routed_expert * sp.moe_layers / expert_ranks,

@@ -209,6 +209,18 @@ def contiguous_placement(num_experts: int, ep_ranks: int) -> Placement:
     return tuple(tuple(range(r * per, (r + 1) * per)) for r in range(ep_ranks))
 
 
+def _split_placement(num_experts: int, ep_ranks: int) -> Placement:
+    """Each expert once, in order: the first E % ep ranks one more than the rest (vLLM's uneven
+    split, expert_map_manager.py determine_expert_map; contiguous when ep divides E)."""
+    base, extra = divmod(num_experts, ep_ranks)
+    out, start = [], 0
+    for r in range(ep_ranks):
+        n = base + (1 if r < extra else 0)
+        out.append(tuple(range(start, start + n)))
+        start += n
+    return tuple(out)
+
+
 def rank_loads(popularity: npt.ArrayLike, placement: Placement) -> FloatArray:
     """Load per rank; an expert held on c ranks sends load/c to each copy."""
     pop = np.asarray(popularity, dtype=np.float64)
@@ -333,9 +345,13 @@ def place_redundant(popularity: npt.ArrayLike, *, ep_ranks: int, redundant_slots
     """
     pop = np.asarray(popularity, dtype=np.float64)
     num_experts = pop.size
-    before = imbalance(pop, ep_ranks=ep_ranks)  # also checks E divisible by ep
-    if redundant_slots < 0 or redundant_slots % ep_ranks:
-        raise SpecError(f"{redundant_slots} redundant experts do not divide evenly over {ep_ranks} EP ranks")
+    # EPLB's rule (deepseek-ai/EPLB eplb.py, vLLM distributed/eplb, SGLang eplb): the physical experts,
+    # routed + redundant, divide over the EP ranks (`num_physical_experts % num_gpus == 0`). The
+    # routed ones alone need not: DeepSeek-V3's decode unit holds 256 + 64 on 320 ranks, one each.
+    if ep_ranks <= 0 or redundant_slots < 0 or (num_experts + redundant_slots) % ep_ranks:
+        raise SpecError(f"{num_experts} routed + {redundant_slots} redundant experts do not divide evenly "
+                        f"over {ep_ranks} EP ranks (EPLB places routed + redundant slots evenly)")
+    before = imbalance(pop, _split_placement(num_experts, ep_ranks))
     slots = (num_experts + redundant_slots) // ep_ranks
     if slots > num_experts:
         raise SpecError(
@@ -382,23 +398,31 @@ def _make_room(held: list[list[int]], load: list[float], share: FloatArray, free
 
 
 def _refine(held: list[list[int]], load: list[float], share: FloatArray, max_rounds: int = 1000) -> None:
-    """Swap one copy between the busiest rank and another while that lowers the pair's maximum."""
+    """Swap one copy between the busiest rank and another while that lowers the pair's maximum.
+
+    Every rank is full (the same number of slots), so a round scores every (rank q, x on the busiest
+    rank, y on q) swap at once as one array; the first best swap in (q, x, y) order wins, as a loop over
+    them in that order would pick it."""
+    ranks, experts = len(held), share.size
     for _ in range(max_rounds):
-        b = max(range(len(held)), key=lambda q: (load[q], -q))
-        best: tuple[float, int, int, int, float] | None = None  # (pair max, rank q, x from b, y from q, d)
-        for q in range(len(held)):
-            for x in held[b]:
-                for y in held[q]:
-                    if q == b or x in held[q] or y in held[b]:
-                        continue
-                    d = float(share[x] - share[y])
-                    pair_max = max(load[b] - d, load[q] + d)
-                    if pair_max < load[b] - 1e-12 and (best is None or pair_max < best[0]):
-                        best = (pair_max, q, x, y, d)
-        if best is None:
+        b = max(range(ranks), key=lambda q: (load[q], -q))
+        h = np.asarray(held, dtype=np.int64)  # (ranks, slots), in each rank's list order
+        on = np.zeros((ranks, experts), dtype=bool)
+        on[np.arange(ranks)[:, None], h] = True
+        xs = h[b]
+        loads = np.asarray(load, dtype=np.float64)
+        d = share[xs][None, :, None] - share[h][:, None, :]  # (q, x, y)
+        pair_max = np.maximum(loads[b] - d, loads[:, None, None] + d)
+        # a swap may not put a second copy of an expert on a rank, nor swap the busiest with itself
+        allowed = ~on[:, xs][:, :, None] & ~on[b][h][:, None, :]
+        allowed[b] = False
+        pair_max = np.where(allowed & (pair_max < loads[b] - 1e-12), pair_max, np.inf)
+        k = int(np.argmin(pair_max))
+        if not pair_max.flat[k] < math.inf:
             return
-        _, q, x, y, d = best
-        held[b][held[b].index(x)] = y
-        held[q][held[q].index(y)] = x
-        load[b] -= d
-        load[q] += d
+        q, i, j = np.unravel_index(k, pair_max.shape)
+        x, y, dx = int(xs[i]), int(h[q, j]), float(d[q, i, j])
+        held[b][int(i)] = y
+        held[int(q)][int(j)] = x
+        load[b] -= dx
+        load[int(q)] += dx

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -167,27 +168,37 @@ class PlanRow:
         }
 
 
+@functools.lru_cache(maxsize=512)
+def expert_imbalance(inputs: PlanInputs, ep_size: int) -> float:
+    """Busiest EP rank's load / mean over `ep_size` ranks. Cached: placing redundant experts takes a
+    few hundred ms, and a search over layouts asks for the same EP size many times."""
+    redundant = inputs.num_redundant_experts
+    if redundant and (inputs.cfg.num_routed_experts + redundant) % ep_size == 0:
+        placed = place_redundant(inputs.popularity(), ep_ranks=ep_size, redundant_slots=redundant)
+        return placed.imbalance_after
+    return imbalance(inputs.popularity(), ep_ranks=ep_size)
+
+
 def layout_cost(inputs: PlanInputs, layout: Layout) -> LayoutCost:
     """The cost model of one layout; the simulator uses this too."""
-    imb = 1.0
-    experts = inputs.cfg.num_routed_experts
-    if layout.ep and inputs.cfg.is_moe and experts % layout.ep_size:
+    imb, copies = 1.0, 1.0
+    routed, redundant = inputs.cfg.num_routed_experts, inputs.num_redundant_experts
+    if layout.ep and inputs.cfg.is_moe and redundant and (routed + redundant) % layout.ep_size == 0:
+        # EPLB: the placement with redundant slots (cached); every rank holds (routed + redundant) / EP
+        imb = expert_imbalance(inputs, layout.ep_size)
+        copies = (routed + redundant) / routed
+    elif layout.ep and inputs.cfg.is_moe and routed % layout.ep_size:
         # vLLM's uneven split: the busiest rank holds ceil(E / ranks) experts
-        imb = math.ceil(experts / layout.ep_size) / (experts / layout.ep_size)
+        imb = math.ceil(routed / layout.ep_size) / (routed / layout.ep_size)
     elif layout.ep and inputs.cfg.is_moe:
-        redundant = inputs.num_redundant_experts
-        if redundant and redundant % layout.ep_size == 0:
-            imb = place_redundant(inputs.popularity(), ep_ranks=layout.ep_size,
-                                  redundant_slots=redundant).imbalance_after
-        else:
-            imb = imbalance(inputs.popularity(), ep_ranks=layout.ep_size)
+        imb = expert_imbalance(inputs, layout.ep_size)
     return build_layout_cost(
         inputs.cfg, inputs.counts, inputs.gpu, layout, gpus_per_node=inputs.cluster.gpus_per_node,
         weight_bytes_per_value=inputs.weight_bytes_per_value, kv_bytes_per_value=inputs.kv_bytes_per_value,
         fp8_compute=inputs.weight_dtype == "fp8", fp4_compute=inputs.weight_dtype == "nvfp4",
         assumptions=inputs.assumptions, expert_imbalance=imb,
         fp8_attention=inputs.fp8_attention, weight_format=inputs.weight_format,
-        max_model_len=inputs.max_model_len,
+        max_model_len=inputs.max_model_len, expert_copies=copies,
     )
 
 
@@ -325,7 +336,8 @@ def itl_within(est: DecodeEstimate) -> float:
     return est.itl_tail_ms or est.itl_ms
 
 
-def _search_batches(max_batch: int) -> list[int]:
+def search_batches(max_batch: int) -> list[int]:
+    """Batches the planner tries for the best one within the ITL bound: powers of two, then the cap."""
     out, b = [], 1
     while b < max_batch:
         out.append(b)
@@ -341,7 +353,8 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     the prompts that keep the batch full (`decode_estimate`); without it they are decode alone."""
     reject, warn = layout_problems(inputs.cfg, layout, inputs.cluster, weight_dtype=inputs.weight_dtype,
                                    group_size=inputs.quant_group_size, quant=inputs.checkpoint_quant,
-                                   engine=inputs.engine)
+                                   engine=inputs.engine,
+                                   redundant_experts=inputs.num_redundant_experts if layout.ep else 0)
     if any("pipeline stages" in r or "EP ranks" in r or "EP on a dense" in r for r in reject):
         return PlanRow(layout, layout.gpus, tuple(reject), tuple(warn))
     cost = layout_cost(inputs, layout)
@@ -381,7 +394,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     prefill = cost.prefill(prompt_tokens)
     best = None
     if max_batch >= 1 and not reject:
-        for b in _search_batches(max_batch):
+        for b in search_batches(max_batch):
             est = estimate(b)
             if itl_bound_ms is not None and itl_within(est) > itl_bound_ms:
                 break

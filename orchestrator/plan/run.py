@@ -88,9 +88,9 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
     if all_layouts:
         # Every sensible layout, plus the spec's own candidates wherever enumeration would skip them.
         chosen = enumerate_layouts(inputs.cfg, inputs.cluster)
-        chosen += [lay for lay in spec.layouts if lay not in chosen]
-    else:
-        chosen = layouts or list(spec.layouts)
+        chosen += [lay for lay in spec.layouts if isinstance(lay, Layout) and lay not in chosen]
+    else:  # the spec's prefill/decode pairs are plan/disagg_run.py's
+        chosen = layouts or [lay for lay in spec.layouts if isinstance(lay, Layout)]
     bound = itl_bound_ms(spec)
     output = mean_tokens(spec.workload.output_tokens) if charge_prefill else None
     rows = []

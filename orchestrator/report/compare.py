@@ -2,7 +2,7 @@
 
 A regression is a change beyond the threshold in the bad direction that is also beyond measurement
 noise: lower goodput or throughput per GPU, higher TTFT/ITL/TPOT percentiles, where both runs stored
-bootstrap intervals (loadgen/intervals.py) and the intervals do not overlap (the same rule that
+intervals (loadgen/intervals.py) and the intervals do not overlap (the same rule that
 calls a tie between layouts). Without intervals (runs from before) the threshold alone decides. A
 point or layout that passed and now fails is a regression, as is a different winner that scores
 worse. Layouts whose capacity was searched are compared by their SLO capacity and the score there
@@ -15,9 +15,11 @@ matter). `comparability` lists the differences; the CLI refuses unless told to p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.errors import SpecError
 from orchestrator.store.db import Store
 from orchestrator.store.extras import SideRecords
 
@@ -41,6 +43,24 @@ class Change:
     relative: float | None  # (after - before) / before
     regression: bool
     note: str = ""
+
+
+def parse_threshold(text: str) -> float:
+    """`--threshold` as a fraction: "5%" -> 0.05. A bare number is refused: "5" read as a fraction is
+    500%, a gate that never fires, and read as percent it would silently differ from "0.05"."""
+    t = text.strip()
+    if not t.endswith("%"):
+        raise SpecError(
+            f"--threshold {text!r}: give the unit, e.g. --threshold {t or '5'}% (a bare number could be read "
+            "as a percent or as a fraction, 100 times apart)"
+        )
+    try:
+        value = float(t[:-1]) / 100
+    except ValueError:
+        raise SpecError(f"--threshold {text!r}: give a relative change such as 5%") from None
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(f"--threshold {text!r}: give a relative change of 0% or more, such as 5%")
+    return value
 
 
 def _get(metrics: dict[str, Any], path: tuple[str, ...]) -> float | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.engines import ENGINES, get_engine
+from orchestrator.report.pairs import PairView, pair_views
 from orchestrator.selection import LayoutOutcome, Selection
 from orchestrator.store.db import Store
 from orchestrator.verdict import Verdict
@@ -82,6 +83,7 @@ class ReportData:
     outcomes: tuple[LayoutOutcome, ...]
     points: tuple[PointView, ...]
     slo_ms: dict[str, float]  # {"ttft_p99_ms": 2000.0, ...}
+    pairs: tuple[PairView, ...] = ()  # prefill/decode pairs: their split, plan and per-pool points
 
     @property
     def simulated(self) -> bool:
@@ -149,4 +151,4 @@ def load_report(
                     itl_ms=quantiles(itl.get(key, [])),
                 )
             )
-    return ReportData(run, selection, tuple(outcomes), tuple(views), slo)
+    return ReportData(run, selection, tuple(outcomes), tuple(views), slo, tuple(pair_views(store, run_id)))

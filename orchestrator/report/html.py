@@ -16,6 +16,7 @@ from plotly.offline import get_plotlyjs  # type: ignore[import-untyped, unused-i
 
 from orchestrator.report import figures
 from orchestrator.report.data import PointView, ReportData
+from orchestrator.report.pairs import pairs_html
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222}
 td,th{padding:2px 8px;border-bottom:1px solid #ddd;font-size:13px}th{text-align:left}
@@ -160,6 +161,7 @@ model {esc(str(run.get("model")))}, spec {esc(str(run.get("spec_path") or "-"))}
 (hash {esc(str(run.get("spec_hash")))}), orch {esc(str(run.get("orch_version")))}, status
 {esc(str(run.get("status")))}. SLO: {esc(slo)}; objective {esc(sel.objective)}.</p>
 <h2 id="winner">Winner: {winner}</h2>{_verdicts(data)}
+{pairs_html(data.pairs)}
 {"".join(sections)}
 <h2>Every load point</h2>{_table(data)}
 <h2>Eval metadata</h2><table id="metadata">{meta}</table></body></html>

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
+    from orchestrator.sim.pd_run import DisaggSimPoint as DisaggSimPoint
+    from orchestrator.sim.pd_run import simulate_pair_point as simulate_pair_point
     from orchestrator.sim.prefix_cache import CacheStats as CacheStats
     from orchestrator.sim.prefix_cache import PrefixCache as PrefixCache
     from orchestrator.sim.run import SimPoint as SimPoint
@@ -20,5 +22,6 @@ __getattr__, __all__ = lazy_face(__name__, {
     "prefix_cache": ("CacheStats", "PrefixCache",),
     "run": ("SimPoint", "prefix_cache_of", "simulate_point",),
     "server": ("main",),
+    "pd_run": ("DisaggSimPoint", "simulate_pair_point",),
     "sessions": ("SessionsRun", "simulate_sessions",),
 })  # fmt: skip

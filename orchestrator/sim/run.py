@@ -7,13 +7,14 @@ spread over the replicas by the spec's routing policy (the first, when it lists 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.layout import Layout
 from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
-from orchestrator.loadgen.client import arrival_offsets
+from orchestrator.loadgen.client import RequestSpec, arrival_offsets
 from orchestrator.loadgen.columns import RequestColumns, columns_from_records
 from orchestrator.loadgen.metrics import metrics_of, point_warmup_s
 from orchestrator.loadgen.records import RequestRecord
@@ -49,9 +50,15 @@ def _as_sim(wl: Workload, offsets: list[float]) -> list[SimRequest]:
     if wl.lengths is not None:
         ins, outs = wl.lengths
         return [SimRequest(f"req-{i}", t, ins[i], outs[i]) for i, t in enumerate(offsets)]
+    return _spec_requests(wl.specs, offsets)
+
+
+def _spec_requests(specs: Sequence[RequestSpec], offsets: list[float]) -> list[SimRequest]:
+    """Request specs sent at `offsets`: prompt tokens as the simulated server counts them (one per word
+    of the synthetic text)."""
     return [SimRequest(s.request_id, t, s.prompt_tokens or max(len(s.prompt.split()), 1), s.max_tokens,
                        s.content)
-            for s, t in zip(wl.specs, offsets, strict=False)]
+            for s, t in zip(specs, offsets, strict=False)]
 
 
 def routing_of(spec: SweepSpec) -> Balance:
@@ -157,6 +164,11 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
                          records=records if cols is None else None)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary, note)
+
+
+def sim_requests_from_specs(specs: list[RequestSpec], offsets: list[float] | None = None) -> list[SimRequest]:
+    """Request specs as the engine sees them, sent at `offsets` (all at 0 for a closed loop)."""
+    return _spec_requests(specs, offsets if offsets is not None else [0.0] * len(specs))
 
 
 def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:

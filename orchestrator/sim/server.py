@@ -103,6 +103,13 @@ class SimServer:
                     self.behind_s_sum += late
             was_idle = False
             plan = eng.schedule()
+            if plan.tokens == 0:
+                # Work is queued but nothing can run (a prefill role's KV is held for transfers): wait
+                # for whatever frees room to wake the loop, instead of spinning on empty steps.
+                wake.clear()
+                await wake.wait()
+                was_idle = True
+                continue
             # The step's wall time is fixed when it starts; new arrivals join the next step.
             step_s = eng.step_time_s(plan)
             self.step_s_sum += step_s
@@ -117,6 +124,22 @@ class SimServer:
                 stream = self.streams.get(seq.request_id)
                 if stream is not None:
                     stream.queue.put_nowait(-1)
+            self.after_step(e, finished)
+
+    # -- hooks for the prefill and decode roles (sim/pd_server.py) ---------------------------------
+    async def enqueue(self, e: int, seq: Seq, body: dict[str, Any], arrived: float) -> None:
+        """Hand `seq` to engine `e` (a decode role first waits for KV room and the transfer)."""
+        if not self.engines[e].has_work():
+            self.arrived[e] = arrived
+        self.engines[e].add(seq)
+        self.wake[e].set()
+
+    def after_step(self, e: int, finished: list[Seq]) -> None:
+        """Engine `e` completed a step in which `finished` ended (a prefill role holds their KV)."""
+
+    def response_fields(self, seq: Seq) -> dict[str, Any]:
+        """Fields added to a whole response and to a stream's last chunk (kv_transfer_params)."""
+        return {}
 
     def _emit(self, rid: str, n: int) -> None:
         self.generation_tokens_total += n
@@ -217,11 +240,8 @@ class SimServer:
         stream = _Stream(seq)
         self.streams[rid] = stream
         self.prompt_tokens_total += n_prompt
-        if not self.engines[e].has_work():
-            self.arrived[e] = arrived
-        self.engines[e].add(seq)
-        self.wake[e].set()
         try:
+            await self.enqueue(e, seq, body, arrived)
             if body.get("stream"):
                 return await self._stream(request, stream, body, chat, n_prompt)
             return await self._whole(stream, chat, n_prompt)
@@ -240,7 +260,7 @@ class SimServer:
         return web.json_response({
             "id": stream.seq.request_id, "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": self.model_name, "choices": [choice],
-            "usage": usage(prompt_tokens, n)})
+            "usage": usage(prompt_tokens, n), **self.response_fields(stream.seq)})
 
     async def _stream(self, request: web.Request, stream: _Stream, body: dict[str, Any], chat: bool,
                       prompt_tokens: int) -> web.StreamResponse:
@@ -264,6 +284,8 @@ class SimServer:
                                       else {"index": 0, "text": text})
             choice["finish_reason"] = "length" if last else None
             chunk: dict[str, Any] = {**base, "choices": [choice]}
+            if last:
+                chunk.update(self.response_fields(stream.seq))
             if include_usage and continuous:
                 chunk["usage"] = usage(prompt_tokens, n)
             await resp.write(sse(chunk))
@@ -290,6 +312,8 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None
 def build_app(server: SimServer) -> web.Application:
     app = web.Application()
     app.router.add_get("/health", server.health)
+    # SGLang's health URL (engines/sglang.py probes it), so the simulator can stand in for an SGLang pod
+    app.router.add_get("/health_generate", server.health)
     app.router.add_get("/v1/models", server.models)
     app.router.add_get("/metrics", server.metrics)
     app.router.add_post("/v1/completions", server.completions)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from orchestrator.spec.checks import MAX_COUNT as MAX_COUNT
     from orchestrator.spec.checks import MAX_TOKENS as MAX_TOKENS
     from orchestrator.spec.checks import is_host as is_host
+    from orchestrator.spec.disagg import PoolSpec as PoolSpec
     from orchestrator.spec.files import MAX_DATA_FILE_BYTES as MAX_DATA_FILE_BYTES
     from orchestrator.spec.files import read_user_text as read_user_text
     from orchestrator.spec.load import LoadedSpec as LoadedSpec
@@ -53,4 +54,5 @@ __getattr__, __all__ = lazy_face(__name__, {
         "AgenticSpec", "ConversationSpec", "Count", "SearchSpec", "Seconds", "SecondsDistribution",
         "TokenDistribution", "WorkloadSpec",
     ),
+    "disagg": ("PoolSpec",),
 })  # fmt: skip

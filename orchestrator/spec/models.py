@@ -18,7 +18,9 @@ from pydantic import (
 )
 
 from orchestrator.catalog.constants import flatten_constants
+from orchestrator.disagg import AnyLayout, DisaggLayout, is_disagg_text, parse_disagg
 from orchestrator.errors import SpecError
+from orchestrator.kv_handover import backend_problem
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.spec.base import FieldError, SpecModel
 from orchestrator.spec.checks import (
@@ -31,10 +33,13 @@ from orchestrator.spec.checks import (
     check_secret_refs,
     json_metadata,
 )
+from orchestrator.spec.disagg import DisaggSpec, PoolSpec
 from orchestrator.spec.targets import KubernetesTarget, LocalTarget, RayTarget, TargetSpec
 from orchestrator.spec.workload import SearchSpec, TokenCount, TokenDistribution, WorkloadSpec
 
 __all__ = [
+    "AnyLayoutField",
+    "DisaggSpec",
     "EngineSpec",
     "HardwareSpec",
     "KubernetesTarget",
@@ -42,6 +47,7 @@ __all__ = [
     "LocalTarget",
     "ModelSpec",
     "Objective",
+    "PoolSpec",
     "RayTarget",
     "SLOSpec",
     "SearchSpec",
@@ -72,6 +78,26 @@ LayoutField = Annotated[
     WithJsonSchema({"type": "string", "pattern": r"^((tp|pp|dp)\d+|ep\d*)+(x\d+)?$", "examples": ["tp4x2"]}),
 ]
 """A layout written as a string (``tp4x2``), held as Layout, serialised back to its canonical string."""
+
+
+def _to_any_layout(value: object) -> AnyLayout:
+    if isinstance(value, Layout | DisaggLayout):
+        return value
+    if isinstance(value, str) and is_disagg_text(value):
+        try:
+            return parse_disagg(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+    return _to_layout(value)
+
+
+AnyLayoutField = Annotated[
+    AnyLayout,
+    PlainValidator(_to_any_layout),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "examples": ["tp4x2", "p:tp4+d:tp4"]}),
+]
+"""An aggregated layout (``tp4x2``) or a prefill/decode pair (``p:tp4+d:tp4``), as a string."""
 
 
 class ModelSpec(SpecModel):
@@ -305,7 +331,12 @@ class SweepSpec(SpecModel):
     workload: WorkloadSpec = Field(description="The requests and their arrival.")
     slo: SLOSpec = Field(default_factory=SLOSpec, description="Bounds a layout must meet.")
     objective: Objective = Field("goodput_per_gpu", description="What the winner maximises.")
-    layouts: list[LayoutField] = Field(min_length=1, description="Candidate layouts, e.g. [tp8, tp4x2].")
+    layouts: list[AnyLayoutField] = Field(
+        min_length=1,
+        description="Candidate layouts, e.g. [tp8, tp4x2, p:tp4+d:tp4] (prefill/decode pairs too).")
+    disagg: DisaggSpec = Field(
+        default_factory=DisaggSpec, description="How prefill/decode pairs run: KV transfer backend, router, "
+        "per-pool settings.")
     routing: RoutingPolicy | list[RoutingPolicy] = Field(
         "least_outstanding",
         description="How requests are spread over a layout's replicas (orch's balancer, in the simulator "
@@ -352,8 +383,23 @@ class SweepSpec(SpecModel):
         return json_metadata(value) if isinstance(value, dict) else value
 
     @model_validator(mode="after")
+    def _disagg(self) -> SweepSpec:
+        d, engine = self.disagg, self.engine.name
+        for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+            if pool.engine is not None and pool.engine != engine:
+                raise ValueError(
+                    f"disagg.{role}.engine: {pool.engine}, but engine.name is {engine}; a KV handover needs "
+                    f"one engine on both pools (each has its own KV layout and transfer protocol): set it to "
+                    f"{engine} or remove it")
+        if any(isinstance(x, DisaggLayout) for x in self.layouts) or d.transfer_backend is not None:
+            problem = backend_problem(engine, d.transfer_backend)
+            if problem is not None:
+                raise ValueError(f"disagg.transfer_backend: {problem}")
+        return self
+
+    @model_validator(mode="after")
     def _unique_layouts(self) -> SweepSpec:
-        seen: dict[Layout, int] = {}
+        seen: dict[AnyLayout, int] = {}
         for index, layout in enumerate(self.layouts):
             if layout in seen:
                 raise FieldError(f"layout {layout} is listed twice (first as layouts[{seen[layout]}]); "

@@ -66,6 +66,12 @@ class KubernetesTarget(SpecModel):
         description="How orch reaches the engines: the Service's cluster DNS name (orch in the cluster), "
         "the API server's port-forward to each leader pod (orch outside), or auto (service when in a pod).",
     )
+    router_image: str | None = Field(
+        None, description="Prefill/decode pairs: the router's image (vLLM: one with orch installed, for "
+        "python -m orchestrator.router; SGLang: default the engine image, which holds sglang_router).")
+    rdma_resources: dict[str, int] = Field(
+        default_factory=dict, description="Prefill/decode pairs: extended resources each pool pod asks for "
+        "to reach the KV transfer network, e.g. {rdma/ib: 1} (the RDMA device plugin's name).")
 
 
 TargetSpec = Annotated[LocalTarget | RayTarget | KubernetesTarget, Field(discriminator="kind")]

@@ -14,6 +14,7 @@ DataFrames: orchestrator.store.frames.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from orchestrator.errors import OrchError, StoreError
+from orchestrator.errors import StoreError
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.store.faults import (
     BUSY_TIMEOUT_S,
@@ -33,7 +34,8 @@ from orchestrator.store.faults import (
     retrying,
     write_failed,
 )
-from orchestrator.store.journal import Journal, journal_path, journaled_runs
+from orchestrator.store.journal import Journal, holder_alive, journal_path, journaled_runs
+from orchestrator.store.run_ids import resolve_ref
 from orchestrator.store.writes import Writes
 
 T = TypeVar("T")
@@ -121,6 +123,33 @@ class ConsistencyRow:
     result: dict[str, Any]
 
 
+def _roll_back_hot_journal(path: Path, busy_timeout_s: float) -> None:
+    """A sweep killed in the middle of a commit (kill -9, the machine lost) leaves SQLite's rollback
+    journal beside the store; a read-only connection cannot roll it back and fails with "attempt to
+    write a readonly database", so `orch runs` could not show the run that died. A read through a
+    read-write connection rolls it back first (SQLite's own recovery: it only touches a journal no
+    live connection holds); where the store is not writable, the read-only open says so as before."""
+    hot = path.with_name(path.name + "-journal")
+    try:
+        if not (path.is_file() and hot.is_file() and hot.stat().st_size > 0):
+            return
+    except OSError:
+        return
+    with contextlib.suppress(sqlite3.DatabaseError, OSError):
+        conn = sqlite3.connect(path, timeout=busy_timeout_s)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def record_to_json(rec: RequestRecord) -> str:
     return json.dumps(asdict(rec), separators=(",", ":"))
 
@@ -155,6 +184,8 @@ class Store(Writes):
             raise StoreError(
                 f"--store {self.path}: no results store there (orch sweep writes one); give --store PATH"
             )
+        if readonly:
+            _roll_back_hot_journal(self.path, busy_timeout_s)
         try:
             if readonly:
                 uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
@@ -193,18 +224,21 @@ class Store(Writes):
         self._journal.open()
         return self._journal.path
 
-    def recover(self, ref: str) -> str | None:
+    def recover(self, ref: str) -> str:
         """Before resuming run `ref`: replay its journal, if one is beside the store, and say which run
-        it was. The store may have lost the run altogether (deleted, truncated): the journal has it."""
+        it was. The store may have lost the run altogether (deleted, truncated): the journal has it, so
+        `ref` (latest, an id, a prefix, the short hash) is resolved over the store's runs and the
+        journals beside it together."""
         try:
-            run_id: str | None = self.run(ref).run_id
-        except OrchError:
-            found = [
-                r for r in journaled_runs(self.path) if r == ref or (len(ref) >= 6 and r.startswith(ref))
-            ]
-            run_id = found[0] if len(found) == 1 else None
-        if run_id is not None:
-            self._replay(run_id)
+            stored = [(r.created_at, r.run_id) for r in self.runs()]
+        except StoreError:
+            stored = []  # a damaged store: the journals may still say which run it was
+        known = {run_id for _, run_id in stored}
+        orphans = [r for r in journaled_runs(self.path) if r not in known]
+        journals = [(_mtime(journal_path(self.path, r)), r) for r in orphans]
+        newest_first = [run_id for _, run_id in sorted(stored + journals, reverse=True)]
+        run_id = resolve_ref(ref, newest_first, f"{self.path} (or a journal beside it)")
+        self._replay(run_id)
         return run_id
 
     def _replay(self, run_id: str) -> None:
@@ -289,12 +323,21 @@ class Store(Writes):
             for r in rows
         ]
 
-    def run(self, run_id: str) -> RunRow:
-        for row in self.runs():
-            if row.run_id == run_id or (len(run_id) >= 6 and row.run_id.startswith(run_id)):
-                return row
-        known = ", ".join(r.run_id for r in self.runs()[:5]) or "none"
-        raise OrchError(f"run {run_id!r} is not in {self.path}; recent runs: {known} (orch runs)")
+    def status_now(self, row: RunRow) -> str:
+        """The run's status as stored, except that a "running" run whose orch process is gone (nobody
+        holds its journal: store/journal.py) is "died"; it finishes with `orch sweep --resume`."""
+        if row.status == "running" and holder_alive(self.path, row.run_id) is False:
+            return "died"
+        return row.status
+
+    def resolve(self, ref: str) -> str:
+        """The run id `ref` names: latest, an id, a unique prefix or the short hash (store/run_ids.py);
+        an ambiguous or unknown one is an UnknownRun naming the candidates."""
+        return resolve_ref(ref, [r.run_id for r in self.runs()], str(self.path))
+
+    def run(self, ref: str) -> RunRow:
+        run_id = self.resolve(ref)
+        return next(r for r in self.runs() if r.run_id == run_id)
 
     def spec_json(self, run_id: str) -> dict[str, Any]:
         row = self._read(

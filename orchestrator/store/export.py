@@ -7,10 +7,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import OrchError, SpecError
 from orchestrator.extras import require
 from orchestrator.store.db import Store
 
@@ -91,7 +93,7 @@ def vllm_results(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
     records: dict[tuple[str, str], list[Any]] = {}
     for layout, label, rec in store.records(run_id):
         records.setdefault((layout, label), []).append(rec)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for p in store.points(run_id):
         cfg = BenchConfig(
             targets=(ClientConfig(f"stored://{run_id}/{p.layout}", info["model"]),),
@@ -103,9 +105,21 @@ def vllm_results(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
         )
         point = LoadPoint(rate=p.rate)
         result = BenchRun(cfg).measure(point, records.get((p.layout, p.label), []))
-        name = f"{p.layout}_{p.label.replace('=', '').replace('/', 'per')}.json"
+        name = file_name(f"{p.layout}_{p.label.replace('=', '').replace('/', 'per')}", taken=out)
         out[name] = vllm_result(result, cfg) | {"layout": p.layout, "run_id": run_id}
     return out
+
+
+def file_name(text: str, taken: Collection[str] = ()) -> str:
+    """`text` as one safe file name ending in .json: only letters, digits, '.', '_' and '-', no leading
+    dot, so a name read from a store (a layout `../../x`, a label with '/') cannot leave the directory
+    it is written into; a name already `taken` gets a number."""
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip(".") or "point"
+    name, n = f"{base}.json", 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}.json"
+    return name
 
 
 def export_run(
@@ -120,9 +134,13 @@ def export_run(
     if fmt == "vllm":
         if out is None:
             raise SpecError("--format vllm writes one JSON file per load point: give --out DIRECTORY")
-        Path(out).mkdir(parents=True, exist_ok=True)
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
         for name, result in vllm_results(store, run_id).items():
-            (Path(out) / name).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+            path = folder / name
+            if path.resolve().parent != folder.resolve():  # file_name makes this impossible; kept as a guard
+                raise OrchError(f"--out {out}: {name!r} would be written outside it")
+            path.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
         return out
     rows = {"points": point_rows, "requests": request_rows, "engine": engine_rows}[table](store, run_id)
     if fmt == "json":

@@ -1,7 +1,8 @@
 """A run's side records (store table run_extras), typed: which keys exist and what each holds is said
 here once, so nobody finds a record by a key prefix of their own.
 
-- `sweep`: how the run measures (served or virtual time, side by side) and, once done, its timing
+- `sweep`: how the run measures (served or virtual time, side by side), the time spent so far, and,
+  once done, its timing
 - `engine_settings`: the engine settings the run resolved once (engines/settings.py)
 - `capacity/<candidate>`: a candidate's capacity search (pipeline/capacity.py Capacity.to_dict)
 - `placement/<candidate>`: where a side-by-side candidate ran and beside which others
@@ -42,11 +43,15 @@ class SweepMode:
     mode: Mode
     side_by_side: SideBySideChoice
     timing: dict[str, Any] | None = None  # pipeline/prune.py Timing, once the sweep is done
+    # The time spent so far, kept as the sweep goes (pipeline/context.py Tally.progress), so that a
+    # resumed run's time to decision covers every session, not the last one alone.
+    progress: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if self.timing is None:
-            del d["timing"]
+        for key in ("timing", "progress"):
+            if d[key] is None:
+                del d[key]
         return d
 
 
@@ -74,7 +79,8 @@ class SideRecords:
         if not d or d.get("mode") not in ("served", "virtual"):
             return None
         side = d.get("side_by_side")
-        return SweepMode(d["mode"], side if side in ("on", "off") else "auto", d.get("timing"))
+        choice: SideBySideChoice = side if side in ("on", "off") else "auto"
+        return SweepMode(d["mode"], choice, d.get("timing"), d.get("progress"))
 
     def set_sweep(self, mode: SweepMode) -> None:
         self.store.set_extra(self.run_id, SWEEP, mode.to_dict())

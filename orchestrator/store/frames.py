@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchError
 from orchestrator.extras import require
 from orchestrator.store.db import Store
 from orchestrator.store.export import engine_rows, point_rows, request_rows
@@ -30,12 +29,7 @@ def _pandas() -> Any:
 
 
 def resolve_run(store: Store, run_id: str) -> str:
-    if run_id == "latest":
-        runs = store.runs()
-        if not runs:
-            raise OrchError(f"{store.path} holds no runs yet (orch sweep SPEC --store {store.path})")
-        return runs[0].run_id
-    return store.run(run_id).run_id
+    return store.resolve(run_id)
 
 
 def _frame(path: str | Path, rows_of: Any, run_id: str | None) -> Any:

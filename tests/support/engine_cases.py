@@ -18,6 +18,7 @@ import pytest
 from orchestrator.candidate import Candidate
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.compile import prepare
+from orchestrator.disagg import DisaggLayout
 from orchestrator.engines import SettingsRequest, get_engine, resolve_settings
 from orchestrator.engines.base import EngineOptions, LaunchPlan, Placement
 from orchestrator.engines.sglang import SGLangEngine
@@ -122,12 +123,14 @@ def run_parser(python: str, script: str, argvs: list[list[str]], tmp: Path) -> l
     return results
 
 
-def spec_layouts() -> list[str]:
-    """`<spec stem>/<layout>` for every layout of every example spec in layouts/."""
+def spec_layouts(pairs: bool = False) -> list[str]:
+    """`<spec stem>/<layout>` for every aggregated layout of every example spec in layouts/ (`pairs`:
+    every prefill/decode pair instead; tests/integration/engines/test_pd_flags_parsers.py parses them)."""
     out = []
     for path in sorted(LAYOUTS_DIR.glob("*.yaml")):
         try:
-            out += [f"{path.stem}/{layout}" for layout in load_spec(path).layouts]
+            out += [f"{path.stem}/{layout}" for layout in load_spec(path).layouts
+                    if isinstance(layout, DisaggLayout) == pairs]
         except SpecError:
             out.append(f"{path.stem}/<spec does not load>")
     return out

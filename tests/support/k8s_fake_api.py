@@ -24,6 +24,9 @@ LISTS = {
     "pods": "api/v1",
     "deployments": "apis/apps/v1",
     "leaderworkersets": "apis/leaderworkerset.x-k8s.io/v1",
+    "serviceaccounts": "api/v1",
+    "roles": "apis/rbac.authorization.k8s.io/v1",
+    "rolebindings": "apis/rbac.authorization.k8s.io/v1",
 }
 
 

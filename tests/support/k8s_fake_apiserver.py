@@ -4,8 +4,9 @@ No real kube-apiserver can be installed on these machines (see ../shared/notes),
 is driven through the real `kubernetes` Python client against this small server, which speaks the subset
 of the REST API the target uses, over real HTTP on loopback:
 
-- create / get / list (labelSelector) / delete of ConfigMaps, Services, Deployments (apps/v1) and
-  LeaderWorkerSets (leaderworkerset.x-k8s.io/v1; absent with --no-lws, as on a cluster without the CRD);
+- create / get / list (labelSelector) / delete of ConfigMaps, Services, Deployments (apps/v1),
+  LeaderWorkerSets (leaderworkerset.x-k8s.io/v1; absent with --no-lws, as on a cluster without the CRD),
+  ServiceAccounts, Roles and RoleBindings (a prefill/decode pair's router that reads pods);
 - garbage collection by ownerReferences: deleting an object deletes its dependents (as the cluster's
   garbage collector does, at once rather than eventually);
 - Pods created for each Deployment replica and LeaderWorkerSet group member, with a scripted lifecycle
@@ -49,6 +50,9 @@ RESOURCES = {
     ("api/v1", "events"): "Event",
     ("apis/apps/v1", "deployments"): "Deployment",
     ("apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets"): "LeaderWorkerSet",
+    ("api/v1", "serviceaccounts"): "ServiceAccount",
+    ("apis/rbac.authorization.k8s.io/v1", "roles"): "Role",
+    ("apis/rbac.authorization.k8s.io/v1", "rolebindings"): "RoleBinding",
 }
 CRASH_LOG = [
     "INFO 12-04 10:00:01 [api_server.py:1] vLLM API server version 0.32.0",
@@ -207,6 +211,8 @@ class FakeCluster:
             return
         port = free_port()
         layout = re.sub(r"x\d+$", "", pod["metadata"]["labels"].get("orch.dev/layout", "tp1"))
+        if "." in layout:  # a prefill/decode pair's router pod (p-tp2.d-tp2): played by one as well
+            layout = "tp1"
         argv = [sys.executable, "-m", "orchestrator.sim.server", "--model", self.sim_model,
                 "--gpu", self.sim_gpu, "--layout", layout,
                 "--served-model-name", _served_name(container.get("command", [])),

@@ -32,18 +32,27 @@ def start_sweep(spec: str, db: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def store_rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    """Rows of a running sweep's store, read only; none while the store or its tables do not exist yet
+    (the file appears before its tables, which a busy machine sees)."""
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            return list(conn.execute(sql).fetchall())
+    except sqlite3.OperationalError:
+        return []
+
+
 def first_layout_pids(proc: subprocess.Popen[str], db: Path, settle_s: float) -> list[int]:
     """Block until the sweep's first layout is deployed, wait `settle_s` for its servers to become
     healthy and start measuring, and return their PIDs (servers and supervisors, every replica)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.3)
-        if not db.exists():
-            continue
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            row = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchone()
-        if row and row[0]:
-            ports = [r["processes"][0]["ports"][0] for r in json.loads(row[0])["replicas"]]
+        rows = store_rows(db, "SELECT launch_json FROM layouts WHERE status='pending'")
+        if rows and isinstance(rows[0][0], str):
+            ports = [r["processes"][0]["ports"][0] for r in json.loads(rows[0][0])["replicas"]]
             time.sleep(settle_s)
             pids = [pid for port in ports for pid in sim_pids(f"--port {port}")]
             if pids:

@@ -1,7 +1,8 @@
 """The README's default install (`pip install -e '.[dev]'`, no extras) runs the README's quickstart and the
 commands around it, and every command that needs an extra says so in one line naming it (exit 2),
-never a traceback. Runs in .ci/smoke.sh's venv of exactly '.[dev]' (ORCH_DEFAULT_INSTALL=1); elsewhere
-it skips: a venv holding the extras cannot show what their absence does (the main CI venv has them)."""
+never a traceback. Runs only in a venv of exactly '.[dev]' with ORCH_DEFAULT_INSTALL=1 (built by hand:
+python3 -m venv /tmp/dev && /tmp/dev/bin/pip install -e '.[dev]'; CI does not build one); elsewhere it
+skips: a venv holding the extras cannot show what their absence does (the CI venv has them)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ORCH_DEFAULT_INSTALL") != "1",
-    reason="the default install's own check: .ci/smoke.sh runs it in a venv of exactly '.[dev]'",
+    reason="the default install's own check: needs ORCH_DEFAULT_INSTALL=1 in a venv of exactly '.[dev]'",
 )
 QWEN = str(ROOT / "layouts" / "qwen72b.yaml")
 EXTRA_MODULES = ("kubernetes", "ray", "pandas", "pyarrow")

@@ -195,3 +195,31 @@ def test_interrupted_run_is_cleaned_up_by_gc(fake_api: Any, tmp_path: Path) -> N
     assert api.left() == {}
     # A second gc finds nothing.
     assert json.loads(_orch(api, "gc", "--namespace", NS, "--json").stdout)["removed"] == []
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_prefill_decode_pair_deploys_three_units_and_leaves_nothing(fake_api: Any, tmp_path: Path,
+                                                                      engine: str) -> None:
+    """Each pool's Deployment and Service, the router's Deployment and Service (SGLang's router also
+    its pod-reading ServiceAccount, Role and RoleBinding): all Ready before the first request, the load
+    generator talks to the router only, and teardown removes every object of all three."""
+    api = fake_api("--sim-model", "qwen2.5-7b")
+    store = tmp_path / "results.db"
+    image = "lmsysorg/sglang:v0.5.23" if engine == "sglang" else "vllm/vllm-openai:v0.32.0"
+    spec = _spec(tmp_path, ["p:tp2+d:tp2"], image=image, router_image="ghcr.io/acme/orch:0.1.0",
+                 rdma_resources={"rdma/ib": 1})
+    data = yaml.safe_load(spec.read_text())
+    data["engine"]["name"] = engine
+    spec.write_text(yaml.safe_dump(data))
+    out = _orch(api, "sweep", str(spec), "--store", str(store))
+    assert out.returncode in (0, 3), out.stderr[-3000:]
+    assert _layouts(store) == {"p:tp2+d:tp2": ("measured", None)}
+    assert _completed(store, "p:tp2+d:tp2") == 8
+    db = Store(store)
+    (run,) = db.runs()
+    (row,) = db.layouts(run.run_id)
+    assert row.plan is not None and row.plan["split"]["prefill"]["layout"] == "tp2"
+    roles = [rep.get("role") for rep in (row.launch or {})["replicas"]]
+    assert roles == ["prefill", "decode", "router"]
+    assert api.left() == {}
+    assert api.engines_alive() == 0

@@ -20,7 +20,7 @@ import yaml
 
 from tests.support.cli import ORCH
 from tests.support.ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
-from tests.support.sweep_procs import sim_pids
+from tests.support.sweep_procs import sim_pids, store_rows
 
 pytestmark = pytest.mark.ray
 
@@ -87,14 +87,10 @@ def _devices(pid: int) -> str | None:
 
 def _engine_devices(db: Path) -> dict[int, str]:
     """Per port of a running simulated engine of this run, the CUDA_VISIBLE_DEVICES Ray gave it."""
-    import sqlite3
-
-    if not db.exists():
-        return {}
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        rows = conn.execute("SELECT launch_json FROM layouts WHERE launch_json IS NOT NULL").fetchall()
+    rows = store_rows(db, "SELECT launch_json FROM layouts WHERE launch_json IS NOT NULL")
     out = {}
     for (launch,) in rows:
+        assert isinstance(launch, str)
         for replica in json.loads(launch)["replicas"]:
             port = replica["processes"][0]["ports"][0]
             for pid in sim_pids(f"--port {port} "):

@@ -92,3 +92,27 @@ def test_orch_sweep_through_ray_picks_a_winner_and_leaves_nothing(head: str, tmp
     )  # fmt: skip
     assert check.returncode == 0, check.stderr[-2000:]
     assert json.loads(check.stdout.splitlines()[-1]) == {"actors": [], "groups": [], "gpus": 8}
+
+
+def test_a_prefill_decode_pair_runs_on_ray_and_leaves_nothing(head: str, tmp_path: Path) -> None:
+    """Each pool replica in a placement group holding its GPUs, the router in one without: all three
+    healthy, measured through the router, and every actor and group removed after."""
+    data_in = _spec(head) | {"layouts": ["p:tp2x2+d:tp4"]}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data_in))
+    out = subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", "sweep", str(spec),
+         "--store", str(tmp_path / "r.db"), "--json", "--workdir", str(tmp_path / "w")],
+        capture_output=True, text=True, timeout=400, check=False, env=_env(),
+    )  # fmt: skip
+    assert out.returncode in (0, 3, 8) and out.stdout, out.stderr[-3000:]
+    (pair,) = json.loads(out.stdout)["layouts"]
+    assert pair["layout"] == "p:tp2x2+d:tp4" and pair["status"] == "measured", pair
+    metrics = pair["points"][0]["metrics"]
+    assert metrics["n_failed"] == 0 and set(metrics["engine"]["pools"]) == {"prefill", "decode"}
+    check = subprocess.run(
+        [sys.executable, "-c", LEFTOVERS_SCRIPT, head, "8"],
+        capture_output=True, text=True, timeout=120, check=False, env=_env(),
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert json.loads(check.stdout.splitlines()[-1]) == {"actors": [], "groups": [], "gpus": 8}

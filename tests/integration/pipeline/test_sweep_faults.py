@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.cli import Orch
 from tests.support.sim_spec import SPEC, SimSpec
-from tests.support.sweep_procs import alive, first_layout_pids, gone, sim_pids, start_sweep
+from tests.support.sweep_procs import alive, first_layout_pids, gone, processes, sim_pids, start_sweep
 
 
 def test_engine_killed_mid_benchmark_is_a_recorded_failure(
@@ -29,7 +29,7 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(
     db = str(tmp_path / "r.db")
     workdir = tmp_path / "w"
     out = orch("sweep", spec, "--served", "--store", db, "--json", "--workdir", str(workdir))
-    assert out.returncode == 3, out.stderr[-2000:]  # the only layout failed: nobody meets the SLO
+    assert out.returncode == 4, out.stderr[-2000:]  # the only layout failed: infrastructure, not the SLO
     data = json.loads(out.stdout)
     layout = data["layouts"][0]
     assert layout["status"] == "failed" and "exited with code 1 during the measurement" in layout["reason"]
@@ -38,6 +38,25 @@ def test_engine_killed_mid_benchmark_is_a_recorded_failure(
         launch = json.loads(conn.execute("SELECT launch_json FROM layouts").fetchone()[0])
     port = launch["replicas"][0]["processes"][0]["ports"][0]
     assert sim_pids(f"--port {port}") == []
+
+
+def test_engine_killed_by_sigkill_is_reported_as_such(tmp_path: Path, sim_spec: SimSpec) -> None:
+    """The out-of-memory killer's signal: the supervisor must mirror it, not crash re-raising it (its
+    traceback was the stored reason and the engine read as "exited with code 1")."""
+    workload = {**SPEC["workload"], "num_requests": 400}  # type: ignore[dict-item]
+    spec = sim_spec(layouts=["tp2"], workload=workload)
+    db = tmp_path / "r.db"
+    proc = start_sweep(spec, db, "--json")
+    launched = first_layout_pids(proc, db, settle_s=2)
+    engines = [pid for pid, cmd, _ in processes() if pid in launched and "supervise.py" not in cmd]
+    assert len(engines) == 1, launched
+    os.kill(engines[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 4, err[-3000:]  # no layout could be measured: infrastructure
+    reason = json.loads(out)["layouts"][0]["reason"]
+    assert "was killed by signal 9 (SIGKILL, the out-of-memory killer's signal)" in reason, reason
+    assert "Traceback" not in reason and "exited with code" not in reason
+    assert gone(launched, within_s=60)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

@@ -17,7 +17,7 @@ import yaml
 
 from orchestrator.store.db import Store
 from tests.support.cli import orch
-from tests.support.sweep_procs import gone, processes, sim_pids, start_sweep
+from tests.support.sweep_procs import gone, processes, sim_pids, start_sweep, store_rows
 
 # tp8 meets the TPOT bound (about 11.7 ms predicted), tp4x2 does not (about 15.8 ms): a clear winner.
 SPEC: dict[str, Any] = {
@@ -80,7 +80,9 @@ def test_tp8_and_tp4x2_share_two_nodes_and_decide_as_one_at_a_time(tmp_path: Pat
     for layout in data["layouts"]:
         for p in layout["points"]:
             assert p["metrics"]["side_by_side_with"] == [o for o in ("tp8", "tp4x2") if o != layout["layout"]]
-            assert p["metrics"]["n_failed"] == 0 and p["metrics"]["n_completed"] == 12
+            # 12 requests per measurement (a point close to the SLO on a busy machine is repeated, pooled)
+            runs = (p["metrics"].get("repeated") or {}).get("measurements", 1)
+            assert p["metrics"]["n_failed"] == 0 and p["metrics"]["n_completed"] == 12 * runs
     assert data["sweep"]["side_by_side"] == "on"
     report = orch("report", run_id, "--store", str(db))
     assert "side by side" in report.stdout and "tp8 on node0 GPUs 0-7" in report.stdout
@@ -118,11 +120,8 @@ def test_ctrl_c_mid_wave_stops_everything_and_resume_finishes(tmp_path: Path) ->
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and (len(loadgens) < 2 or len(ports) < 3) and proc.poll() is None:
         time.sleep(0.5)
-        if not db.exists():
-            continue
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT launch_json FROM layouts WHERE status='pending'").fetchall()
-        ports = [r["processes"][0]["ports"][0] for (launch,) in rows if launch
+        rows = store_rows(db, "SELECT launch_json FROM layouts WHERE status='pending'")
+        ports = [r["processes"][0]["ports"][0] for (launch,) in rows if isinstance(launch, str)
                  for r in json.loads(launch)["replicas"]]
         engines = [pid for port in ports for pid in sim_pids(f"--port {port} ")]
         loadgens = _loadgen_children(proc.pid)

@@ -44,8 +44,8 @@ def test_sweep_picks_a_winner_stores_it_and_reports_again(
     text = page.read_text()
     assert 'id="fig-pareto"' in text and 'id="fig-engine"' in text and "Measured beside predicted" in text
     assert "engine KV peak" in report.stdout
-    same = orch("compare", data["run_id"], data["run_id"], "--store", db)
-    assert same.returncode == 0 and "no regression" in same.stdout
+    same = orch("compare", data["run_id"], data["run_id"], "--store", db)  # nothing to compare: refused
+    assert same.returncode == 2 and "are the same run" in same.stderr, same.stderr
     export = orch("export", data["run_id"], "--store", db, "--format", "csv", "--requests")
     assert export.returncode == 0 and len(export.stdout.splitlines()) > 16  # header + every request
 

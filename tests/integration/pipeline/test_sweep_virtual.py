@@ -94,12 +94,21 @@ def test_served_and_virtual_sweeps_agree(tmp_path: Path, sim_spec: SimSpec) -> N
         mv, ms = v["metrics"], s["metrics"]
         assert ms["n_completed"] == mv["n_completed"] and ms["n_failed"] == 0, key
         assert ms["total_output_tokens"] == mv["total_output_tokens"], key
+        if "remeasured_because" in ms or "repeated" in ms or "repeated" in mv:
+            # measured again with the next workload seeds (a busy machine's client fell behind its
+            # schedule, or a verdict close to the SLO): other arrival times than the one-seed side,
+            # so its latencies and throughput are not the same workload's
+            same_verdicts = False
+            continue
         assert ms["tpot_ms"]["p50"] >= 0.9 * mv["tpot_ms"]["p50"] - 1.0, key
         assert ms["output_throughput"] <= 1.1 * mv["output_throughput"], key
         if s["passed"]:
             assert v["passed"], key
         same_verdicts = same_verdicts and s["passed"] == v["passed"]
-    if same_verdicts:
+    # the same winner where the verdicts agree and neither side's decision was a tie settled within
+    # noise (a tie is decided by TTFT p99, which a busy machine moves: the output says so)
+    within_noise = any("within noise" in (d["selection"].get("decided_by") or "") for d in (served, virtual))
+    if same_verdicts and not within_noise:
         assert served["selection"]["winner"] == virtual["selection"]["winner"]
 
 

@@ -70,3 +70,33 @@ def test_real_cpu_sweep_measures_every_layout_and_stores_it(tmp_path: Path) -> N
     report = orch("report", data["run_id"], "--store", str(db))
     assert report.returncode == 0, report.stderr[-2000:]
     assert all(name in report.stdout for name in LAYOUTS)
+
+
+@pytest.mark.vllm_cpu
+def test_a_real_prefill_decode_pair_hands_kv_over_through_orch_sweep(tmp_path: Path) -> None:
+    """One vLLM kv_producer and one kv_consumer (ExampleConnector: the KV of each prompt through a
+    directory both servers share) behind orch's router, measured by `orch sweep`: every request answered,
+    and the decode server loaded the prefill server's KV instead of computing the prompts."""
+    vllm_python()
+    model = build_tiny_model(tmp_path / "tiny-llama")
+    spec = yaml.safe_load((ROOT / "layouts" / "tiny-cpu.yaml").read_text())
+    spec["model"].update(config_path=str(model / "config.json"), path=str(model))
+    spec["disagg"] = {"transfer_backend": "ExampleConnector"}
+    spec_path = tmp_path / "tiny-cpu.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    out = orch("sweep", str(spec_path), "--engine", "vllm", "--layouts", "p:tp1+d:tp1", "--rates", "1",
+               "--num-requests", "12", "--json", "--store", str(tmp_path / "r.db"),
+               "--workdir", str(tmp_path / "w"))  # fmt: skip
+    assert out.returncode in (0, 3), out.stderr[-4000:]
+    (pair,) = json.loads(out.stdout)["layouts"]
+    assert pair["layout"] == "p:tp1+d:tp1" and pair["status"] == "measured", pair
+    m = pair["points"][0]["metrics"]
+    runs = (m.get("repeated") or {}).get("measurements", 1)
+    assert m["n_completed"] == 12 * runs and m["n_failed"] == 0
+    assert set(m["engine"]["pools"]) == {"prefill", "decode"}  # vLLM's /metrics of each pool
+    (decode_log,) = (tmp_path / "w").rglob("*-decode-leader.log")
+    # vLLM's ExampleConnector logs each prompt whose KV it found in the shared directory, which is this
+    # run's own (under its workdir): what decode loaded, this run's prefill server stored
+    assert decode_log.read_text().count("External Cache Hit!") >= 12 * runs
+    (kv_dir,) = (tmp_path / "w").rglob("kv")
+    assert sum(1 for d in kv_dir.iterdir() if d.is_dir()) >= 12  # a folder per prompt

@@ -84,7 +84,7 @@ def test_report_plots_render_with_the_expected_series(tmp_path: Path) -> None:
     pareto = drawn["fig-pareto"]
     assert {"tp8", "tp4x2", "passes the SLO", "fails the SLO", "not judged"} <= set(pareto["legend"])
     assert any(str(n).startswith("winner: ") for n in pareto["legend"])
-    assert pareto["shapes"], "the SLO region is not shaded"
+    assert pareto["shapes"], "the ITL bound is not drawn"
     latency = drawn["fig-latency"]
     for name in ("tp8", "tp4x2"):
         for metric in ("TTFT", "ITL", "TPOT"):

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
-from orchestrator.layout import parse_layout
+from orchestrator.disagg import parse_any_layout
 from tests.support.paths import ROOT
 
 
@@ -36,7 +36,7 @@ def test_every_case_is_sourced_and_names_catalog_entries() -> None:
     for c in cases:
         load_model(c.model)
         load_gpu(c.gpu)
-        parse_layout(c.layout)
+        parse_any_layout(c.layout)  # a prefill/decode pair too (a pool measured alone)
         assert c.measured and all(v > 0 for v in c.measured.values()), c.id
         assert sources[c.source]["engine_family"] in FID.ENGINE_FAMILIES, c.id
     assert len({load_gpu(c.gpu).name for c in cases}) >= 3

@@ -12,6 +12,7 @@ import yaml
 
 from orchestrator.calibrate.fitting import MeasuredPoint, predict_point
 from orchestrator.layout import parse_layout
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec
@@ -30,13 +31,14 @@ def _spec_text(extra_hardware: str = "") -> str:
     return text.replace("  nodes: 1\n", "  nodes: 1\n" + extra_hardware)
 
 
-def _measure(spec_path: Path, layout: str, rate: float) -> dict[str, object]:
-    """What a sweep would have stored for this point on hardware with the TRUTH constants."""
+def _measure(spec_path: Path, layout: str, rate: float) -> tuple[dict[str, object], list[RequestRecord]]:
+    """What a sweep would have stored for this point on hardware with the TRUTH constants: its metrics
+    and its requests (output tokens/s is fitted over the records' makespan)."""
     spec = load_spec(spec_path)
     inputs = plan_inputs(spec)
     inputs = replace(inputs, gpu=replace(inputs.gpu, **TRUTH))
     point = simulate_point(spec, inputs, parse_layout(layout), rate)
-    return point.result.metrics.to_dict()
+    return point.result.metrics.to_dict(), list(point.result.records)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
                      model_config_hash=None, orch_version="test", hardware={}, metadata={})
     for layout in ("tp8", "tp4x2"):
         for rate in (2.0, 12.0):
-            store.add_point(run_id, layout, f"rate={rate:g}/s", rate, None, None,
-                            _measure(spec_path, layout, rate), [])
+            metrics, records = _measure(spec_path, layout, rate)
+            store.add_point(run_id, layout, f"rate={rate:g}/s", rate, None, None, metrics, records)
     store.finish_run(run_id, "done", None)
     store.close()
     return tmp, store_path, run_id
@@ -115,8 +117,8 @@ def test_calibrate_bad_input_is_one_line_exit_2(
     few.create_run(run_id="few-run-000001", spec_path=None, spec_json=spec.model_dump(mode="json"),
                    spec_hash="x", engine="vllm", engine_version=None, model="m", model_config_hash=None,
                    orch_version="t", hardware={}, metadata={})
-    one = _measure(tmp / "spec.yaml", "tp8", 2.0)
-    few.add_point("few-run-000001", "tp8", "rate=2/s", 2.0, None, None, one, [])
+    one, recs = _measure(tmp / "spec.yaml", "tp8", 2.0)
+    few.add_point("few-run-000001", "tp8", "rate=2/s", 2.0, None, None, one, recs)
     few.close()
     cases.append((orch("calibrate", "few-run-000001", "--store", str(tmp_path / "few.db"),
                         "--out", str(tmp_path / "p.yaml")), "need at least 2"))
@@ -185,3 +187,23 @@ def test_runs_of_different_gpus_or_models_need_saying_so(measured: tuple[Path, P
         fit([a, replace(a, spec=h200)])
     with pytest.raises(SpecError, match="--allow-mixed"):
         fit([a, replace(a, spec=llama)])
+
+
+def test_calibrating_on_a_simulated_run_warns_and_shows_what_the_fit_did(tmp_path: Path, orch: Orch) -> None:
+    """Issue 29: "0.0% before, 0.0% after" while the fit made TTFT worse on most points."""
+    spec = {"model": {"name": "qwen2.5-7b", "max_model_len": 4096},
+            "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 2}, "engine": {"name": "sim"},
+            "workload": {"input_tokens": 256, "output_tokens": 16, "rates_per_s": [2, 4], "num_requests": 30},
+            "slo": {"ttft_p99_ms": 2000}, "layouts": ["tp2", "tp1x2"]}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    db = str(tmp_path / "r.db")
+    sweep = orch("sweep", str(tmp_path / "spec.yaml"), "--store", db, "--json")
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    run_id = json.loads(sweep.stdout)["run_id"]
+    out = orch("calibrate", run_id[-6:], "--store", db, "--max-requests", "20")
+    assert out.returncode == 0, out.stderr
+    warned = f"warning: run(s) {run_id} measured the simulated engine: calibrating on them fits the simulator"
+    assert warned in out.stderr
+    text = " ".join(out.stdout.split())  # the summary may wrap
+    summary = text[text.index("median |error|"):]
+    assert "0.0% before, 0.0% after" not in summary and " before, " in summary

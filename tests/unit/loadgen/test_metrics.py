@@ -62,16 +62,52 @@ def test_window_throughput_goodput_and_failures() -> None:
     recs.append(RequestRecord("f1", 3.5, 3.5, done_s=3.6, error="http_500"))
     recs.append(RequestRecord("f2", 4.5, 4.5, done_s=4.6, error="timeout"))
     m = compute_metrics(recs, warmup_s=2.0, cooldown_s=1.0, gpus=2, slo={"ttft_p99_ms": 200})
-    # window [2, 9.4-1=8.4]: requests 2..7 complete inside (8 ends at 8.2 -> inside too)
-    assert m.window_s == pytest.approx(6.4)
-    assert m.n_completed == 7
-    assert m.request_throughput == pytest.approx(7 / 6.4)
-    assert m.per_gpu is not None and m.per_gpu["request_throughput"] == pytest.approx(7 / 6.4 / 2)
-    # inside the window, even ones (2,4,6,8) meet ttft <= 200 ms
-    assert m.goodput == pytest.approx(4 / 6.4)
+    # 12 sends over 9 s: a mean gap of 9/11 s; window [2, 9 + 9/11 - 1): requests 2..8 and both failures
+    w = 9 + 9 / 11 - 1 - 2
+    assert m.window_s == pytest.approx(w)
+    assert m.n_in_window == 9 and m.n_completed == 7
+    assert m.request_throughput == pytest.approx(7 / w)
+    assert m.per_gpu is not None and m.per_gpu["request_throughput"] == pytest.approx(7 / w / 2)
+    # inside the window, even ones (2, 4, 6, 8) meet ttft <= 200 ms
+    assert m.goodput == pytest.approx(4 / w)
     assert m.failures == {"http_500": 1, "timeout": 1} and m.n_failed == 2
-    assert m.achieved_rate == pytest.approx(11 / 9)
+    assert m.achieved_rate == pytest.approx(9 / w)  # the same window as goodput
+    # tokens streamed in the window: requests 2..8 (8's second chunk at 8.15 is inside), 2 each
+    assert m.output_throughput == pytest.approx(14 / w)
     assert m.to_dict()["ttft_ms"]["count"] == 7
+
+
+def test_goodput_equals_the_achieved_rate_when_every_request_passes() -> None:
+    """One window for both: a slow last request stretches nothing (issue 29: 1.02 against 1.63 req/s)."""
+    fast = [rec(i, i * 0.5, [(0.1, 1), (0.2, 1)], i * 0.5 + 0.3, output_tokens=2) for i in range(17)]
+    slow = [*fast[:-1], rec(16, 8.0, [(0.1, 1), (6.0, 1)], 14.0, output_tokens=2)]
+    for recs in (fast, slow):
+        m = compute_metrics(recs, slo={"ttft_p99_ms": 500})
+        assert m.goodput == pytest.approx(m.achieved_rate) and m.goodput == pytest.approx(2.0)
+        assert m.goodput == pytest.approx(m.request_throughput)
+
+
+def test_throughput_past_capacity_is_what_was_served() -> None:
+    """Requests sent at 10/s into a server that streams one token per 0.1 s for one request at a time:
+    tokens counted as they stream, not as offered (offered: 10 tokens x 10/s = 100 tok/s)."""
+    recs, free = [], 0.0
+    for i in range(50):
+        sent = i * 0.1
+        first = max(sent, free) + 0.1
+        chunks = tuple(first + 0.1 * k for k in range(10))
+        free = chunks[-1]
+        recs.append(RequestRecord(str(i), sent, sent, done_s=free, chunk_times_s=chunks,
+                                  chunk_tokens=(1,) * 10, output_tokens=10))
+    m = compute_metrics(recs, warmup_s=1.0)
+    assert m.output_throughput == pytest.approx(10.0, rel=0.05)
+    assert m.achieved_rate == pytest.approx(10.0, rel=0.05)
+
+
+def test_all_at_once_runs_to_the_last_end() -> None:
+    recs = [rec(i, 0.0, [(0.1 * (i + 1), 1)], 0.1 * (i + 1) + 0.05, output_tokens=1) for i in range(4)]
+    m = compute_metrics(recs)
+    assert m.window_s == pytest.approx(0.45) and m.n_completed == 4
+    assert m.output_throughput == pytest.approx(4 / 0.45)
 
 
 def test_slo_per_request_itl_and_aggregate() -> None:

@@ -46,15 +46,17 @@ def result_of(recs: list[RequestRecord], spec: SweepSpec, verdict: str | None = 
 def test_pooled_records_lie_end_to_end_without_the_later_warmups() -> None:
     a, b = records(20, 0.05), records(20, 0.05, start_s=1000.0)
     pooled = pooled_records([a, b], warmup_s=5.0)
-    assert len(pooled) == 20 + 15  # the second run's five warm-up requests are dropped
+    assert len(pooled) == 20 + 15  # the second run's five warm-up requests are left out
     assert len({r.request_id for r in pooled}) == len(pooled)
     window_a, inside_a = in_window(a, 5.0)
     window_b, inside_b = in_window(b, 5.0)
     window, inside = in_window(pooled, 5.0)
     assert window == pytest.approx(window_a + window_b) and len(inside) == len(inside_a) + len(inside_b)
-    # the same throughput as each run alone: nothing double counted, no gap counted
-    one = compute_metrics(a, warmup_s=5.0).request_throughput
-    assert compute_metrics(pooled, warmup_s=5.0).request_throughput == pytest.approx(one, rel=1e-9)
+    # the same rates as each run alone: nothing double counted, no gap counted
+    one, both = compute_metrics(a, warmup_s=5.0), compute_metrics(pooled, warmup_s=5.0)
+    assert both.request_throughput == pytest.approx(one.request_throughput, rel=1e-9)
+    assert both.achieved_rate == pytest.approx(one.achieved_rate, rel=1e-9)
+    assert both.output_throughput == pytest.approx(one.output_throughput, rel=1e-9)
 
 
 def test_reseeded_moves_only_the_workload_seed(spec: SweepSpec) -> None:
@@ -105,7 +107,7 @@ def test_a_close_point_is_repeated_with_the_next_seeds_until_it_is_no_longer_clo
     rep = extra["repeated"]
     assert rep["measurements"] == 2 and rep["workload_seeds"] == [0, 1] and rep["margin_after"] == "holds"
     assert rep["because"] == "close to the SLO: itl_p99_ms [97, 104] around 100"
-    assert len(result.records) == 30 + 25 and seen[-1] is result  # judged on the pooled records
+    assert len(result.records) == 30 + 25 and seen[-1] is result  # pooled
     assert phases and phases[0].startswith("repeat 1/2")
 
 

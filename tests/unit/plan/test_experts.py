@@ -217,3 +217,37 @@ def test_rank_loads_split_copies() -> None:
     assert loads == pytest.approx([0.5, 0.5])
     with pytest.raises(SpecError, match="does not hold"):
         rank_loads(pop, ((0,), (1,)))
+
+
+def test_redundant_slots_may_make_an_uneven_split_even() -> None:
+    """EPLB's rule is on physical experts: 256 routed + 64 redundant on DeepSeek-V3's 320 decode ranks,
+    one slot each; every routed expert keeps a copy, the hottest get the 64 extra ones."""
+    from orchestrator.plan.experts import lognormal_popularity, place_redundant
+
+    pop = lognormal_popularity(256, sigma=1.0, seed=0)
+    placed = place_redundant(pop, ep_ranks=320, redundant_slots=64)
+    assert [len(r) for r in placed.ranks] == [1] * 320
+    assert sorted({e for r in placed.ranks for e in r}) == list(range(256))
+    assert sum(placed.copies) == 320 and max(placed.copies) >= 2
+    hottest = int(pop.argmax())
+    assert placed.copies[hottest] == max(placed.copies)
+    assert placed.imbalance_after < placed.imbalance_before
+    with pytest.raises(SpecError, match="256 routed \\+ 32 redundant experts do not divide evenly over 320"):
+        place_redundant(pop, ep_ranks=320, redundant_slots=32)
+
+
+def test_layout_checks_count_redundant_slots() -> None:
+    from orchestrator.catalog.loader import load_model
+    from orchestrator.layout import parse_layout
+    from orchestrator.plan.checks import Cluster, layout_problems
+
+    ds = load_model("deepseek-v3")
+    decode = parse_layout("tp4dp80ep")  # EP320
+    plain, _ = layout_problems(ds, decode, Cluster(40, 8), weight_dtype="fp8", group_size=128)
+    assert any("256 experts for 320 EP ranks: some ranks would hold none" in r for r in plain)
+    eplb, _ = layout_problems(ds, decode, Cluster(40, 8), weight_dtype="fp8", group_size=128,
+                              redundant_experts=64)
+    assert not any("EP ranks" in r for r in eplb)
+    short, _ = layout_problems(ds, decode, Cluster(40, 8), weight_dtype="fp8", group_size=128,
+                               redundant_experts=32)
+    assert any("256 + 32 redundant experts do not divide over 320 EP ranks" in r for r in short)

@@ -1,4 +1,4 @@
-"""`orch compare` judges regressions with the bootstrap intervals and refuses incomparable runs."""
+"""`orch compare` judges regressions with the stored intervals and refuses incomparable runs."""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""`orch plan --disagg N`: every prefill/decode split of N GPUs, ranked beside the aggregated layouts.
+
+Replica shapes come from the aggregated enumeration (plan/enumerate.py) on the nodes that hold N GPUs.
+Each shape's prefill and decode estimates are computed once, each pair of shapes' facts (handover
+rules, transfer, best split) once, and then every split n_p x prefill + n_d x decode = N GPUs costs a
+few additions: 64 GPUs plan in well under a second (bench/plan_disagg_speed.py measures it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestrator.disagg import DisaggLayout, pool_problems
+from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
+from orchestrator.plan.checks import Cluster
+from orchestrator.plan.disagg import (
+    DecodeEngine,
+    DisaggRow,
+    PairFacts,
+    PrefillEngine,
+    combine,
+    decode_engine,
+    pair_facts,
+    prefill_engine,
+    shape_of,
+)
+from orchestrator.plan.enumerate import enumerate_layouts
+from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout
+
+AnyRow = PlanRow | DisaggRow
+
+
+def output_tokens_per_s_per_gpu(row: AnyRow) -> float:
+    """The ranking figure of either kind: predicted output tokens/s per GPU within the ITL bound."""
+    if isinstance(row, DisaggRow):
+        return row.output_tokens_per_s_per_gpu
+    return row.best.output_tokens_per_s_per_gpu if row.best else 0.0
+
+
+def rank_key(row: AnyRow) -> tuple[int, float, int]:
+    """Fitting rows with an estimate first, best first; ties: fewer GPUs."""
+    value = output_tokens_per_s_per_gpu(row)
+    if not row.rejected_because and value > 0:
+        return (0, -value, row.gpus)
+    return (1 if not row.rejected_because else 2, 0.0, row.gpus)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    gpus: int
+    cluster: Cluster
+    prompt_tokens: int
+    output_tokens: int
+    itl_bound_ms: float | None
+    rows: tuple[AnyRow, ...]  # ranked, both kinds
+    splits: int  # disaggregated candidates considered
+
+    def to_dict(self) -> dict[str, Any]:
+        out = []
+        for row in self.rows:
+            d = row.to_dict()
+            d.setdefault("kind", "aggregated")
+            d["output_tokens_per_s_per_gpu"] = output_tokens_per_s_per_gpu(row)
+            out.append(d)
+        return {"gpus": self.gpus, "nodes": self.cluster.nodes, "gpus_per_node": self.cluster.gpus_per_node,
+                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                "itl_bound_ms": self.itl_bound_ms, "disaggregated_candidates": self.splits, "rows": out}
+
+
+def split_cluster(inputs: PlanInputs, gpus: int) -> Cluster:
+    """The nodes that hold `gpus` GPUs at the spec's GPUs per node."""
+    if gpus < 2:
+        raise SpecError(f"--disagg {gpus}: a prefill pool and a decode pool need at least 2 GPUs")
+    gpn = inputs.cluster.gpus_per_node
+    return Cluster(math.ceil(gpus / gpn), gpn)
+
+
+def plan_splits(inputs: PlanInputs, gpus: int, *, engine: str, prompt_tokens: int, output_tokens: int,
+                itl_bound_ms: float | None, connector: str | None = None,
+                batches: tuple[int, ...] = (1, 16, 64, 256)) -> SplitPlan:
+    cluster = split_cluster(inputs, gpus)
+    inputs = replace(inputs, cluster=cluster)
+    every = sorted({shape_of(lay) for lay in enumerate_layouts(inputs.cfg, cluster)
+                    if lay.gpus_per_replica <= gpus},
+                   key=lambda s: (s.gpus_per_replica, s.tp, s.pp, s.dp, s.ep))
+    shapes = [s for s in every if s.gpus_per_replica < gpus]  # a pool leaves GPUs for the other
+    context = prompt_tokens + output_tokens // 2
+    rows: list[AnyRow] = []
+    for shape in every:
+        if gpus % shape.gpus_per_replica == 0:
+            lay = replace(shape, replicas=gpus // shape.gpus_per_replica)
+            try:
+                rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=context,
+                                        prompt_tokens=prompt_tokens, itl_bound_ms=itl_bound_ms,
+                                        output_tokens=output_tokens))
+            except SpecError as exc:  # as make_plan: the layout is rejected, not the plan
+                rows.append(PlanRow(lay, lay.gpus, (str(exc),), ()))
+    prefills: dict[Layout, PrefillEngine] = {s: prefill_engine(inputs, s, prompt_tokens) for s in shapes}
+    decodes: dict[Layout, DecodeEngine] = {
+        s: decode_engine(inputs, s, prompt_tokens, output_tokens, itl_bound_ms) for s in shapes}
+    splits = 0
+    for p_shape, pf in prefills.items():
+        for d_shape, dec in decodes.items():
+            facts: PairFacts | None = None
+            g_p, g_d = p_shape.gpus_per_replica, d_shape.gpus_per_replica
+            for n_p in range(1, gpus // g_p + 1):
+                rest = gpus - n_p * g_p
+                if rest < g_d or rest % g_d:
+                    continue
+                if facts is None:
+                    facts = pair_facts(inputs, pf, dec, gpus=gpus, engine=engine, prompt_tokens=prompt_tokens,
+                                       connector=connector)
+                pd = DisaggLayout(Layout(p_shape.tp, p_shape.pp, p_shape.dp, p_shape.ep, n_p),
+                                  Layout(d_shape.tp, d_shape.pp, d_shape.dp, d_shape.ep, rest // g_d))
+                structural = pool_problems(pd, nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node)
+                rows.append(combine(inputs, pd, pf, dec, facts, prompt_tokens=prompt_tokens,
+                                    output_tokens=output_tokens, structural=structural))
+                splits += 1
+    rows.sort(key=rank_key)
+    return SplitPlan(gpus, cluster, prompt_tokens, output_tokens, itl_bound_ms, tuple(rows), splits)

@@ -1,0 +1,3 @@
+from orchestrator.router.server import main
+
+main()

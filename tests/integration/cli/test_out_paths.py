@@ -1,0 +1,56 @@
+"""Where orch writes (issue 29): a layout name read from a store cannot make `orch export --format vllm
+--out DIR` write outside DIR, and `orch promote --out` does not silently overwrite an existing folder."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import Orch
+from tests.support.sim_spec import SimSpec
+
+
+@pytest.fixture
+def run(tmp_path: Path, orch: Orch, sim_spec: SimSpec) -> tuple[Path, str]:
+    db = tmp_path / "r.db"
+    out = orch("sweep", sim_spec(layouts=["tp2"]), "--store", str(db), "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return db, json.loads(out.stdout)["run_id"]
+
+
+def test_a_stored_layout_name_cannot_lead_export_out_of_its_folder(run: tuple[Path, str], orch: Orch) -> None:
+    db, run_id = run
+    hostile = "../../escaped"
+    with sqlite3.connect(db) as conn:  # a store handed over by someone else
+        for table in ("layouts", "points", "records"):
+            conn.execute(f"UPDATE {table} SET layout=? WHERE layout='tp2'", (hostile,))
+    out_dir = db.parent / "a" / "b" / "out"
+    out = orch("export", run_id, "--store", str(db), "--format", "vllm", "--out", str(out_dir))
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == ["_.._escaped_rate4pers.json"]
+    assert not (db.parent / "a" / "escaped_rate4pers.json").exists()  # where ../../ would have led
+    assert [p.name for p in db.parent.rglob("*escaped*")] == ["_.._escaped_rate4pers.json"]
+    saved = json.loads((out_dir / "_.._escaped_rate4pers.json").read_text())
+    assert saved["layout"] == hostile  # the content keeps the name as stored
+
+
+def test_promote_does_not_overwrite_an_existing_folder(run: tuple[Path, str], orch: Orch) -> None:
+    db, run_id = run
+    target = db.parent / "promoted"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    refused = orch("promote", run_id, "--store", str(db), "--out", str(target))
+    assert refused.returncode == 2, refused.stderr
+    assert "the folder exists and is not empty" in refused.stderr and "--overwrite" in refused.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
+    first = orch("promote", run_id, "--store", str(db), "--out", str(db.parent / "fresh"))
+    assert first.returncode == 0, first.stderr
+    again = orch("promote", run_id, "--store", str(db), "--out", str(db.parent / "fresh"))
+    assert again.returncode == 2, again.stderr  # the same folder a second time: refused too
+    forced = orch("promote", run_id, "--store", str(db), "--out", str(target), "--overwrite")
+    assert forced.returncode == 0, forced.stderr
+    assert "also holds notes.txt, not written by orch promote; left as is" in forced.stderr
+    assert (target / "PROVENANCE.json").exists() and (target / "notes.txt").read_text() == "mine"
