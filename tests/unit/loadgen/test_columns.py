@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.loadgen.columns import GapSet, columns_from_records, gaps_within, weighted_summary
-from orchestrator.loadgen.metrics import compute_metrics, slo_mask
+from orchestrator.loadgen.metrics import compute_metrics, measurement_window, slo_mask, streamed_until
 from orchestrator.loadgen.records import RequestRecord
 
 finite_ms = st.floats(min_value=0.0, max_value=200.0, allow_nan=False, allow_infinity=False)
@@ -89,10 +89,12 @@ def test_metrics_equal_the_per_record_definitions(recs: list[RequestRecord], war
                                                   cooldown: float) -> None:
     slo = {"ttft_p99_ms": 300.0, "itl_p90_ms": 10.0}
     m = compute_metrics(recs, warmup_s=warmup, cooldown_s=cooldown, slo=slo)
-    start = min(r.scheduled_s for r in recs) + warmup
-    end = max(r.done_s if r.done_s is not None else r.sent_s for r in recs) - cooldown
-    done = [r for r in recs if r.ok and r.sent_s >= start and (r.done_s or r.sent_s) <= end]
+    # The window as defined per record (measurement_window, Window.holds); the arrays must agree.
+    w = measurement_window(recs, warmup, cooldown)
+    done = [r for r in recs if r.ok and w.holds(r)]
     assert m.n_completed == len(done)
+    streamed = sum(float(np.diff(streamed_until(r, np.array([w.start_s, w.end_s])))[0]) for r in recs)
+    assert math.isclose(m.output_throughput * w.length_s, streamed, rel_tol=1e-9, abs_tol=1e-9)
     itl = [g * 1e3 for r in done for g in r.itl_chunk_s]
     itl_token = [g * 1e3 for r in done for g in r.itl_token_s]
     for dist, values in ((m.itl_chunk_ms, itl), (m.itl_token_ms, itl_token)):
