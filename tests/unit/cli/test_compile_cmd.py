@@ -134,3 +134,12 @@ def test_helm_values_take_the_namespace_flag(orch: Orch) -> None:
                "--namespace", "llm-prod")
     assert out.returncode == 0, out.stderr
     assert yaml.safe_load(out.stdout)["namespace"] == "llm-prod"
+
+
+def test_a_pairs_units_all_take_the_namespace_flag(orch: Orch) -> None:
+    # Each pool and the router: a router left in the release's namespace would read pods it cannot see.
+    out = orch("compile", SPEC, "--layout", "p:tp4+d:tp4", "--engine", "sglang", "--format", "helm-values",
+               "--namespace", "llm-prod", "--image", "reg/engine:1", "--router-image", "reg/router:1")
+    assert out.returncode == 0, out.stderr
+    units = yaml.safe_load(out.stdout)["units"]
+    assert len(units) == 3 and [u["namespace"] for u in units] == ["llm-prod"] * 3
