@@ -147,6 +147,10 @@ def _run(tool: str, argv: list[str], cwd: str, env: dict[str, str], timeout_s: f
             os.killpg(proc.pid, 9)  # its own session: the tool and the workers it spawned
             proc.wait()
             return None
+        except BaseException:  # interrupted: the tool must not outlive the benchmark
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise
     if rc != 0:
         tail = log.read_bytes()[-3000:].decode(errors="replace")
         raise RuntimeError(f"{tool} exited with {rc}; `{' '.join(argv)}`; output tail:\n{tail}")

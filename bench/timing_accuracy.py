@@ -5,8 +5,9 @@ time.perf_counter(), when each chunk's write returned (the bytes are in the kern
 perf_counter is CLOCK_MONOTONIC, shared by all processes, so client time - server time is the
 client's own delay: kernel wake-up, event loop, HTTP parsing. Reported: median and p99 of that
 delay for the first chunk (the TTFT error) and for all chunks, and the client's TTFT median beside
-the server's (server write - client send). Clients: ours (orch's run_open_loop) and a plain
-aiohttp loop. A packet capture (`tcpdump -i lo`) would add the kernel's part; this does not need root.
+the server's (server write - client send). Clients: ours (orch's run_open_loop) on its HTTP/1.1 client
+and on the aiohttp transport (loadgen/aio.py), and a plain aiohttp loop. A packet capture
+(`tcpdump -i lo`) would add the kernel's part; this does not need root.
 Run: .venv/bin/python bench/timing_accuracy.py [--requests 200 --rate 20] [--busy]
 `--busy` keeps the other core busy with a spinning process meanwhile. Prints a table; asserts nothing.
 """
@@ -68,10 +69,19 @@ Timings = dict[str, tuple[float, list[float]]]  # request id -> (send time, cont
 ClientRun = Callable[[str, int, float], Coroutine[Any, Any, Timings]]
 
 
-async def ours(url: str, n: int, rate: float) -> dict[str, tuple[float, list[float]]]:
-    specs = [RequestSpec(f"o{i}", "hi", TOKENS, extra_body={"rid": f"o{i}"}) for i in range(n)]
+async def ours(url: str, n: int, rate: float, prefix: str = "o") -> dict[str, tuple[float, list[float]]]:
+    specs = [RequestSpec(f"{prefix}{i}", "hi", TOKENS, extra_body={"rid": f"{prefix}{i}"}) for i in range(n)]
     recs = await run_open_loop(ClientConfig(url, "m"), specs, arrival_offsets(n, rate, "constant"))
     return {r.request_id: (r.sent_s, list(r.chunk_times_s)) for r in recs if r.ok}
+
+
+async def ours_on_aiohttp(url: str, n: int, rate: float) -> dict[str, tuple[float, list[float]]]:
+    """The same client code on the aiohttp transport (loadgen/aio.py): the wire alone differs."""
+    os.environ["ORCH_LOADGEN_TRANSPORT"] = "aiohttp"
+    try:
+        return await ours(url, n, rate, prefix="a")
+    finally:
+        del os.environ["ORCH_LOADGEN_TRANSPORT"]
 
 
 async def plain(url: str, n: int, rate: float) -> dict[str, tuple[float, list[float]]]:
@@ -146,7 +156,8 @@ def main() -> None:
                     break
             time.sleep(0.05)
         clients: list[tuple[str, ClientRun]] = [
-            ("orch bench client", ours), ("plain aiohttp loop (peer)", plain)
+            ("orch bench client (http1)", ours), ("orch bench client (aiohttp)", ours_on_aiohttp),
+            ("plain aiohttp loop (peer)", plain),
         ]
         results = [(name, asyncio.run(fn(url, a.requests, a.rate))) for name, fn in clients]
 

@@ -28,7 +28,7 @@ app.kubernetes.io/component: engine
 
 {{- define "orch.metadata" -}}
 name: {{ include "orch.name" . | quote }}
-namespace: {{ .Release.Namespace | quote }}
+namespace: {{ .Values.namespace | default .Release.Namespace | quote }}
 labels:
   {{- include "orch.labels" . | nindent 2 }}
 {{- with .Values.specHash }}

@@ -111,6 +111,6 @@ roleRef:
 subjects:
   - kind: ServiceAccount
     name: {{ include "orch.name" . | quote }}
-    namespace: {{ .Release.Namespace | quote }}
+    namespace: {{ .Values.namespace | default .Release.Namespace | quote }}
 {{- end }}
 {{- end -}}

@@ -62,11 +62,18 @@ def load_model(name_or_path: str) -> ModelConfig:
     if key in names:
         return model_from_hf_config(_read_json(_MODELS_DIR / f"{key}.json"), key)
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError as exc:  # a name too long for a path, a loop of links: not a file, say so
+        shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:57] + "..."
+        raise SpecError(f"{shown!r}: neither a catalog model nor a readable path ({exc.strerror}); "
+                        f"known: {', '.join(names)} (orch catalog), or a config.json path") from None
+    if is_dir:
         path = path / "config.json"
         if not path.is_file():
             raise SpecError(f"{path.parent}: directory has no config.json")
-    if path.is_file():
+        is_file = True
+    if is_file:
         stem = path.parent.name if path.name == "config.json" else path.stem
         return model_from_hf_config(_read_json(path), stem or str(path), where=str(path))
     if "/" in name_or_path or key.endswith(".json"):
@@ -82,7 +89,7 @@ _GPU_FIELDS = {f.name for f in fields(GPUSpec)}
 
 @cache
 def _gpu_table() -> dict[str, dict[str, Any]]:
-    raw = yaml.safe_load(_GPUS_FILE.read_text())
+    raw = yaml.load(_GPUS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     table = raw.get("gpus") if isinstance(raw, dict) else None
     if not isinstance(table, dict):
         raise SpecError(f"{_GPUS_FILE}: expected a top-level 'gpus:' mapping")

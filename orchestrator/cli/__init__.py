@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
-from typing import Annotated, Any
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 from typer.core import TyperGroup
 
 from orchestrator.errors import OrchError
-from orchestrator.pipeline.provenance import orch_version
+
+if TYPE_CHECKING:  # rich is imported when something is printed through it, not at start-up
+    from rich.console import Console
 
 # The order `orch --help` lists the commands in: the decision a new user comes for and its steps
 # first, then the stored runs, then the tools. Modules register in import order (alphabetical), which
@@ -41,10 +42,56 @@ COMMAND_ORDER = (
 )
 
 
+# The module that registers each command. A command's module (and what it imports: numpy, asyncio,
+# aiohttp, plotly ...) is imported when that command runs or help lists every command, so `orch plan`
+# starts without the load generator and `orch validate` without the cost model's friends: start-up is
+# most of a quick command's time. A test keeps this table and the registered commands equal.
+COMMAND_MODULES = {
+    "sweep": "sweep_cmd", "plan": "plan_cmd", "simulate": "sim_cmd", "sim": "sim_cmd",
+    "validate": "spec_cmd", "schema": "spec_cmd", "compile": "compile_cmd", "report": "report_cmd",
+    "compare": "report_cmd", "runs": "runs_cmd", "export": "runs_cmd", "promote": "promote_cmd",
+    "calibrate": "calibrate_cmd", "bench": "bench_cmd", "consistency": "consistency_cmd",
+    "experts": "experts_cmd", "catalog": "catalog_cmd", "gc": "gc_cmd",
+}
+
+
+def load_commands(names: list[str] | None = None) -> None:
+    """Import the modules that register `names` (every command when None)."""
+    wanted = COMMAND_MODULES.values() if names is None else [COMMAND_MODULES[n] for n in names]
+    for module in sorted(set(wanted)):
+        importlib.import_module(f"orchestrator.cli.{module}")
+
+
 class _OrderedGroup(TyperGroup):
-    def list_commands(self, ctx: Any) -> list[str]:  # a click Context (typer vendors click)
+    """The root group: commands in workflow order, each registered on first use (COMMAND_MODULES)."""
+
+    def _take_new(self) -> None:
+        fresh = typer.main.get_group(app)  # the group typer builds from what is registered now
+        for name, cmd in fresh.commands.items():
+            self.commands.setdefault(name, cmd)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # a click Context and Command
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            load_commands([cmd_name])
+            self._take_new()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        if len(self.commands) < len(COMMAND_MODULES):  # help lists every command
+            load_commands()
+            self._take_new()
         rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
         return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.TyperException:  # an unknown name: click suggests close ones from every command
+            if len(self.commands) < len(COMMAND_MODULES):
+                load_commands()
+                self._take_new()
+                return super().resolve_command(ctx, args)
+            raise
 
 
 app = typer.Typer(
@@ -55,8 +102,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-# soft_wrap: a one-line error or warning stays one line in a CI log (80 columns off a terminal).
-err_console = Console(stderr=True, soft_wrap=True)
+
+
+@cache
+def err_console() -> Console:
+    """stderr for one-line errors and warnings; soft_wrap keeps each one line in a CI log (80 columns
+    off a terminal)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 RUN_HELP = "Run id, a unique prefix of one (6+ characters), its short hash, or latest (orch runs lists them)."
 
@@ -67,32 +121,36 @@ PIPE_WIDTH = 240
 
 def make_console(*, stderr: bool = False) -> Console:
     """A console for tables: the terminal's width on a TTY, PIPE_WIDTH otherwise."""
+    from rich.console import Console
+
     out = Console(stderr=stderr)
     if out.is_terminal or "COLUMNS" in os.environ:
         return out
     return Console(stderr=stderr, width=PIPE_WIDTH)
 
 
-def print_table(console: Console, table: Table) -> None:
-    """The table with its title as a line of its own: rich wraps a title wider than the table's columns
-    (a one-point `orch simulate` or `orch bench`) and pads a narrower one with spaces to the width."""
-    title = table.title
-    if isinstance(title, str):
-        table.title = None
-        console.print(Text(title, style="table.title"), highlight=False, soft_wrap=True)
-    console.print(table)
-
-
 def _print_version(value: bool) -> None:
     if value:
+        from orchestrator.pipeline.provenance import orch_version
+
         typer.echo(f"orch {orch_version()}")
         raise typer.Exit()
 
 
+_ANSI = {"bold red": "1;31", "yellow": "33", "bold yellow": "1;33"}
+
+
 def err_line(label: str, style: str, message: str) -> None:
-    """`label: message` on stderr. The message is plain text: a spec path or value holding "[bold]" or
-    other console markup prints as written, never interpreted."""
-    err_console.print(Text.assemble((label, style), " ", message), highlight=False, soft_wrap=True)
+    """`label: message` on stderr, one line. The message is plain text: a spec path or value holding
+    "[bold]" or other console markup prints as written, never interpreted. Written without rich (a
+    one-line error should not pay for importing it): the label is coloured on a terminal, as rich
+    would (NO_COLOR, TERM=dumb and FORCE_COLOR respected)."""
+    color = (sys.stderr.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+             ) or bool(os.environ.get("FORCE_COLOR"))
+    code = _ANSI.get(style)
+    shown = f"\x1b[{code}m{label}\x1b[0m" if color and code else label
+    sys.stderr.write(f"{shown} {message}\n")
+    sys.stderr.flush()
 
 
 @app.callback()
@@ -102,22 +160,6 @@ def _root(
 ) -> None:
     """orch: predict, deploy and measure LLM serving layouts."""
 
-
-# Command modules register themselves on `app` when imported (one line each, sorted).
-import orchestrator.cli.bench_cmd  # noqa: E402
-import orchestrator.cli.calibrate_cmd  # noqa: E402
-import orchestrator.cli.catalog_cmd  # noqa: E402
-import orchestrator.cli.compile_cmd  # noqa: E402
-import orchestrator.cli.consistency_cmd  # noqa: E402
-import orchestrator.cli.experts_cmd  # noqa: E402
-import orchestrator.cli.gc_cmd  # noqa: E402
-import orchestrator.cli.plan_cmd  # noqa: E402
-import orchestrator.cli.promote_cmd  # noqa: E402
-import orchestrator.cli.report_cmd  # noqa: E402
-import orchestrator.cli.runs_cmd  # noqa: E402
-import orchestrator.cli.sim_cmd  # noqa: E402
-import orchestrator.cli.spec_cmd  # noqa: E402
-import orchestrator.cli.sweep_cmd  # noqa: E402, F401
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -8,6 +8,7 @@ and a point missed it (--search: no rate met it); 2 bad flags; 130 interrupted."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 from functools import partial
@@ -16,18 +17,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from orchestrator.cli import app, make_console, print_table
+from orchestrator.cli import app, make_console
+from orchestrator.cli.bench_tables import print_points
+from orchestrator.cli.progress import RequestLines, stderr_is_terminal
 from orchestrator.errors import OrchError, RequestsFailed, SLONotMet, SpecError
 
 if TYPE_CHECKING:  # the load generator (numpy, orjson) is imported only when `orch bench` runs
     from orchestrator.loadgen.bench import BenchRun, PointResult, WorkloadFactory
-    from orchestrator.loadgen.metrics import Distribution
     from orchestrator.loadgen.records import RequestRecord
     from orchestrator.loadgen.texts import Tokenizer
 
 WORKLOAD_KINDS = ("random", "sharegpt", "prefix", "trace", "conversation", "agentic")
+# Stated here as well as in loadgen.client (the option's default must be a literal for --help): a test
+# keeps the two equal.
+DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_OUTPUT_LEN = "128"
 BALANCE_KINDS = ("round_robin", "least_outstanding", "prefix_aware")
 ARRIVALS = ("poisson", "gamma", "constant")
@@ -47,6 +51,9 @@ def _numbers(text: str, flag: str, *, integer: bool = False) -> list[float]:
             v = float(p) if p != "inf" or integer else math.inf
         except ValueError:
             raise SpecError(f"{flag}: {part!r} is not a number (e.g. {flag} 4,8,16)") from None
+        if math.isnan(v) or (math.isinf(v) and p != "inf"):
+            raise SpecError(f"{flag}: {part!r} is not a finite number (e.g. {flag} 4,8,16"
+                            + ("; inf sends all at once)" if not integer else ")"))
         if v <= 0 or (integer and v != int(v)):
             kind = "positive integers" if integer else "positive numbers"
             raise SpecError(f"{flag}: {part!r}: give {kind} separated by commas")
@@ -179,84 +186,6 @@ class _Bar:
             self.progress.advance(self.task)
 
 
-def _fmt(v: float | None, nd: int = 1) -> str:
-    if v is None:
-        return "-"
-    return "inf" if math.isinf(v) else f"{v:,.{nd}f}"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
-def _pair(d: Distribution | None) -> str:
-    return "-" if d is None else f"{_fmt(d.p50, 2)} / {_fmt(d.p99, 2)}"
-
-
-def _wide_table(points: list[PointResult]) -> Table:
-    """One row per load point (many points, e.g. a search), with the key columns."""
-    t = Table(title="orch bench (ms; p50/p99 unless marked)")
-    cols = ("point", "ok/failed", "achieved req/s", "lag p99", "TTFT p50/p99", "ITL p99", "TPOT p50",
-            "E2E p99", "out tok/s", "goodput", "SLO")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("point", "SLO") else "right")
-    for p in points:
-        m = p.metrics
-        t.add_row(
-            p.point.label, f"{m.n_completed}/{m.n_failed}", _fmt(m.achieved_rate),
-            _fmt(m.sched_lag_ms.p99 if m.sched_lag_ms else None, 2), _pair(m.ttft_ms),
-            _fmt(m.itl_chunk_ms.p99, 2), _fmt(m.tpot_ms.p50, 2), _fmt(m.e2e_ms.p99),
-            _fmt(m.output_throughput), _fmt(m.goodput, 2),
-            "-" if p.passed is None else ("pass" if p.passed else "FAIL"),
-        )
-    return t
-
-
-def points_table(points: list[PointResult]) -> Table:
-    """The load points as a table (wide ones turned on their side)."""
-    if len(points) > 4:
-        return _wide_table(points)
-    t = Table(title="orch bench (latencies in ms as p50 / p99; throughput over the measurement window)")
-    t.add_column("metric")
-    for p in points:
-        t.add_column(p.point.label + (" (interrupted)" if p.interrupted else ""), justify="right")
-
-    def row(name: str, f: Any) -> None:
-        t.add_row(name, *(f(p) for p in points))
-
-    row("requests ok / failed", lambda p: f"{p.metrics.n_completed} / {p.metrics.n_failed}")
-    row("failures", lambda p: ", ".join(f"{k}={v}" for k, v in p.metrics.failures.items()) or "-")
-    row("achieved / scheduled req/s",
-        lambda p: f"{_fmt(p.metrics.achieved_rate)} / {_fmt(p.metrics.scheduled_rate)}")
-    row("scheduling lag", lambda p: _pair(p.metrics.sched_lag_ms))
-    row("queue wait (max-concurrency)", lambda p: _pair(p.metrics.queue_wait_ms))
-    row("TTFT", lambda p: _pair(p.metrics.ttft_ms))
-    row("ITL per chunk", lambda p: _pair(p.metrics.itl_chunk_ms))
-    row("ITL per token", lambda p: _pair(p.metrics.itl_token_ms))
-    row("TPOT", lambda p: _pair(p.metrics.tpot_ms))
-    row("E2E", lambda p: _pair(p.metrics.e2e_ms))
-    row("request throughput req/s", lambda p: _fmt(p.metrics.request_throughput, 2))
-    row("output tokens/s", lambda p: _fmt(p.metrics.output_throughput))
-    row("total tokens/s", lambda p: _fmt(p.metrics.total_throughput))
-    row("goodput req/s", lambda p: _fmt(p.metrics.goodput, 2))
-    if any(p.metrics.ttft_first_turn_ms is not None for p in points):  # session workloads
-        row("TTFT first turns", lambda p: _pair(p.metrics.ttft_first_turn_ms))
-        row("TTFT later turns", lambda p: _pair(p.metrics.ttft_later_turns_ms))
-        row("session time", lambda p: _pair(p.metrics.session_ms))
-        row("sessions done / failed / cut",
-            lambda p: f"{p.metrics.sessions_completed} / {p.metrics.sessions_failed} / "
-            f"{p.metrics.sessions_unfinished}")
-    if any(p.metrics.prefix_hit_rate for p in points):  # simulated: what the cache held (when it held any)
-        row("prefix-cache hit rate", lambda p: _pct(p.metrics.prefix_hit_rate))
-        if any(p.metrics.prefix_hit_rate_later_turns is not None for p in points):
-            row("  first / later turns", lambda p: f"{_pct(p.metrics.prefix_hit_rate_first_turn)} / "
-                f"{_pct(p.metrics.prefix_hit_rate_later_turns)}")
-    row("token counts from usage", lambda p: f"{p.metrics.n_completed - p.metrics.fallback_token_counts}"
-        f"/{p.metrics.n_completed}")
-    row("SLO", lambda p: "-" if p.passed is None else ("pass" if p.passed else "FAIL: " + (p.verdict or "")))
-    return t
-
-
 @app.command()
 def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server URL(s), comma-separated replicas.")],
@@ -316,6 +245,9 @@ def bench(
         help="round_robin, least_outstanding or prefix_aware over replicas.")] = "round_robin",
     ignore_eos: Annotated[bool, typer.Option(help="Ask for exactly max_tokens (ignore_eos).")] = True,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout (connect to last byte).")] = 600.0,
+    idle_timeout_s: Annotated[float, typer.Option(
+        help="A request fails as 'stalled' when this long passes without its response head or a whole "
+        "streamed event (a server dribbling bytes counts as silent).")] = DEFAULT_IDLE_TIMEOUT_S,
     max_response_bytes: Annotated[int, typer.Option(
         help="Body bytes one response may carry; a longer one fails as too_large.")] = 64 * 1024 * 1024,
     gpus: Annotated[int | None, typer.Option(help="GPUs behind the endpoints, for per-GPU figures.")] = None,
@@ -326,6 +258,7 @@ def bench(
     fmt: Annotated[str, typer.Option("--format", help="--json layout: orch, or vllm (`vllm bench serve "
                                      "--save-result`; a list when there are several points).")] = "orch",
     save: Annotated[str | None, typer.Option(help="Write every request record to FILE.jsonl.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """Measure an OpenAI-compatible streaming server: TTFT, ITL, TPOT, E2E, throughput, goodput."""
     from orchestrator.loadgen.balance import Balance
@@ -351,11 +284,15 @@ def bench(
         raise SpecError("give --num-requests N or --duration-s S (or both)")
     for flag, val in (("--num-requests", num_requests), ("--duration-s", duration_s),
                       ("--max-concurrency", max_concurrency), ("--timeout-s", timeout_s),
+                      ("--idle-timeout-s", idle_timeout_s),
                       ("--burstiness", burstiness), ("--search-start", search_start), ("--gpus", gpus),
-                      ("--search-tol", search_tol), ("--workers", workers),
+                      ("--search-max", search_max), ("--search-tol", search_tol), ("--workers", workers),
                       ("--max-response-bytes", max_response_bytes)):
-        if val is not None and not val > 0:  # (not > catches NaN too)
-            raise SpecError(f"{flag}: {val} must be positive")
+        if val is not None and not (val > 0 and math.isfinite(val)):  # (not > catches NaN too)
+            raise SpecError(f"{flag}: {val} must be a positive, finite number")
+    for flag, val in (("--warmup-s", warmup_s), ("--cooldown-s", cooldown_s)):
+        if not (val >= 0 and math.isfinite(val)):
+            raise SpecError(f"{flag}: {val} must be a finite number of seconds, 0 or more")
     if not 0 <= max_error_rate <= 1:
         raise SpecError(f"--max-error-rate: {max_error_rate} must be a fraction from 0 to 1, e.g. 0.01")
     if workers > 1 and concurrency is not None:
@@ -376,8 +313,8 @@ def bench(
     )
     if kind == "trace" and num_requests is None and duration_s is None:
         duration_s = math.inf  # the whole trace
-    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos, max_response_bytes=max_response_bytes)
-                    for u in urls)
+    targets = tuple(ClientConfig(u, model, ep, timeout_s, ignore_eos, max_response_bytes=max_response_bytes,
+                                 idle_timeout_s=idle_timeout_s) for u in urls)
     cfg = BenchConfig(targets, bal, arr, burstiness, num_requests, duration_s, max_concurrency, warmup_s,
                       cooldown_s, seed, slo_d, max_error_rate, gpus, workers)
     if kind == "trace":
@@ -391,13 +328,15 @@ def bench(
     run = BenchRun(cfg)
     console = make_console(stderr=as_json)  # off a terminal: wide enough that no column is cut
     interrupted = False
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
+    # A live bar on a terminal; off one (a CI log, a pipe) a line per point and a count every 10 s.
+    live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True) if stderr_is_terminal() else None
+    reporter = _Bar(live) if live is not None else RequestLines("bench ")
     try:
-        with progress:
+        with live if live is not None else contextlib.nullcontext():
             asyncio.run(run_bench(run, factory, points, search=search, start_rate=search_start,
-                                  max_rate=search_max, rel_tol=search_tol, progress=_Bar(progress)))
+                                  max_rate=search_max, rel_tol=search_tol, progress=reporter))
     except KeyboardInterrupt:
         interrupted = True
         partial_point = run.partial()
@@ -416,12 +355,8 @@ def bench(
     elif as_json:
         typer.echo(json.dumps(finite(run.to_dict()), indent=2))
     else:
-        print_table(console, points_table(run.points))
-        for p in run.points:
-            if len(run.points) > 4 and p.verdict:
-                console.print(f"{p.point.label}: {p.verdict}", markup=False)
-            if p.note:
-                console.print(f"{p.point.label}: {p.note}", markup=False)
+        print_points(console, run.points, "orch bench (latencies in ms as p50 / p99; throughput over the "
+                     "measurement window)", wide=wide)
         if run.search_stopped_because is not None:
             best = "none" if run.best_rate is None else f"{run.best_rate:.3g} req/s"
             console.print(f"highest rate meeting the SLO: {best} ({run.search_stopped_because})")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from orchestrator.calibrate.acceptance import AcceptanceFit, fit_acceptance, stored_records
 from orchestrator.calibrate.fitting import (
@@ -21,7 +21,9 @@ from orchestrator.calibrate.fitting import (
 )
 from orchestrator.catalog.loader import canonical_gpu
 from orchestrator.catalog.profiles import write_profile
-from orchestrator.cli import app, err_line, make_console, print_table
+from orchestrator.cli import app, err_line, make_console
+from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli.progress import Lines, stderr_is_terminal
 from orchestrator.errors import SpecError
 from orchestrator.promote import resolve_run
 from orchestrator.spec.load import spec_from_json
@@ -38,21 +40,20 @@ def _median(x: float | None) -> str:
 
 
 def _print(cal: Calibration, out: str | None, console: Console) -> None:
-    table = Table(title="calibration: simulated vs measured, per point (error = predicted/measured - 1)",
-                  title_justify="left")
-    table.add_column("point")
-    for name, _ in METRICS:
-        table.add_column(f"{name} measured", justify="right")
-        table.add_column("before", justify="right")
-        table.add_column("after", justify="right")
+    table = FitTable("calibration: simulated vs measured, per point (error = predicted/measured - 1)")
+    table.column("point", justify="left")
+    for i, (name, _) in enumerate(METRICS):  # the first metric's columns are the last left out
+        table.column(f"{name} measured", keep=1 + i)
+        table.column(f"{name} before", keep=1 + i)
+        table.column(f"{name} after", keep=i)
     for p in cal.points:
         cells = [p.point]
         for name, _ in METRICS:
             meas = p.measured.get(name)
             cells += [f"{meas:,.1f}" if meas is not None else "-", _pct(p.error(name, "before")),
                       _pct(p.error(name, "after"))]
-        table.add_row(*cells)
-    print_table(console, table)
+        table.row(*cells)
+    table.print(console)
     for name in cal.fitted:
         kept = " (kept: the points do not constrain it)" if name in cal.unconstrained else ""
         console.print(f"  {name}: {cal.start[name]:.4g} -> {cal.fitted[name]:.4g}{kept}", highlight=False)
@@ -117,9 +118,19 @@ def calibrate_command(
                       "run(s):", highlight=False)
         _print_acceptance(acceptance, out, console)
         return
-    with console.status("fitting (each step simulates every measured point)"):
+    start = f"fitting to {len(points)} measured points (each step simulates every one)"
+    lines = Lines("calibrate: ", interval_s=0)  # each iteration's line, on a terminal or not
+
+    def progress(text: str) -> None:
+        if lines.last == -float("inf"):  # the first iteration: the checks passed, the fit runs
+            lines.say(start)
+        lines.say(text)
+
+    status = console.status(start) if stderr_is_terminal() else contextlib.nullcontext()
+    with status:
         cal = fit(points, constants=names, allow_mixed=allow_mixed, max_requests=max_requests,
-                  metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None)
+                  metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
+                  progress=progress)
     extra = profile_extra(cal, runs)
     if acceptance:
         extra["acceptance"] = _rates(acceptance)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from orchestrator.catalog.loader import load_model
 from orchestrator.cli import app, make_console
-from orchestrator.cli.plan_cmd import int_list
+from orchestrator.cli.flags import parse_ints
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.experts import (
@@ -74,7 +74,7 @@ def experts_command(
             lognormal_popularity(num_experts, sigma=sigma, seed=seed),
         )
     placed = place_redundant(pop, ep_ranks=ranks, redundant_slots=redundant)
-    batches = int_list(batch, "--batch") or (1,)
+    batches = parse_ints(batch, "--batch") or (1,)
     k = cfg.num_experts_per_token
     before = imbalance_vs_batch(
         pop, top_k=k, batch_sizes=batches, placement=contiguous_placement(num_experts, ranks), seed=seed

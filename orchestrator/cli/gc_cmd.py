@@ -9,6 +9,7 @@ import typer
 
 from orchestrator.cli import app
 from orchestrator.errors import SpecError
+from orchestrator.extras import require
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.targets import KubernetesTarget
 
@@ -29,6 +30,7 @@ def gc_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Delete the objects orch runs left in a namespace (labelled orch.dev/run)."""
+    require("k8s", "orch gc")
     from orchestrator.deploy.k8s_gc import collect_garbage
 
     if spec_path is not None:

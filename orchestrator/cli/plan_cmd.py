@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from orchestrator.cli import app, make_console
+from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli.flags import parse_ints
 from orchestrator.disagg import DisaggLayout, parse_any_layouts
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
@@ -22,28 +23,15 @@ from orchestrator.spec.models import SweepSpec
 GB = 1e9
 
 
-def int_list(text: str | None, flag: str) -> tuple[int, ...] | None:
-    """The comma-separated positive integers of `flag` (None when not given); one-line errors."""
-    if text is None:
-        return None
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise SpecError(f"{flag} {text!r}: expected comma-separated integers, e.g. {flag} 1,64") from None
-    if not values:
-        raise SpecError(f"{flag}: give at least one value")
-    return values
-
-
 def _tokens(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n / 1e3:.0f}k" if n >= 10_000 else str(n)
 
 
-def _row_cells(row: PlanRow, candidates: set[str]) -> list[str]:
+def _row_cells(row: PlanRow, candidates: set[str], n_batches: int) -> list[str]:
     name = str(row.layout) + (" *" if str(row.layout) in candidates else "")
     if not row.fits:
         weights = f"{row.weight_bytes_per_gpu / GB:.1f}" if row.weight_bytes_per_gpu else "-"
-        return [name, str(row.gpus), "[red]no[/]", weights, "-", "-", "-"] + ["-"] * (len(row.decode) + 2)
+        return [name, str(row.gpus), "[red]no[/]", weights, "-", "-", "-"] + ["-"] * (n_batches + 2)
     cells = [name, str(row.gpus), "[green]yes[/]", f"{row.weight_bytes_per_gpu / GB:.1f}",
              _tokens(row.kv_tokens_per_replica), _tokens(row.kv_tokens_total), str(row.max_batch)]
     for d in row.decode:
@@ -55,7 +43,7 @@ def _row_cells(row: PlanRow, candidates: set[str]) -> list[str]:
     return cells
 
 
-def print_plan(result: PlanResult, candidates: set[str], console: Console) -> None:
+def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wide: bool = False) -> None:
     inp = result.inputs
     counts = inp.counts
     console.print(
@@ -71,24 +59,24 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
             f"bursts (TPOT = ITL / {sp.tokens_per_step:.2f}), tok/s counts every token; speculation's own "
             f"cost {inp.gpu.spec_step_overhead_s * 1e3:g} ms per step + "
             f"{inp.gpu.spec_sequence_overhead_s * 1e3:g} ms per sequence", highlight=False)
-    table = Table(title="plan: predicted by the cost model (not measured)", title_justify="left")
-    for col in ("layout", "GPUs", "fits", "weights GB/GPU", "KV tok/replica", "KV tok total", "max batch"):
-        table.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",
-                         overflow="fold")
-    for b in result.batches:
-        table.add_column(f"b={b}: ITL ms / tok/s/GPU", justify="right", overflow="fold")
-    table.add_column("prefill ms", justify="right", overflow="fold")
-    table.add_column("best within SLO", justify="right", overflow="fold")
+    table = FitTable("plan: predicted by the cost model (not measured)", wide=wide)
+    # keep: 0 always shown, then 1, 2 ... as the terminal allows (fit_table.py)
+    for col, keep in (("layout", 0), ("GPUs", 0), ("fits", 0), ("weights GB/GPU", 2), ("KV tok/replica", 3),
+                      ("KV tok total", 4), ("max batch", 3)):
+        table.column(col, justify="left" if col == "layout" else "right", keep=keep)
+    for i, b in enumerate(result.batches):  # the largest batch first, then the smallest
+        keep = 1 if i == len(result.batches) - 1 else (2 if i == 0 else 3)
+        table.column(f"b={b}: ITL ms / tok/s/GPU", keep=keep)
+    table.column("prefill ms", keep=2)
+    table.column("best within SLO", keep=0)
     for row in result.rows:
-        table.add_row(*_row_cells(row, candidates))
-    console.print(table)
+        table.row(*_row_cells(row, candidates, len(result.batches)))
+    table.print(console)
 
-    parts = Table(title="decode step parts at each batch (ms, one micro-batch through all stages)",
-                  title_justify="left")
-    for col in ("layout", "batch", "weights", "KV", "compute", "TP comm", "EP comm", "PP comm", "step",
-                "bound", "experts touched"):
-        parts.add_column(col, justify="right" if col != "layout" else "left", no_wrap=col == "layout",
-                       overflow="fold")
+    parts = FitTable("decode step parts at each batch (ms, one micro-batch through all stages)", wide=wide)
+    for col, keep in (("layout", 0), ("batch", 0), ("weights", 1), ("KV", 1), ("compute", 1), ("TP comm", 2),
+                      ("EP comm", 2), ("PP comm", 2), ("step", 0), ("bound", 1), ("experts touched", 3)):
+        parts.column(col, justify="left" if col == "layout" else "right", keep=keep)
     for row in result.rows:
         if not row.fits:
             continue
@@ -97,9 +85,9 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console) -> No
             touched = f"{d.touched_expert_fraction:.0%}" if d.touched_expert_fraction is not None else "-"
             times = (p.weight_read_s, p.kv_read_s, p.compute_s, p.tp_comm_s, p.ep_comm_s, p.pp_comm_s,
                      p.total_s)
-            parts.add_row(str(row.layout), str(d.batch), *(f"{t * 1e3:.2f}" for t in times), p.bound, touched)
-    if parts.row_count:  # every layout rejected: no step to show, the reasons follow
-        console.print(parts)
+            parts.row(str(row.layout), str(d.batch), *(f"{t * 1e3:.2f}" for t in times), p.bound, touched)
+    if parts.cols[0].cells:  # every layout rejected: no step to show, the reasons follow
+        parts.print(console)
 
     for row in result.rows:
         # Reasons can quote spec values: escaped, so "[bold]" in one prints as written.
@@ -134,11 +122,13 @@ def plan_command(
         "--prompt", help="Prompt tokens for the prefill estimate.")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print JSON with every number and its parts.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column, however narrow the terminal (default: the columns that fit).")] = False,
 ) -> None:
     """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
     spec = load_checked_spec(spec_path)
     if disagg is not None:
-        _plan_splits(spec, disagg, prompt, as_json)
+        _plan_splits(spec, disagg, prompt, as_json, wide)
         return
     given = (parse_any_layouts(layouts) if layouts is not None and layouts.strip() != "spec"
              else list(spec.layouts))
@@ -146,19 +136,19 @@ def plan_command(
     # None: every sensible aggregated layout (and the spec's own)
     chosen = [lay for lay in given if isinstance(lay, Layout)] if layouts is not None else None
     if pairs:
-        _plan_pairs(spec, chosen, pairs, batch, context, prompt, as_json)
+        _plan_pairs(spec, chosen, pairs, batch, context, prompt, as_json, wide)
         return
     result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
-                       batches=int_list(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
+                       batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
                        prompt_tokens=prompt)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    print_plan(result, {str(lay) for lay in spec.layouts}, make_console())
+    print_plan(result, {str(lay) for lay in spec.layouts}, make_console(), wide=wide)
 
 
 def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[DisaggLayout], batch: str | None,
-                context: int | None, prompt: int | None, as_json: bool) -> None:
+                context: int | None, prompt: int | None, as_json: bool, wide: bool) -> None:
     """Prefill/decode pairs, and the aggregated layouts given beside them."""
     from orchestrator.cli.plan_disagg import print_pairs
     from orchestrator.plan.disagg_run import make_disagg_plan
@@ -167,7 +157,7 @@ def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[Disagg
     agg = None
     if chosen is None or chosen:  # None: every sensible layout, as without pairs
         agg = make_plan(spec, layouts=chosen, all_layouts=chosen is None,
-                        batches=int_list(batch, "--batch") or DEFAULT_BATCHES,
+                        batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES,
                         context_tokens=context, prompt_tokens=prompt)
     if as_json:
         data = {**(agg.to_dict() if agg else {}), "disaggregated": result.to_dict()}
@@ -175,11 +165,11 @@ def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[Disagg
         return
     console = make_console()
     if agg is not None:
-        print_plan(agg, {str(lay) for lay in spec.layouts}, console)
-    print_pairs(result, console)
+        print_plan(agg, {str(lay) for lay in spec.layouts}, console, wide=wide)
+    print_pairs(result, console, wide=wide)
 
 
-def _plan_splits(spec: SweepSpec, gpus: int, prompt: int | None, as_json: bool) -> None:
+def _plan_splits(spec: SweepSpec, gpus: int, prompt: int | None, as_json: bool, wide: bool) -> None:
     from orchestrator.cli.plan_disagg import print_splits
     from orchestrator.plan.disagg_run import make_split_plan
 
@@ -189,4 +179,4 @@ def _plan_splits(spec: SweepSpec, gpus: int, prompt: int | None, as_json: bool) 
     if as_json:
         typer.echo(json.dumps(plan.to_dict(), indent=2))
         return
-    print_splits(plan, make_console())
+    print_splits(plan, make_console(), wide=wide)

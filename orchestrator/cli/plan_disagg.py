@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from orchestrator.cli import print_table
+from orchestrator.cli.fit_table import FitTable
 from orchestrator.plan.disagg import DisaggRow
 from orchestrator.plan.disagg_run import DisaggPlanResult
 from orchestrator.plan.disagg_search import SplitPlan, output_tokens_per_s_per_gpu
@@ -31,18 +30,18 @@ def _pair_cells(row: DisaggRow) -> list[str]:
     ]
 
 
-def print_pairs(result: DisaggPlanResult, console: Console) -> None:
-    table = Table(title=f"plan, prefill/decode pairs: predicted by the cost model (not measured); prompt "
-                        f"{result.prompt_tokens}, output {result.output_tokens} tokens"
-                        + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""),
-                  title_justify="left")
-    for col in ("layout", "GPUs", "fits", "prefill req/s", "decode req/s", "KV transfer ms", "req/s",
-                "binds", "TTFT ms idle / 80%", "ITL ms", "tok/s/GPU"):
-        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=col == "layout",
-                         overflow="fold")
+def print_pairs(result: DisaggPlanResult, console: Console, *, wide: bool = False) -> None:
+    table = FitTable(f"plan, prefill/decode pairs: predicted by the cost model (not measured); prompt "
+                     f"{result.prompt_tokens}, output {result.output_tokens} tokens"
+                     + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), wide=wide)
+    # keep: 0 always shown, then 1, 2 ... as the terminal allows (fit_table.py)
+    for col, keep in (("layout", 0), ("GPUs", 0), ("fits", 0), ("prefill req/s", 2), ("decode req/s", 2),
+                      ("KV transfer ms", 3), ("req/s", 0), ("binds", 1), ("TTFT ms idle / 80%", 1),
+                      ("ITL ms", 1), ("tok/s/GPU", 0)):
+        table.column(col, justify="left" if col == "layout" else "right", keep=keep)
     for row in result.rows:
-        table.add_row(*_pair_cells(row))
-    print_table(console, table)
+        table.row(*_pair_cells(row))
+    table.print(console)
     for row in result.rows:
         notes = [f"[red]rejected:[/] {escape(r)}" for r in row.rejected_because]
         notes += [f"[yellow]warning:[/] {escape(w)}" for w in row.warnings]
@@ -75,21 +74,19 @@ def _split_cells(rank: int, row: PlanRow | DisaggRow, output_tokens: int) -> lis
     return [str(rank), str(row.layout), kind, str(row.gpus), f"{value:,.0f}", *extra]
 
 
-def print_splits(plan: SplitPlan, console: Console) -> None:
+def print_splits(plan: SplitPlan, console: Console, *, wide: bool = False) -> None:
     fitting = [r for r in plan.rows if r.fits and output_tokens_per_s_per_gpu(r) > 0]
-    table = Table(title=f"plan --disagg {plan.gpus}: {plan.splits} prefill/decode splits and the aggregated "
-                        f"layouts of {plan.gpus} GPUs ({plan.cluster.nodes} x {plan.cluster.gpus_per_node}), "
-                        f"ranked by predicted output tok/s per GPU"
-                        + (f" within ITL {plan.itl_bound_ms:g} ms" if plan.itl_bound_ms else "")
-                        + f"; prompt {plan.prompt_tokens}, output {plan.output_tokens} tokens",
-                  title_justify="left")
-    for col in ("#", "layout", "kind", "GPUs", "tok/s/GPU", "ITL ms", "TTFT ms", "req/s", "binds",
-                "KV transfer ms"):
-        table.add_column(col, justify="left" if col in ("layout", "kind") else "right",
-                         no_wrap=col == "layout", overflow="fold")
+    table = FitTable(f"plan --disagg {plan.gpus}: {plan.splits} prefill/decode splits and the aggregated "
+                     f"layouts of {plan.gpus} GPUs ({plan.cluster.nodes} x {plan.cluster.gpus_per_node}), "
+                     f"ranked by predicted output tok/s per GPU"
+                     + (f" within ITL {plan.itl_bound_ms:g} ms" if plan.itl_bound_ms else "")
+                     + f"; prompt {plan.prompt_tokens}, output {plan.output_tokens} tokens", wide=wide)
+    for col, keep in (("#", 0), ("layout", 0), ("kind", 0), ("GPUs", 0), ("tok/s/GPU", 0), ("ITL ms", 1),
+                      ("TTFT ms", 1), ("req/s", 2), ("binds", 2), ("KV transfer ms", 3)):
+        table.column(col, justify="left" if col in ("layout", "kind") else "right", keep=keep)
     for i, row in enumerate(fitting[:SHOWN], 1):
-        table.add_row(*_split_cells(i, row, plan.output_tokens))
-    print_table(console, table)
+        table.row(*_split_cells(i, row, plan.output_tokens))
+    table.print(console)
     best_agg = next((r for r in fitting if isinstance(r, PlanRow)), None)
     best_pd = next((r for r in fitting if isinstance(r, DisaggRow)), None)
     if best_pd is not None and best_agg is not None:

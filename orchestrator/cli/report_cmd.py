@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from orchestrator.cli import RUN_HELP, app, err_console, make_console, print_table
+from orchestrator.cli import RUN_HELP, app, err_console, make_console
 from orchestrator.cli.consistency_cmd import consistency_lines
+from orchestrator.cli.fit_table import FitTable
 from orchestrator.cli.sweep_tables import json_out, mode_note, num, print_result
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.metrics import finite
@@ -33,6 +33,7 @@ def report_command(
     html_out: Annotated[
         str | None, typer.Option("--html", help="Also write an interactive HTML report (one offline file).")
     ] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """Print a stored sweep again (verdicts recomputed from the stored measurements)."""
     store = Store(store_path, readonly=True)
@@ -54,13 +55,13 @@ def report_command(
 
         page = render_html(load_report(store, run.run_id, result.selection, outcomes))
         Path(html_out).write_text(page, encoding="utf-8")
-        err_console.print(f"wrote {html_out}", markup=False)
+        err_console().print(f"wrote {html_out}", markup=False)
     if as_json:
         typer.echo(json.dumps({**json.loads(json_out(result, store)), "consistency": checks}, indent=2))
     else:
         mode = SideRecords(store, run.run_id).sweep()
         served = mode is None or mode.mode == "served"
-        print_result(result, store, make_console(), scale_note=mode_note(spec, served))
+        print_result(result, store, make_console(), scale_note=mode_note(spec, served), wide=wide)
         for c in checks:
             typer.echo("\n".join(consistency_lines(c, c["passed"], c["max_divergence"])))
 
@@ -93,7 +94,7 @@ def compare_command(
             "pass --allow-mismatch to compare anyway"
         )
     for why in mismatch:
-        err_console.print(f"[bold yellow]warning:[/] comparing anyway although {why}", highlight=False)
+        err_console().print(f"[bold yellow]warning:[/] comparing anyway although {why}", highlight=False)
     changes = compare_runs(store, a, b, limit)
     regressions = [c for c in changes if c.regression]
     if as_json:
@@ -116,12 +117,14 @@ def compare_command(
         # An empty table reads as a failure to compare; nothing moved beyond the threshold is the answer.
         typer.echo(f"orch compare {a} -> {b}: no change beyond the {limit * 100:g}% threshold: no regression")
     else:
-        table = Table(title=f"orch compare {a} -> {b} (threshold {limit * 100:g}%)", title_justify="left")
-        for col in ("layout", "load point", "metric", "before", "after", "change", "verdict"):
-            table.add_column(col, no_wrap=col == "layout", overflow="fold")
+        table = FitTable(f"orch compare {a} -> {b} (threshold {limit * 100:g}%)")
+        for col, keep in (("layout", 0), ("load point", 0), ("metric", 0), ("before", 1), ("after", 1),
+                          ("change", 0), ("verdict", 0)):
+            table.column(col, justify="right" if col in ("before", "after", "change") else "left", keep=keep,
+                         wrap=col == "verdict")
         for c in changes:
             rel = "-" if c.relative is None else f"{c.relative:+.1%}"
-            table.add_row(
+            table.row(
                 c.layout,
                 c.point,
                 c.metric,
@@ -130,7 +133,7 @@ def compare_command(
                 rel,
                 ("[red]regression[/]" if c.regression else "ok") + (f": {c.note}" if c.note else ""),
             )
-        print_table(make_console(), table)
+        table.print(make_console())
         typer.echo(f"{len(regressions)} regression(s)" if regressions else "no regression")
     if regressions:
         raise typer.Exit(1)

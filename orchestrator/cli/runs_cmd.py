@@ -7,10 +7,10 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from orchestrator.cli import RUN_HELP, app, make_console
+from orchestrator.cli.fit_table import FitTable
 from orchestrator.promote import resolve_run
 from orchestrator.store.db import DEFAULT_STORE, Store
 from orchestrator.store.export import export_run
@@ -20,6 +20,7 @@ from orchestrator.store.export import export_run
 def runs_command(
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """List the runs in the results store, newest first."""
     store = Store(store_path, readonly=True)
@@ -45,17 +46,19 @@ def runs_command(
             )
         )
         return
-    table = Table(title=f"runs in {store.path}", title_justify="left")
-    for col in ("run", "created (UTC)", "status", "engine", "model", "spec", "winner", "eval metadata"):
-        table.add_column(col, no_wrap=col == "run", overflow="fold")
+    table = FitTable(f"runs in {store.path}", wide=wide)
+    for col, keep, wrap in (("run", 0, False), ("created (UTC)", 2, False), ("status", 0, False),
+                            ("engine", 1, False), ("model", 1, False), ("spec", 3, True),
+                            ("winner", 0, False), ("eval metadata", 4, True)):
+        table.column(col, justify="left", keep=keep, wrap=wrap)
     for r in runs:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at))
         meta = ", ".join(f"{k}={v}" for k, v in r.metadata.items())
         cells = (r.run_id, created, store.status_now(r), r.engine, r.model, r.spec_path or "-",
                  (r.selection or {}).get("winner") or "-", meta)
         # Text cells: a path or metadata value holding "[bold]" prints as written, not as markup.
-        table.add_row(*(Text(str(c)) for c in cells))
-    make_console().print(table)
+        table.row(*(Text(str(c)) for c in cells))
+    table.print(make_console())
     died = [r.run_id for r in runs if store.status_now(r) == "died"]
     if died:
         typer.echo(f"died: the orch process of {', '.join(died)} ended without finishing it; "

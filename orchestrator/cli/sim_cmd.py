@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.cli import app, make_console, print_table
-from orchestrator.cli.bench_cmd import points_table
-from orchestrator.cli.plan_cmd import int_list
+from orchestrator.cli import app, make_console
+from orchestrator.cli.bench_tables import print_points
+from orchestrator.cli.flags import parse_ints, parse_rates
 from orchestrator.disagg import AnyLayout, DisaggLayout, parse_any_layouts
 from orchestrator.errors import NoRequestCompleted, SpecError
 from orchestrator.loadgen.metrics import finite
@@ -25,19 +25,6 @@ from orchestrator.spec.load import with_workload
 
 sim_app = typer.Typer(help="The simulated engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
-
-
-def rate_list_of(text: str | None) -> list[float] | None:
-    """The comma-separated rates of --rates (None when not given); one-line errors."""
-    if text is None:
-        return None
-    try:
-        rates = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError(f"--rates {text!r}: expected comma-separated numbers, e.g. --rates 1,4") from None
-    if not rates or any(r <= 0 for r in rates):
-        raise SpecError("--rates: give positive requests per second, e.g. --rates 1,4")
-    return rates
 
 
 @app.command("simulate")
@@ -56,6 +43,7 @@ def simulate_command(
         "--routing", help="Routing over replicas: round_robin, least_outstanding, prefix_aware, or several "
         "to compare (comma-separated); default: the spec's.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
 ) -> None:
     """Run the spec's workload through simulated replicas in virtual time (a prediction, not measured)."""
     spec = load_checked_spec(spec_path)
@@ -63,10 +51,10 @@ def simulate_command(
     chosen: list[AnyLayout] = parse_any_layouts(layouts) if layouts else list(spec.layouts)
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
-    levels = int_list(concurrency, "--concurrency")
+    levels = parse_ints(concurrency, "--concurrency")
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
-    rate_list = rate_list_of(rates) or list(spec.workload.rates_per_s or ())
+    rate_list = parse_rates(rates) or list(spec.workload.rates_per_s or ())
     if spec.workload.kind == "trace" and levels is None:
         if rates is not None:
             raise SpecError("a trace sets its own arrival times; drop --rates "
@@ -80,7 +68,7 @@ def simulate_command(
     loads: list[tuple[float | None, int | None]] = (
         [(None, c) for c in levels] if levels is not None else [(r, None) for r in rate_list])
     if num_requests is not None:
-        int_list(str(num_requests), "--num-requests")
+        parse_ints(str(num_requests), "--num-requests")
         if num_requests < 1:
             raise SpecError("--num-requests must be >= 1")
     if levels is None and spec.workload.kind != "trace":  # open loop: the spec's bounds hold for the flags
@@ -118,9 +106,8 @@ def simulate_command(
                                                      concurrency=conc)
                         else:
                             assert not isinstance(layout, DisaggLayout)
-                            sp = simulate_point(
-                                spec_p, inputs, layout, rate, num_requests=num_requests, concurrency=conc
-                            )
+                            sp = simulate_point(spec_p, inputs, layout, rate, num_requests=num_requests,
+                                                concurrency=conc, keep_records=False)  # metrics only
                     points.append(sp)
                     routed[id(sp)] = policy
             except SpecError as exc:  # this layout cannot be simulated (it does not fit): say why, go on
@@ -131,7 +118,7 @@ def simulate_command(
                 break
             results += points
             if not as_json:
-                _print_layout(console, name, layout, points)
+                _print_layout(console, name, layout, points, wide)
     if not as_json:  # which profile and constants every number above came from
         console.print(f"[dim]constants: {escape(constants_line(inputs.gpu))}[/]", highlight=False)
     if as_json:
@@ -151,10 +138,10 @@ def simulate_command(
 
 
 def _print_layout(console: Console, name: str, layout: AnyLayout,
-                  points: list[SimPoint | DisaggSimPoint]) -> None:
-    table = points_table([p.result for p in points])
-    table.title = f"orch simulate {name} ({layout.gpus} GPUs): predicted in virtual time, not measured"
-    print_table(console, table)
+                  points: list[SimPoint | DisaggSimPoint], wide: bool) -> None:
+    print_points(console, [p.result for p in points],
+                 f"orch simulate {name} ({layout.gpus} GPUs): predicted in virtual time, not measured",
+                 wide=wide)
     for p in points:
         s = p.summary
         console.print(f"  {p.result.point.label}: {s.steps} engine steps, "

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli import app
+from orchestrator.cli import app, err_line
 from orchestrator.pipeline.validate import check_spec
 from orchestrator.spec import spec_hash, spec_json_schema
 from orchestrator.spec.load import load_spec_lines
@@ -29,7 +29,8 @@ def validate(
 ) -> None:
     """Check a spec as plan, compile and sweep would; print its layouts and hash, or the one-line error."""
     loaded = load_spec_lines(spec_path)
-    check_spec(loaded)
+    for warning in check_spec(loaded):
+        err_line("warning:", "yellow", warning)
     spec = loaded.spec
     layouts = ", ".join(str(x) for x in spec.layouts)
     typer.echo(f"{spec_path}: ok; layouts {layouts}; spec sha256 {spec_hash(spec)[:16]}")

@@ -3,14 +3,15 @@ and `orch compare` in report_cmd.py."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.cli import app, err_console, make_console
-from orchestrator.cli.plan_cmd import int_list
-from orchestrator.cli.sim_cmd import rate_list_of
+from orchestrator.cli.flags import parse_ints, parse_rates
+from orchestrator.cli.progress import SweepLines, stderr_is_terminal
 from orchestrator.cli.sweep_tables import (
     infrastructure_failure,
     json_out,
@@ -25,7 +26,7 @@ from orchestrator.disagg import AnyLayout, parse_any_layouts
 from orchestrator.errors import DecisionNotSound, InfrastructureError, NoLayoutMeetsSLO, SpecError
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.pipeline.sweep import Sweep, SweepOptions
+from orchestrator.pipeline.sweep import Observer, Sweep, SweepOptions
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.candidates import check_pairs
 from orchestrator.spec.load import revalidated, spec_from_json
@@ -70,14 +71,7 @@ class _Display:
         self.progress.update(task, description=f"{layout}: bench {label}", total=total, completed=done)
 
     def point_done(self, layout: str, result: PointResult) -> None:
-        m = result.metrics
-        verdict = "-" if result.passed is None else ("pass" if result.passed else f"fail ({result.verdict})")
-        self.progress.console.print(
-            f"  {layout} {result.point.label}: {m.n_completed} ok / {m.n_failed} failed, TTFT p99 "
-            f"{ms(m.ttft_ms.p99)}, ITL p99 {ms(m.itl_chunk_ms.p99)}, goodput {num(m.goodput)} req/s: "
-            f"{verdict}",
-            highlight=False,
-        )
+        self.progress.console.print(point_line(layout, result), highlight=False, markup=False)
 
     def layout_done(self, layout: str, status: str, reason: str | None) -> None:
         if layout in self.bars:
@@ -85,6 +79,14 @@ class _Display:
         self.progress.console.print(
             f"[bold]{layout}[/]: {status}" + (f": {reason}" if reason else ""), highlight=False
         )
+
+def point_line(layout: str, result: PointResult) -> str:
+    m = result.metrics
+    verdict = "-" if result.passed is None else ("pass" if result.passed else f"fail ({result.verdict})")
+    return (f"  {layout} {result.point.label}: {m.n_completed} ok / {m.n_failed} failed, TTFT p99 "
+            f"{ms(m.ttft_ms.p99)}, ITL p99 {ms(m.itl_chunk_ms.p99)}, goodput {num(m.goodput)} req/s: "
+            f"{verdict}")
+
 
 def _as_swept(
     spec: SweepSpec,
@@ -134,6 +136,7 @@ def sweep_command(
         int | None, typer.Option("--num-requests", help="Requests per load point.")
     ] = None,
     store_path: Annotated[str, typer.Option("--store", help="Results store (SQLite).")] = DEFAULT_STORE,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, however narrow the terminal.")] = False,
     resume: Annotated[
         str | None, typer.Option("--resume", help="Finish an interrupted run (id, prefix or latest).")
     ] = None,
@@ -180,8 +183,8 @@ def sweep_command(
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
     chosen = tuple(parse_any_layouts(layouts)) if layouts else None
     check_pairs(spec, chosen or spec.layouts)  # a pair no deployment can run: exit 2 before the store opens
-    rate_list = tuple(r) if (r := rate_list_of(rates)) else None
-    levels = int_list(concurrency, "--concurrency")
+    rate_list = tuple(r) if (r := parse_rates(rates)) else None
+    levels = parse_ints(concurrency, "--concurrency")
     if levels is not None and rate_list is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
     if levels is not None and min(levels) < 1:
@@ -208,20 +211,17 @@ def sweep_command(
         side_by_side=None if side_by_side is None else ("on" if side_by_side else "off"),
     )
     console = make_console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        sweep = Sweep(spec, store, _Display(progress), spec_path=shown_path, options=options, run_id=run_id)
+    # Live bars on a terminal; off one (a CI log, a pipe) a line per phase and point, a count every 10 s.
+    live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True) if stderr_is_terminal() else None
+    obs: Observer = _Display(live) if live is not None else SweepLines(point_line)
+    with live if live is not None else contextlib.nullcontext():
+        sweep = Sweep(spec, store, obs, spec_path=shown_path, options=options, run_id=run_id)
         console.print(f"sweep: {sweep.announcement()}", highlight=False)
         try:
             result = sweep.run()
         except KeyboardInterrupt:
-            err_console.print(
+            err_console().print(
                 f"interrupted: what was measured is stored; finish with "
                 f"orch sweep --resume {sweep.run_id} --store {store.path}", markup=False
             )
@@ -230,7 +230,7 @@ def sweep_command(
     if as_json:
         typer.echo(json_out(result, store))
     else:
-        print_result(result, store, make_console(), scale_note=note)
+        print_result(result, store, make_console(), scale_note=note, wide=wide)
     if result.selection.winner is None and (why := infrastructure_failure(result)) is not None:
         raise InfrastructureError(why)
     if not result.selection.sound:

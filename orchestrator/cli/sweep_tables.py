@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.fit_table import FitTable
 from orchestrator.engines import get_engine
 from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
@@ -75,37 +75,27 @@ def _repeated(m: dict[str, Any]) -> str:
     return f" ({n} runs)" if n and n > 1 else ""
 
 
-def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "") -> None:
-    table = Table(title=f"orch sweep {result.run_id}{scale_note}", title_justify="left")
+# Columns of the sweep table and their rank: 0 always shown, higher ranks left out first on a narrow
+# terminal (cli/fit_table.py; --wide shows all).
+SWEEP_COLUMNS = (("layout", 0), ("GPUs", 1), ("status", 0), ("load point", 0), ("TTFT p99 ms", 0),
+                 ("ITL p99 ms", 1), ("TPOT p50 ms", 1), ("out tok/s/GPU", 2), ("goodput/GPU [95%]", 0))
+
+
+def print_result(result: SweepResult, store: Store, console: Console, *, scale_note: str = "",
+                 wide: bool = False) -> None:
+    table = FitTable(f"orch sweep {result.run_id}{scale_note}", wide=wide)
     mode = SideRecords(store, result.run_id).sweep()
     virtual = mode is not None and mode.mode == "virtual"
-    cols = [
-        "layout",
-        "GPUs",
-        "status",
-        "load point",
-        "TTFT p99 ms",
-        "ITL p99 ms",
-        "TPOT p50 ms",
-        "out tok/s/GPU",
-        "goodput/GPU [95%]",
-    ]
+    cols = list(SWEEP_COLUMNS)
     if not virtual:  # in virtual time the prediction is the measurement
-        cols.append("predicted TTFT p99 / TPOT p50 (err)")
-    cols.append("engine KV peak, run/wait mean, preempt")
-    cols.append("SLO")
-    for col in cols:
-        table.add_column(
-            col,
-            justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
-            no_wrap=col != "SLO",  # the verdict text wraps; numbers and headers stay on one line
-            overflow="fold",
-        )
+        cols.append(("predicted TTFT p99 / TPOT p50 (err)", 3))
+    cols += [("engine KV peak, run/wait mean, preempt", 4), ("SLO", 0)]
+    for col, keep in cols:
+        table.column(col, justify="left" if col in ("layout", "status", "load point", "SLO") else "right",
+                     keep=keep, wrap=col == "SLO")  # the verdict text wraps; numbers never do
     for o in result.outcomes:
         if not o.points:
-            table.add_row(
-                o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), (o.reason or "")[:80]
-            )
+            table.row(o.layout, str(o.gpus), o.status, *["-"] * (len(cols) - 4), o.reason or "")
         for p in sorted(store.points(result.run_id, o.layout), key=_load_of):
             m = p.metrics
             per_gpu = m.get("per_gpu") or {}
@@ -125,11 +115,11 @@ def print_result(result: SweepResult, store: Store, console: Console, *, scale_n
             if not virtual:
                 cells.append(_predicted(m))
             cells.append(_engine(m))
-            table.add_row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
-    console.print(table)
-    sessions = _sessions_table(result, store, virtual)
+            table.row(*cells, "pass" if p.passed else f"fail: {p.verdict}")
+    table.print(console)
+    sessions = _sessions_table(result, store, virtual, wide)
     if sessions is not None:
-        console.print(sessions)
+        sessions.print(console)
     caps = _capacity_lines(result, store)
     if caps:
         console.print(capacity_heading(store, result.run_id))
@@ -197,7 +187,7 @@ def _trio(d: dict[str, Any] | None) -> str:
     return " / ".join(num(d.get(k), 0) for k in ("p50", "p90", "p99"))
 
 
-def _sessions_table(result: SweepResult, store: Store, virtual: bool) -> Table | None:
+def _sessions_table(result: SweepResult, store: Store, virtual: bool, wide: bool) -> FitTable | None:
     """Session workloads: per candidate, at its highest passing load point (else its lowest), TTFT of
     first and of later turns, the prefix-cache hit rate (the simulator's in virtual time; served: the
     engines' own counters beside the simulator's prediction) and the session time."""
@@ -218,13 +208,14 @@ def _sessions_table(result: SweepResult, store: Store, virtual: bool) -> Table |
                      num((m.get("session_ms") or {}).get("p50", None) and m["session_ms"]["p50"] / 1e3, 1)))
     if not rows:
         return None
-    table = Table(title="sessions: TTFT by turn (ms, p50 / p90 / p99) and prefix-cache hits, at each "
-                  "candidate's highest passing load", title_justify="left")
-    for col in ("layout", "load point", "TTFT first turns", "TTFT later turns",
-                "prefix-cache hit rate" + ("" if virtual else " (measured)"), "session p50 s"):
-        table.add_column(col, justify="left" if col in ("layout", "load point") else "right", no_wrap=True)
+    table = FitTable("sessions: TTFT by turn (ms, p50 / p90 / p99) and prefix-cache hits, at each "
+                     "candidate's highest passing load", wide=wide)
+    hits = "prefix-cache hit rate" + ("" if virtual else " (measured)")
+    for col, keep in (("layout", 0), ("load point", 0), ("TTFT first turns", 0), ("TTFT later turns", 0),
+                      (hits, 1), ("session p50 s", 2)):
+        table.column(col, justify="left" if col in ("layout", "load point") else "right", keep=keep)
     for r in rows:
-        table.add_row(*r)
+        table.row(*r)
     return table
 
 

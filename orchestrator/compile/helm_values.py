@@ -29,7 +29,8 @@ CHART_NAME = "orch-engine"
 
 
 def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str, Any]:
-    """The chart's values for one layout (objects in opts.namespace: pass it as ``helm --namespace``)."""
+    """The chart's values for one layout; its objects go to opts.namespace whatever `helm --namespace`
+    says (the release's own record follows helm's flag: pass the same one)."""
     if layout != plan.layout or len(plan.replicas) != layout.replicas:
         raise SpecError(
             f"launch plan is for {plan.layout!s} with {len(plan.replicas)} replicas, not layout {layout}; "
@@ -41,6 +42,7 @@ def helm_values(plan: LaunchPlan, layout: Layout, opts: K8sOptions) -> dict[str,
     pod_resources = resources(gpus_per_pod(rep), opts)
     values: dict[str, Any] = {
         "name": opts.name,
+        "namespace": opts.namespace,  # the chart falls back to the release's namespace when empty
         "image": opts.image,
         "imagePullPolicy": opts.image_pull_policy,
         "engine": plan.engine,
@@ -113,7 +115,8 @@ def pair_helm_values(plan: LaunchPlan, opts: K8sOptions) -> dict[str, Any]:
         ropts = replace(ropts, service_account=ropts.name)
     cmd = PodCommand(router_command(plan, opts), ())
     router = {
-        "name": ropts.name, "image": ropts.image, "imagePullPolicy": ropts.image_pull_policy,
+        "name": ropts.name, "namespace": opts.namespace, "image": ropts.image,
+        "imagePullPolicy": ropts.image_pull_policy,
         "engine": plan.engine, "layout": layout_label(str(plan.layout)), "specHash": opts.spec_hash or "",
         "extraLabels": dict(ropts.extra_labels), "replicas": 1, "nodesPerReplica": 1, "gpusPerPod": 0,
         "containerPort": opts.container_port, "healthPath": "/health",

@@ -167,7 +167,6 @@ def _gpus_per_node(spec: SweepSpec) -> int:
 def placement(spec: SweepSpec, node_addrs: tuple[str, ...] | None = None) -> Placement:
     """Where the spec's layouts run. Without node_addrs, several nodes get the placeholder names node0 ..."""
     hw, target = spec.hardware, spec.target
-    local = isinstance(target, LocalTarget)
     if node_addrs is not None:
         if len(node_addrs) != hw.nodes:
             raise SpecError(
@@ -178,8 +177,10 @@ def placement(spec: SweepSpec, node_addrs: tuple[str, ...] | None = None) -> Pla
         nodes = (target.host if isinstance(target, LocalTarget) else "127.0.0.1",)
     else:
         nodes = tuple(f"node{i}" for i in range(hw.nodes))
-    # One machine: bind where the spec says. Several machines or containers: other hosts must reach us.
-    bind = target.host if local and hw.nodes == 1 and isinstance(target, LocalTarget) else "0.0.0.0"
+    # One machine, reached at the spec's own host: bind there. Several machines, containers, or a node
+    # named by --nodes (`ready at http://gpu1:8000` must be true from another host): bind every address.
+    here = isinstance(target, LocalTarget) and hw.nodes == 1 and nodes[0] == target.host
+    bind = target.host if here and isinstance(target, LocalTarget) else "0.0.0.0"
     return Placement(
         nodes=nodes,
         gpus_per_node=_gpus_per_node(spec),

@@ -19,18 +19,16 @@ from orchestrator.deploy.base import port_is_free
 from orchestrator.deploy.local import LOG_TAIL_LINES, program_argv, tail
 from orchestrator.engines.base import ProcessSpec
 from orchestrator.errors import DeployError
+from orchestrator.extras import require_for_target
 
 # Parent-death signal: the engine dies with its actor even when Ray kills the actor's worker outright.
 _LAUNCHER = "import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9); os.execvp(sys.argv[1], sys.argv[1:])"
 
 
 def ray_module() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise DeployError(
-            "target.kind 'ray' needs the ray package; install it with pip install 'orch[ray]'"
-        ) from None
+    require_for_target("ray")
+    import ray
+
     return ray
 
 

@@ -31,6 +31,8 @@ from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 POLL_S = 0.2
+HEAD_BYTES = 8 << 20  # engine output kept from the start of the log ...
+TAIL_BYTES = 2 << 20  # ... and from its end; what lies between is counted, not kept
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -52,6 +54,64 @@ def _death_signal_setter() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return preexec
+
+
+class _BoundedLog:
+    """The engine's output into this process's stdout (the log file), at most HEAD_BYTES from the
+    start and TAIL_BYTES from the end: an engine that logs a traceback per refused connection under
+    overload cannot fill the disk, and the last lines (what a failure is diagnosed from) are kept."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.written = 0
+        self.elided = 0
+        self.tail = bytearray()
+
+    def fds(self) -> list[int]:
+        return [] if self.fd is None else [self.fd]
+
+    def pump(self) -> None:
+        assert self.fd is not None
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:  # every writer closed it (the engine and its workers ended)
+            os.close(self.fd)
+            self.fd = None
+            return
+        room = HEAD_BYTES - self.written
+        if room > 0:
+            _write_all(data[:room])
+            self.written += min(room, len(data))
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > TAIL_BYTES:
+                cut = len(self.tail) - TAIL_BYTES
+                self.elided += cut
+                del self.tail[:cut]
+
+    def close(self) -> None:
+        """Whatever is still readable, then the kept tail after a line saying what was left out."""
+        while self.fd is not None and select.select([self.fd], [], [], 0)[0]:
+            self.pump()
+        if self.elided:
+            _write_all(f"\n[orch: {self.elided:,} bytes of engine output left out here: the log keeps the "
+                       f"first {HEAD_BYTES:,} and the last {TAIL_BYTES:,}]\n".encode())
+        _write_all(bytes(self.tail))
+        self.tail.clear()
+        self.elided = 0
+
+
+def _write_all(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(1, view)
+        except OSError:  # the log cannot be written (disk full): the engine must still run
+            return
+        view = view[n:]
 
 
 def _end_group(grace_s: float, child: subprocess.Popen[bytes]) -> None:
@@ -83,18 +143,25 @@ def main(argv: list[str]) -> None:
         signal.signal(sig, _ignore)
     preexec = _death_signal_setter()
     try:
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=preexec)
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, preexec_fn=preexec)
     except OSError as exc:
         print(f"orch: could not start {cmd[0]}: {exc}", file=sys.stderr, flush=True)
         sys.exit(127)
+    assert child.stdout is not None
+    log = _BoundedLog(child.stdout.fileno())
     while True:
-        ready, _, _ = select.select([0], [], [], POLL_S)
+        ready, _, _ = select.select([0, *log.fds()], [], [], POLL_S)
+        if log.fd in ready:
+            log.pump()
         code = child.poll()
         if code is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(0, signal.SIGTERM)  # workers the engine left behind; this process ignores it
+            log.close()
             _exit_like(code)
-        if ready and not os.read(0, 4096):
+        if 0 in ready and not os.read(0, 4096):
+            log.close()
             _end_group(grace_s, child)  # orch is gone
 
 

@@ -10,6 +10,7 @@ from orchestrator.deploy.local import LocalProcessTarget
 from orchestrator.deploy.ray import RayTarget
 from orchestrator.engines import Placement, get_engine
 from orchestrator.errors import SpecError
+from orchestrator.extras import require_for_target
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.targets import KubernetesTarget, LocalTarget, TargetSpec
 from orchestrator.spec.targets import RayTarget as RayTargetSpec
@@ -26,7 +27,9 @@ def preflight(target: TargetSpec) -> None:
 
 def check_runs_here(spec: SweepSpec, source: str) -> None:
     """The local target runs every process on this machine: a real engine cannot span several nodes
-    there (the simulator can: one process stands in for a whole multi-node replica)."""
+    there (the simulator can: one process stands in for a whole multi-node replica). A Ray or Kubernetes
+    target needs its extra installed."""
+    require_for_target(spec.target.kind, f"{source}: target.kind {spec.target.kind!r}")
     nodes = spec.hardware.nodes
     if isinstance(spec.target, LocalTarget) and nodes > 1 and not get_engine(spec.engine.name).simulated:
         raise SpecError(

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.client import run_closed_loop as run_closed_loop
     from orchestrator.loadgen.client import run_open_loop as run_open_loop
     from orchestrator.loadgen.client import send_request as send_request
+    from orchestrator.loadgen.columns import GapSet as GapSet
+    from orchestrator.loadgen.columns import RequestColumns as RequestColumns
+    from orchestrator.loadgen.columns import columns_from_records as columns_from_records
     from orchestrator.loadgen.content import ROOT_HASH as ROOT_HASH
     from orchestrator.loadgen.content import Content as Content
     from orchestrator.loadgen.content import sim_answer_key as sim_answer_key
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.metrics import finite as finite
     from orchestrator.loadgen.metrics import measurement_window as measurement_window
     from orchestrator.loadgen.metrics import meets_slo as meets_slo
+    from orchestrator.loadgen.metrics import metrics_of as metrics_of
     from orchestrator.loadgen.metrics import parse_slo as parse_slo
     from orchestrator.loadgen.metrics import point_warmup_s as point_warmup_s
     from orchestrator.loadgen.metrics import slo_met as slo_met
@@ -107,6 +111,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "Arrival", "ClientConfig", "Endpoint", "RequestSpec", "arrival_offsets", "run_closed_loop",
         "run_open_loop", "send_request",
     ),
+    "columns": ("GapSet", "RequestColumns", "columns_from_records",),
     "content": ("Content", "ROOT_HASH", "sim_answer_key", "sim_answer_text", "text_key",),
     "engine_metrics": (
         "DEFAULT_INTERVAL_S", "EngineSample", "metrics_url", "series_to_dict", "summarize_pools",
@@ -119,7 +124,7 @@ __getattr__, __all__ = lazy_face(__name__, {
     ),
     "metrics": (
         "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "measurement_window",
-        "meets_slo", "parse_slo", "point_warmup_s", "slo_met",
+        "meets_slo", "metrics_of", "parse_slo", "point_warmup_s", "slo_met",
     ),
     "records": ("RequestRecord",),
     "search": (

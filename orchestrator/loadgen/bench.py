@@ -29,7 +29,6 @@ from orchestrator.loadgen.metrics import Metrics, compute_metrics, point_warmup_
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
 from orchestrator.loadgen.session_runner import run_sessions
-from orchestrator.loadgen.workers import run_open_loop_workers
 from orchestrator.loadgen.workloads import Workload
 from orchestrator.verdict import Verdict
 
@@ -170,6 +169,8 @@ async def _open_loop(
     if c.workers == 1:
         return await run_open_loop(list(c.targets), specs, offsets, c.max_concurrency, sink=sink,
                                    balance=c.balance)
+    from orchestrator.loadgen.workers import run_open_loop_workers  # multiprocessing: only when asked
+
     recs = await asyncio.to_thread(run_open_loop_workers, list(c.targets), specs, offsets, c.workers,
                                    c.max_concurrency, c.balance)
     for r in recs:  # worker processes report at their end

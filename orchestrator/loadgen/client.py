@@ -6,7 +6,8 @@ Failures never raise: they end up as RequestRecord.error kinds ("http_<status>",
 "truncated" = stream ended cleanly without [DONE], "malformed" = an event that is not valid JSON,
 an `{"error": {"code": C}}` event inside a 200 stream = "http_C",
 "connection" = connect failure or the connection dropped mid-stream, "protocol" = not HTTP/1.1
-framing, "too_large" = the body passed ClientConfig.max_response_bytes; see records.ERROR_KINDS).
+framing, "too_large" = the body passed ClientConfig.max_response_bytes, "stalled" = no head or whole
+event for ClientConfig.idle_timeout_s; see records.ERROR_KINDS).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 #: The event loop's timers fire up to ~1 ms late (epoll waits in whole milliseconds), so the last
 #: SPIN_S before a scheduled send is spent yielding to the loop (it keeps serving I/O) and re-checking.
 SPIN_S = 0.0015
+DEFAULT_IDLE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class ClientConfig:
     ignore_eos: bool = False
     api_key_env: str = API_KEY_ENV
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # body cap per response ("too_large" beyond)
+    # Longest silence allowed: no response head, or no whole streamed event, for this long fails the
+    # request as "stalled". A streamed token is milliseconds apart; 60 s leaves room for a long queue
+    # before the first token, and ends a server that dribbles bytes or hangs within a minute.
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     @property
     def url(self) -> str:
@@ -93,6 +99,16 @@ def build_body(cfg: ClientConfig, spec: RequestSpec) -> dict[str, Any]:
     return body
 
 
+def new_transport() -> Http1Client:
+    """The load path's HTTP client. ORCH_LOADGEN_TRANSPORT=aiohttp selects the aiohttp one (for the
+    side-by-side in bench/loadgen_ceiling.py)."""
+    if os.environ.get("ORCH_LOADGEN_TRANSPORT") == "aiohttp":
+        from orchestrator.loadgen.aio import AiohttpClient
+
+        return AiohttpClient()  # type: ignore[return-value]
+    return Http1Client()
+
+
 @functools.lru_cache(maxsize=64)
 def _wire(cfg: ClientConfig) -> tuple[Origin, bytes]:
     """The origin and the fixed request head of an endpoint, built once, not per request."""
@@ -112,7 +128,7 @@ async def exchange(
     origin, head = _wire(cfg)
     payload = json.dumps(build_body(cfg, spec)).encode()
     sent = time.perf_counter()
-    ex = await http.post(origin, head, payload, cfg.timeout_s, cfg.max_response_bytes)
+    ex = await http.post(origin, head, payload, cfg.timeout_s, cfg.max_response_bytes, cfg.idle_timeout_s)
     failed_s = time.perf_counter() if ex.error is not None else None
     return Sent(spec.request_id, ex, sent, sent if scheduled_s is None else scheduled_s, queued_s,
                 spec.prompt_tokens, failed_s, endpoint)
@@ -231,7 +247,7 @@ async def run_open_loop(
     bal = Balancer(len(cfgs), balance)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     own = session is None
-    sess = session if session is not None else Http1Client()
+    sess = session if session is not None else new_transport()
     backlog = Backlog(sink)
 
     async def one(k: int, spec: RequestSpec, at: float) -> None:
@@ -290,7 +306,7 @@ async def run_closed_loop(
     cfgs = _targets(cfg)
     bal = Balancer(len(cfgs), balance)
     own = session is None
-    sess = session if session is not None else Http1Client()
+    sess = session if session is not None else new_transport()
     backlog = Backlog(sink)
     counter = itertools.count()
     start = time.perf_counter()

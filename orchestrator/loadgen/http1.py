@@ -59,6 +59,8 @@ class _Conn(asyncio.Protocol):
         self.got_bytes = False
         self.room = DEFAULT_MAX_RESPONSE_BYTES  # what the current exchange may still keep (bytes)
         self.head_bytes = 0  # head bytes (interim responses, trailers) of the current exchange
+        self.progress_s = 0.0  # when the exchange last made progress: sent, head, a whole SSE event
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -72,6 +74,8 @@ class _Conn(asyncio.Protocol):
             return
         self.got_bytes = True
         ex.end_s = now
+        if b"\n\n" in data or b"\r\n\r\n" in data:  # an event ended (or a head): not idle
+            self.progress_s = now
         if self.state == _HEAD:
             data = self._head(data)
             if self.ex is None or self.state == _HEAD:  # finished (bodiless) or head still incomplete
@@ -123,8 +127,26 @@ class _Conn(asyncio.Protocol):
         self.ex, self.waiter = ex, waiter
         self.buf, self.state, self.got_bytes = b"", _HEAD, False
         self.room, self.head_bytes = max_bytes, 0
+        self.progress_s = time.perf_counter()
         assert self.transport is not None
         self.transport.write(request)
+
+    def watch_idle(self, ex: Exchange, idle_s: float) -> None:
+        """End `ex` as "stalled" once idle_s passes with no progress (a head, a whole SSE event): a
+        server dribbling bytes or holding a connection open cannot keep the request alive."""
+        if self.ex is not ex:
+            return
+        quiet = time.perf_counter() - self.progress_s
+        if quiet >= idle_s:
+            self.abort("stalled")
+            return
+        loop = asyncio.get_running_loop()
+        self.idle_timer = loop.call_later(idle_s - quiet, self.watch_idle, ex, idle_s)
+
+    def stop_watching(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
 
     def abort(self, error: str) -> None:
         if self.ex is not None and self.ex.error is None:
@@ -315,11 +337,14 @@ class Http1Client:
         self._pools: dict[Origin, _Pool] = {}
 
     async def post(self, origin: Origin, head: bytes, body: bytes, timeout_s: float,
-                   max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> Exchange:
+                   max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                   idle_timeout_s: float | None = None) -> Exchange:
         """Send head (from Origin.head) + body; never raises for server or network faults.
 
         timeout_s bounds the whole exchange (connect, head, body) however the bytes arrive;
-        max_response_bytes caps the body (framing removed): a longer one ends with "too_large".
+        idle_timeout_s bounds each silence (connect, the wait for the head, between whole SSE events):
+        past it the exchange ends "stalled"; max_response_bytes caps the body (framing removed): a
+        longer one ends with "too_large".
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -333,10 +358,11 @@ class Http1Client:
                 if pool.idle:
                     conn = pool.idle.pop()
                 else:
-                    async with asyncio.timeout_at(deadline):
+                    by = deadline if idle_timeout_s is None else min(deadline, loop.time() + idle_timeout_s)
+                    async with asyncio.timeout_at(by):
                         conn = await pool.connect()
             except TimeoutError:
-                ex.error = "timeout"
+                ex.error = "timeout" if loop.time() >= deadline else "stalled"
                 return ex
             except OSError:
                 ex.error = "connection"
@@ -344,6 +370,8 @@ class Http1Client:
             waiter: asyncio.Future[None] = loop.create_future()
             conn.start(ex, waiter, request, max_response_bytes)
             timer = loop.call_at(deadline, conn.abort_for, ex, "timeout")
+            if idle_timeout_s is not None:
+                conn.idle_timer = loop.call_later(idle_timeout_s, conn.watch_idle, ex, idle_timeout_s)
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -351,6 +379,7 @@ class Http1Client:
                 raise
             finally:
                 timer.cancel()
+                conn.stop_watching()
             if ex.error != "stale":
                 return ex
         ex.error = "connection"

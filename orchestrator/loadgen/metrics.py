@@ -8,7 +8,8 @@ Pure functions over RequestRecords. Definitions (all latencies in milliseconds):
   per chunk; `fallback_token_counts` says how many requests used it). Requests with N < 2 have no TPOT.
 - ITL per chunk (`itl_chunk`): gaps between consecutive content chunks (vLLM's convention).
 - ITL per token (`itl_token`): each chunk's gap spread evenly over the tokens that chunk carries.
-- Percentiles p50/p90/p95/p99 use numpy's linear interpolation (as `vllm bench serve`), plus the mean.
+- Percentiles p50/p90/p95/p99 use numpy's linear interpolation (as `vllm bench serve`), plus the mean;
+  computed once per point over arrays of every request (orchestrator.loadgen.columns).
 - The measurement window (`measurement_window`): from the first scheduled send plus warm-up to one
   mean send gap past the last send (n sends own n gaps), minus cool-down, half open. The window's
   requests are those *sent* inside it, whenever they end; a request still streaming when the window
@@ -49,11 +50,19 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.loadgen.columns import (
+    STAT_PERCENTS,
+    GapSet,
+    RequestColumns,
+    columns_from_records,
+    gaps_within,
+    turn_class,
+    weighted_summary,
+)
 from orchestrator.loadgen.records import RequestRecord
 
-PERCENTILES = (50, 90, 95, 99)
+PERCENTILES = tuple(STAT_PERCENTS.values())  # 50, 90, 95, 99
 SLO_METRICS = ("ttft", "tpot", "e2e", "itl", "itl_token", "ttft_first_turn", "ttft_later_turns")
-FIRST_TURN = "0"  # RequestRecord.extra["turn"] of a session's first step
 SLO_STATS = ("p50", "p90", "p95", "p99", "mean", "max")
 
 
@@ -75,19 +84,13 @@ class Distribution:
 
 
 def summarize(values_ms: Iterable[float]) -> Distribution:
-    arr = np.asarray(list(values_ms), dtype=np.float64)
-    if arr.size == 0:
-        return Distribution(0, None, None, None, None, None, None)
-    p = np.percentile(arr, PERCENTILES)
-    return Distribution(
-        count=int(arr.size),
-        mean=float(arr.mean()),
-        p50=float(p[0]),
-        p90=float(p[1]),
-        p95=float(p[2]),
-        p99=float(p[3]),
-        max=float(arr.max()),
-    )
+    return distribution(np.asarray(list(values_ms), dtype=np.float64))
+
+
+def distribution(values_ms: Any, weights: Any = None) -> Distribution:
+    """The Distribution of an array of values (each repeated `weights` times when given)."""
+    count, mean, pct, top = weighted_summary(values_ms, weights)
+    return Distribution(count, mean, pct["p50"], pct["p90"], pct["p95"], pct["p99"], top)
 
 
 def stddev(values: Iterable[float]) -> float | None:
@@ -111,10 +114,29 @@ def parse_slo(slo: Mapping[str, float]) -> list[tuple[str, str, float]]:
     return out
 
 
-def turn_class(rec: RequestRecord) -> str | None:
-    """"first" or "later" for a session's call, None for a request outside any session."""
-    turn = rec.extra.get("turn")
-    return None if turn is None else ("first" if turn == FIRST_TURN else "later")
+def slo_mask(cols: RequestColumns, slo: Mapping[str, float]) -> Any:
+    """Per request: completed, and each bound holds for its own value (its TTFT, TPOT, E2E, TTFT of its
+    turn class, or the statistic of its own ITL gaps). Missing values (no TPOT for a one-token answer,
+    no ITL gaps, a request of the other turn class) do not fail a bound."""
+    good = cols.ok
+    for metric, stat, bound in parse_slo(slo):
+        if metric in ("ttft", "tpot", "e2e", "ttft_first_turn", "ttft_later_turns"):
+            value = scalar_s(cols, metric) * 1e3
+            good = good & ~(value > bound)  # NaN (missing) compares False: passes
+        else:
+            gaps = cols.itl_chunk if metric == "itl" else cols.itl_token
+            good = good & gaps_within(gaps, len(cols), stat, bound)
+    return good
+
+
+def scalar_s(cols: RequestColumns, metric: str) -> Any:
+    """A scalar SLO metric per request in seconds (ttft, tpot, e2e, or TTFT of one turn class: NaN for
+    a request of the other class or outside sessions)."""
+    if metric in ("ttft_first_turn", "ttft_later_turns"):
+        wanted = "first" if metric == "ttft_first_turn" else "later"
+        mine = np.fromiter((t == wanted for t in cols.turns or ()), np.bool_, len(cols) if cols.turns else 0)
+        return np.where(mine, cols.ttft_s(), np.nan) if cols.turns else np.full(len(cols), np.nan)
+    return {"ttft": cols.ttft_s, "tpot": cols.tpot_s, "e2e": cols.e2e_s}[metric]()
 
 
 def request_scalar_s(rec: RequestRecord, metric: str) -> float | None:
@@ -126,27 +148,9 @@ def request_scalar_s(rec: RequestRecord, metric: str) -> float | None:
     return {"ttft": rec.ttft_s, "tpot": rec.tpot_s, "e2e": rec.e2e_s}[metric]
 
 
-def _request_value_ms(rec: RequestRecord, metric: str, stat: str) -> float | None:
-    """The request's own value of `metric`: a scalar, or its `stat` over its own ITL gaps."""
-    if metric in ("itl", "itl_token"):
-        gaps = rec.itl_chunk_s if metric == "itl" else rec.itl_token_s
-        return summarize(g * 1e3 for g in gaps).stat(stat)
-    v = request_scalar_s(rec, metric)
-    return None if v is None else v * 1e3
-
-
 def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
-    """A completed request meets the SLO when each bound holds for its own value.
-
-    Missing values (no TPOT for a one-token answer, no ITL gaps) do not fail a bound.
-    """
-    if not rec.ok:
-        return False
-    for metric, stat, bound in parse_slo(slo):
-        v = _request_value_ms(rec, metric, stat)
-        if v is not None and v > bound:
-            return False
-    return True
+    """A completed request meets the SLO when each bound holds for its own value (slo_mask)."""
+    return bool(slo_mask(columns_from_records([rec]), slo)[0])
 
 
 @dataclass(frozen=True)
@@ -201,10 +205,10 @@ class Metrics:
         return d
 
 
-def _span_rate(times: Sequence[float]) -> float | None:
+def _span_rate(times: Any) -> float | None:
     if len(times) < 2:
         return None
-    span = max(times) - min(times)
+    span = float(np.max(times) - np.min(times))
     return (len(times) - 1) / span if span > 0 else math.inf
 
 
@@ -225,27 +229,43 @@ class Window:
     def length_s(self) -> float:
         return max(self.end_s - self.start_s, 0.0)
 
+    def contains(self, sent_s: Any, end_s: Any) -> Any:
+        """Which requests (sent at `sent_s`, ended at `end_s`: scalars or arrays) are the window's."""
+        if self.by_sends:
+            return (self.start_s <= sent_s) & (sent_s < self.end_s)
+        return (sent_s >= self.start_s) & (end_s <= self.end_s)
+
     def holds(self, r: RequestRecord) -> bool:
         """Is `r` one of the window's requests?"""
-        if self.by_sends:
-            return self.start_s <= r.sent_s < self.end_s
-        return r.sent_s >= self.start_s and _end_of(r) <= self.end_s
+        return bool(self.contains(r.sent_s, _end_of(r)))
 
-    def covers(self, t: float) -> bool:
-        """Is time `t` (a chunk's arrival) inside the window?"""
-        return self.start_s <= t < self.end_s if self.by_sends else self.start_s <= t <= self.end_s
+    def covers(self, t: Any) -> Any:
+        """Is time `t` (a chunk's arrival; a scalar or an array, NaN never) inside the window?"""
+        if self.by_sends:
+            return (self.start_s <= t) & (t < self.end_s)
+        return (self.start_s <= t) & (t <= self.end_s)
+
+
+def window_of(scheduled_s: Any, sent_s: Any, end_s: Any, warmup_s: float = 0.0,
+              cooldown_s: float = 0.0) -> Window:
+    """The measurement window of requests given as arrays (module docstring); `end_s` is each
+    request's end (its send when it has none)."""
+    if not len(sent_s):
+        return Window(0.0, 0.0, True)
+    start = float(np.min(scheduled_s)) + warmup_s
+    end = _past_last(sent_s) - cooldown_s
+    if _past_last(scheduled_s) - cooldown_s > start and end > start:
+        return Window(start, end, True)
+    return Window(start, max(float(np.max(end_s)) - cooldown_s, start), False)
 
 
 def measurement_window(
     records: Sequence[RequestRecord], warmup_s: float = 0.0, cooldown_s: float = 0.0
 ) -> Window:
-    if not records:
-        return Window(0.0, 0.0, True)
-    start = min(r.scheduled_s for r in records) + warmup_s
-    end = _past_last([r.sent_s for r in records]) - cooldown_s
-    if _past_last([r.scheduled_s for r in records]) - cooldown_s > start and end > start:
-        return Window(start, end, True)
-    return Window(start, max(max(_end_of(r) for r in records) - cooldown_s, start), False)
+    n = len(records)
+    return window_of(np.fromiter((r.scheduled_s for r in records), np.float64, n),
+                     np.fromiter((r.sent_s for r in records), np.float64, n),
+                     np.fromiter((_end_of(r) for r in records), np.float64, n), warmup_s, cooldown_s)
 
 
 def in_window(
@@ -256,57 +276,74 @@ def in_window(
     return w.length_s, [r for r in records if w.holds(r)]
 
 
+def tokens_streamed_by(first_s: Any, done_s: Any, n: Any, times: Any) -> Any:
+    """Output tokens streamed by `times`, of requests whose first content chunk came at `first_s`, that
+    ended at `done_s` with `n` output tokens (0 for a failed request; NaN times: none streamed). Its
+    first token at its first chunk, the other N - 1 evenly from there to its end (its TPOT, as loadgen
+    defines it), so a window's count moves smoothly as the request moves and needs only the request's
+    first chunk, end and N. numpy broadcasting: one request at many times, or many at one time."""
+    first, done, count, t = (np.asarray(x, dtype=np.float64) for x in (first_s, done_s, n, times))
+    span = done - first
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(span > 0, np.clip((t - first) / span, 0.0, 1.0), 1.0)
+    streaming = ~np.isnan(first) & ~np.isnan(done) & (count > 0) & (t >= first)
+    return np.where(streaming, 1.0 + (count - 1) * share, 0.0)
+
+
 def streamed_until(r: RequestRecord, times: np.ndarray) -> np.ndarray:
-    """Output tokens request `r` had streamed by each of `times`: its first token at its first content
-    chunk, the other N - 1 evenly from there to its end (its TPOT, as loadgen defines it), so a
-    window's count moves smoothly as the request moves and needs only the request's first chunk, end
-    and N. Zero for a failed request."""
-    first = r.chunk_times_s[0] if r.chunk_times_s else None
-    n = r.n_output_tokens
-    if not r.ok or first is None or r.done_s is None or n <= 0:
-        return np.zeros(len(times))
-    span = r.done_s - first
-    share = np.clip((times - first) / span, 0.0, 1.0) if span > 0 else (times >= first).astype(np.float64)
-    return np.where(times >= first, 1.0 + (n - 1) * share, 0.0)
+    """Output tokens request `r` had streamed by each of `times` (tokens_streamed_by)."""
+    first = r.chunk_times_s[0] if r.chunk_times_s else math.nan
+    done = r.done_s if r.done_s is not None else math.nan
+    out: np.ndarray = tokens_streamed_by(first, done, r.n_output_tokens if r.ok else 0, times)
+    return out
 
 
-def streamed_in(r: RequestRecord, w: Window) -> tuple[float, float]:
-    """(output tokens, prompt tokens) request `r` streamed inside window `w` (streamed_until); the
-    prompt counts at the first chunk."""
-    if not r.ok or not r.chunk_times_s:
-        return 0.0, 0.0
-    lo, hi = streamed_until(r, np.array([w.start_s, w.end_s]))
-    prompt = float(r.prompt_tokens or 0) if w.covers(r.chunk_times_s[0]) else 0.0
-    return float(hi - lo), prompt
+def streamed_in(cols: RequestColumns, w: Window) -> tuple[float, float]:
+    """(output tokens, prompt tokens) the requests of `cols` streamed inside window `w`
+    (tokens_streamed_by); a prompt counts at its request's first chunk."""
+    n = np.where(cols.ok, cols.output_tokens, 0)
+    out = tokens_streamed_by(cols.first_s, cols.done_s, n, w.end_s) - \
+        tokens_streamed_by(cols.first_s, cols.done_s, n, w.start_s)
+    prompt = cols.prompt_tokens[cols.ok & w.covers(cols.first_s)]
+    return float(out.sum()), float(prompt.sum())
 
 
-def _past_last(times: Sequence[float]) -> float:
+def _past_last(times: Any) -> float:
     """One mean gap past the last of `times`: n sends own n gaps, so n / (span + gap) is the familiar
     (n - 1) / span and the last send is inside the window (with one time, or all at one instant, the
     last time itself)."""
-    first, last = min(times), max(times)
+    first, last = float(np.min(times)), float(np.max(times))
     return last + (last - first) / (len(times) - 1) if len(times) > 1 else last
 
 
-def _rate_in(times: Sequence[float], start: float, end: float) -> float | None:
+def _rate_in(times: Any, start: float, end: float) -> float | None:
     if end <= start:
         return _span_rate(times)
-    return sum(1 for t in times if start <= t < end) / (end - start)
+    return int(np.count_nonzero((times >= start) & (times < end))) / (end - start)
 
 
-def closed_loop_warmup_s(records: Sequence[RequestRecord], concurrency: int) -> float:
+def closed_loop_warmup_s(records: Sequence[RequestRecord] | RequestColumns, concurrency: int) -> float:
     """The default warm-up of a closed loop: until every client's first request has ended. Clients that
     start together queue their first prompts behind each other (a cold queue no steady state has);
     benchmark tools that publish closed-loop numbers ramp up and measure after it. Only when there
-    are at least three requests per client (else there is no steady state to keep)."""
+    are at least three requests per client (else there is no steady state to keep). Of records, or of
+    the same requests as columns (the simulator's)."""
     if concurrency <= 1 or len(records) < 3 * concurrency:
         return 0.0
-    first = sorted(records, key=lambda r: r.sent_s)[:concurrency]
-    start = min(r.scheduled_s for r in records)
-    return max((r.done_s if r.done_s is not None else r.sent_s) for r in first) - start
+    if isinstance(records, RequestColumns):
+        scheduled, sent = records.scheduled_s, records.sent_s
+        ends = np.where(np.isnan(records.done_s), sent, records.done_s)
+    else:
+        n = len(records)
+        scheduled = np.fromiter((r.scheduled_s for r in records), np.float64, n)
+        sent = np.fromiter((r.sent_s for r in records), np.float64, n)
+        ends = np.fromiter((r.sent_s if r.done_s is None else r.done_s for r in records), np.float64, n)
+    first = np.argsort(sent, kind="stable")[:concurrency]  # the clients' first requests
+    return float(np.max(ends[first]) - np.min(scheduled))
 
 
-def point_warmup_s(records: Sequence[RequestRecord], configured_s: float, concurrency: int | None) -> float:
+def point_warmup_s(records: Sequence[RequestRecord] | RequestColumns, configured_s: float,
+                   concurrency: int | None) -> float:
     """The warm-up a point is measured after: the configured one, else a closed loop's default
     (closed_loop_warmup_s). The metrics, their intervals and pooled repeats all use this one window."""
     if configured_s or not concurrency:
@@ -323,30 +360,46 @@ def compute_metrics(
     slo: Mapping[str, float] | None = None,
 ) -> Metrics:
     """All metrics over `records`; see the module docstring for each definition."""
+    return metrics_of(columns_from_records(records), warmup_s=warmup_s, cooldown_s=cooldown_s, gpus=gpus,
+                      slo=slo, records=records)
+
+
+def metrics_of(
+    cols: RequestColumns,
+    *,
+    warmup_s: float = 0.0,
+    cooldown_s: float = 0.0,
+    gpus: int | None = None,
+    slo: Mapping[str, float] | None = None,
+    records: Sequence[RequestRecord] | None = None,
+) -> Metrics:
+    """All metrics over the requests of `cols` (one array per field; see loadgen.columns), each
+    statistic computed once over every request. Session metrics need the `records` of `cols` (their
+    session tags); the simulator's columns hold no sessions."""
     slo_d = dict(slo or {})
     parse_slo(slo_d)  # validate early
-    if not records:
+    if not len(cols):
         empty = summarize([])
         return Metrics(
             0, 0, 0, 0, {}, 0, 0.0, empty, empty, empty, empty, empty, 0.0, 0.0, 0.0, 0, 0, gpus, None, slo_d
         )
 
-    w = measurement_window(records, warmup_s, cooldown_s)
+    ends = np.where(np.isnan(cols.done_s), cols.sent_s, cols.done_s)
+    w = window_of(cols.scheduled_s, cols.sent_s, ends, warmup_s, cooldown_s)
     window = w.length_s
-    inside = [r for r in records if w.holds(r)]
-    done = [r for r in inside if r.ok]
+    inside = w.contains(cols.sent_s, ends)
+    done = inside & cols.ok
+    n_done = int(done.sum())
 
-    failures = Counter(r.error for r in records if r.error is not None)
-    out_tokens = sum(r.n_output_tokens for r in done)
-    in_tokens = sum(r.prompt_tokens or 0 for r in done)
-    streamed = [streamed_in(r, w) for r in records]
-    out_streamed = sum(o for o, _ in streamed)
-    in_streamed = sum(p for _, p in streamed)
+    failures = Counter(e for e in cols.errors if e is not None)
+    out_tokens = int(cols.output_tokens[done].sum())
+    in_tokens = int(cols.prompt_tokens[done].sum())
+    out_streamed, in_streamed = streamed_in(cols, w)
 
     def rate(x: float) -> float:
         return x / window if window > 0 else 0.0
 
-    req_tp, out_tp, tot_tp = rate(len(done)), rate(out_streamed), rate(out_streamed + in_streamed)
+    req_tp, out_tp, tot_tp = rate(n_done), rate(out_streamed), rate(out_streamed + in_streamed)
     per_gpu = None
     if gpus:
         per_gpu = {
@@ -354,33 +407,40 @@ def compute_metrics(
             "output_throughput": out_tp / gpus,
             "total_throughput": tot_tp / gpus,
         }
-    goodput = rate(sum(1 for r in done if meets_slo(r, slo_d))) if slo_d else None
-    sent = [r.sent_s for r in records]
-    scheduled = [r.scheduled_s for r in records]
+    goodput = rate(int((slo_mask(cols, slo_d) & done).sum())) if slo_d else None
     if w.by_sends:
-        achieved = _rate_in(sent, w.start_s, w.end_s)
-        planned = _rate_in(scheduled, w.start_s, _past_last(scheduled) - cooldown_s)
+        achieved = _rate_in(cols.sent_s, w.start_s, w.end_s)
+        planned = _rate_in(cols.scheduled_s, w.start_s, _past_last(cols.scheduled_s) - cooldown_s)
     else:
-        achieved, planned = _span_rate(sent), _span_rate(scheduled)
+        achieved, planned = _span_rate(cols.sent_s), _span_rate(cols.scheduled_s)
 
-    def ms(values: Iterable[float | None]) -> Distribution:
-        return summarize(v * 1e3 for v in values if v is not None)
+    def ms(values_s: Any) -> Distribution:
+        values_s = values_s[~np.isnan(values_s)]
+        return distribution(values_s * 1e3)
+
+    def gaps_ms(gaps: GapSet) -> Distribution:
+        return distribution(gaps.values * 1e3, gaps.coverage(done))
+
+    itl_chunk = gaps_ms(cols.itl_chunk)
+    # One token a chunk (the simulator): the per-token gaps are the same values, computed once.
+    itl_token = itl_chunk if cols.itl_token is cols.itl_chunk else gaps_ms(cols.itl_token)
 
     return Metrics(
-        **_session_metrics(records, done),
-        **_hit_rates(done),
-        n_requests=len(records),
-        n_in_window=len(inside),
-        n_completed=len(done),
+        **({} if records is None else _session_metrics(records, [r for r, k in zip(records, done, strict=True)
+                                                                  if k])),
+        **_hit_rates(cols, done),
+        n_requests=len(cols),
+        n_in_window=int(inside.sum()),
+        n_completed=n_done,
         n_failed=sum(failures.values()),
         failures=dict(sorted(failures.items())),
-        fallback_token_counts=sum(1 for r in done if r.output_tokens_source != "usage"),
+        fallback_token_counts=int((done & ~cols.usage_counted).sum()),
         window_s=window,
-        ttft_ms=ms(r.ttft_s for r in done),
-        tpot_ms=ms(r.tpot_s for r in done),
-        itl_chunk_ms=ms(g for r in done for g in r.itl_chunk_s),
-        itl_token_ms=ms(g for r in done for g in r.itl_token_s),
-        e2e_ms=ms(r.e2e_s for r in done),
+        ttft_ms=ms(cols.ttft_s()[done]),
+        tpot_ms=ms(cols.tpot_s()[done]),
+        itl_chunk_ms=itl_chunk,
+        itl_token_ms=itl_token,
+        e2e_ms=ms(cols.e2e_s()[done]),
         request_throughput=req_tp,
         output_throughput=out_tp,
         total_throughput=tot_tp,
@@ -392,8 +452,8 @@ def compute_metrics(
         goodput=goodput,
         achieved_rate=achieved,
         scheduled_rate=planned,
-        sched_lag_ms=ms(r.scheduling_lag_s for r in records),
-        queue_wait_ms=ms(r.queued_s for r in records),
+        sched_lag_ms=ms(cols.sent_s - cols.scheduled_s - cols.queued_s),
+        queue_wait_ms=ms(cols.queued_s),
     )
 
 
@@ -429,19 +489,23 @@ def _session_metrics(records: Sequence[RequestRecord], done: Sequence[RequestRec
     }
 
 
-def _hit_rates(done: Sequence[RequestRecord]) -> dict[str, Any]:
-    tagged = [r for r in done if "cached_tokens" in r.extra and r.prompt_tokens]
-    if not tagged:
+def _hit_rates(cols: RequestColumns, done: Any) -> dict[str, Any]:
+    cached = cols.cached_tokens
+    if cached is None:
+        return {}
+    tagged = done & (cached >= 0) & (cols.prompt_tokens > 0)
+    if not tagged.any():
         return {}
 
-    def rate(rs: Sequence[RequestRecord]) -> float | None:
-        prompt = sum(r.prompt_tokens or 0 for r in rs)
-        return sum(int(r.extra["cached_tokens"]) for r in rs) / prompt if prompt else None
+    def rate(mask: Any) -> float | None:
+        prompt = int(cols.prompt_tokens[mask].sum())
+        return int(cached[mask].sum()) / prompt if prompt else None
 
+    turns = np.array(cols.turns if cols.turns is not None else [None] * len(cols), dtype=object)
     return {
         "prefix_hit_rate": rate(tagged),
-        "prefix_hit_rate_first_turn": rate([r for r in tagged if turn_class(r) == "first"]),
-        "prefix_hit_rate_later_turns": rate([r for r in tagged if turn_class(r) == "later"]),
+        "prefix_hit_rate_first_turn": rate(tagged & (turns == "first")),
+        "prefix_hit_rate_later_turns": rate(tagged & (turns == "later")),
     }
 
 

@@ -11,9 +11,11 @@ OutputTokensSource = Literal["usage", "fallback"]
 #: stream), "timeout" (the per-request deadline passed), "truncated" (clean end without [DONE]),
 #: "malformed" (an event that is not the expected JSON), "connection" (refused, or dropped mid-stream),
 #: "protocol" (not HTTP/1.1 framing: bad status line, Content-Length or chunk size; a line over its
-#: limit), "too_large" (the body passed the response cap, max_response_bytes).
+#: limit), "too_large" (the body passed the response cap, max_response_bytes), "stalled" (no response
+#: head or whole streamed event for idle_timeout_s: a server that hangs or dribbles bytes).
 ErrorKind = str | None
-ERROR_KINDS = ("timeout", "truncated", "malformed", "connection", "protocol", "too_large")  # + http_<status>
+ERROR_KINDS = ("timeout", "truncated", "malformed", "connection", "protocol", "too_large",
+               "stalled")  # + http_<status>
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,16 @@ def spec_workload_factory(spec: SweepSpec, max_model_len: int | None) -> Workloa
     return workload_factory(spec.workload, max_model_len)
 
 
-def workload_factory(w: WorkloadSpec, max_model_len: int | None = None) -> WorkloadFactory:
+def workload_factory(w: WorkloadSpec, max_model_len: int | None = None, *,
+                     text: bool = True) -> WorkloadFactory:
+    """text=False: token counts without prompt text, for the simulator in virtual time (the same
+    lengths; a served run sends text). Traces and sessions build their text either way."""
     if w.kind == "random":
-        return partial(random_workload, input_len=w.input_tokens, output_len=w.output_tokens, seed=w.seed)
+        return partial(random_workload, input_len=w.input_tokens, output_len=w.output_tokens, seed=w.seed,
+                       text=text)
     if w.kind == "prefix":
         return partial(prefix_workload, prefix_len=w.prefix_tokens or 512, input_len=w.input_tokens,
-                       output_len=w.output_tokens, seed=w.seed)
+                       output_len=w.output_tokens, seed=w.seed, text=text)
     if w.kind in ("conversation", "agentic"):
         return session_factory(w, max_model_len)
     assert w.dataset_path is not None  # WorkloadSpec guarantees it for sharegpt and trace

@@ -49,6 +49,9 @@ class Workload:
     specs: tuple[RequestSpec, ...]
     offsets_s: tuple[float, ...] | None = None  # trace only: arrival offsets from the first request
     token_counts: Literal["tokenizer", "server"] = "server"  # where the prompt token counts come from
+    # text=False (the simulator in virtual time): (prompt tokens, output tokens) per request instead of
+    # specs; request i is "req-{i}". 100,000 specs that only carry two counts cost more than the counts.
+    lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     sessions: SessionSet | None = None  # conversation, agentic: sessions instead of requests (no specs)
     texts: PromptMaker | None = None  # sessions: how their segments read (None: words, no tokenizer)
     note: str | None = None  # what was left out of the file's requests, and why
@@ -65,7 +68,16 @@ def parse_length(text: str, flag: str = "--input-len") -> Length:
         return n
     kind, _, rest = s.partition(":")
     try:
-        nums = [float(x) for x in re.split(r"[,-]", rest) if x]
+        # uniform:MIN-MAX takes two whole numbers around one '-' (so 'uniform:-5-10' is not 5 to 10);
+        # the others take comma-separated numbers, a sign kept for the bounds below to refuse.
+        span = re.fullmatch(r"(\d+)-(\d+)", rest) if kind == "uniform" else None
+        if kind == "uniform" and span is None:
+            raise SpecError(f"{flag}: {text!r}: uniform takes MIN-MAX, two positive whole numbers, "
+                            "e.g. uniform:128-1024")
+        nums = [float(span[1]), float(span[2])] if span else (
+            [float(x) for x in rest.split(",")] if kind in ("fixed", "normal", "lognormal") else [])
+        if any(not math.isfinite(x) for x in nums):
+            raise ValueError("every number must be finite")
         if kind == "fixed" and len(nums) == 1:
             return TokenDistribution(kind="fixed", mean=nums[0])
         if kind == "uniform" and len(nums) == 2:
@@ -74,9 +86,13 @@ def parse_length(text: str, flag: str = "--input-len") -> Length:
         if kind in ("normal", "lognormal") and len(nums) in (2, 4):
             lo, hi = (int(nums[2]), int(nums[3])) if len(nums) == 4 else (1, None)
             return TokenDistribution(kind=kind, mean=nums[0], stddev=nums[1], min=lo, max=hi)
-    except (ValueError, ValidationError) as exc:
-        detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        raise SpecError(f"{flag}: {text!r}: {detail}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        detail = str(err["msg"]).removeprefix("Value error, ")
+        raise SpecError(f"{flag}: {text!r}: {where + ': ' if where else ''}{detail}") from None
+    except ValueError:
+        raise SpecError(f"{flag}: {text!r}: give finite numbers, e.g. normal:512,64") from None
     raise SpecError(
         f"{flag}: {text!r} is not a length; use N, uniform:MIN-MAX, normal:MEAN,STD or lognormal:MEAN,STD"
     )
@@ -98,7 +114,8 @@ def sample_lengths(length: Length, n: int, rng: np.random.Generator) -> list[int
     else:
         sigma2 = math.log1p((d.stddev / d.mean) ** 2)
         raw = rng.lognormal(math.log(d.mean) - sigma2 / 2, math.sqrt(sigma2), n)
-    return [int(min(max(round(float(x)), d.min), hi)) for x in raw]
+    # Rounded half to even (as round()), then clipped to [min, max]: one array operation, not a loop.
+    return np.clip(np.rint(raw), d.min, hi).astype(np.int64).tolist()  # type: ignore[no-any-return]
 
 
 def _spec(i: int, prompt: str, max_tokens: int, prompt_tokens: int | None) -> RequestSpec:
@@ -106,20 +123,26 @@ def _spec(i: int, prompt: str, max_tokens: int, prompt_tokens: int | None) -> Re
 
 
 def random_workload(n: int, input_len: Length, output_len: Length, *, seed: int = 0,
-                    tokenizer: Tokenizer | None = None) -> Workload:
+                    tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
+    """text=False: no prompt text, prompt_tokens set to the drawn length (the simulator in virtual
+    time needs only counts; the lengths are the same draws either way, drawn before any text)."""
     rng = np.random.default_rng(seed)
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
+    if not text:
+        return Workload("random", (), lengths=(tuple(ins), tuple(max(o, 1) for o in outs)))
     maker = PromptMaker(tokenizer)
     specs = []
     for i in range(n):
-        text, count = maker.text(ins[i], rng)
-        specs.append(_spec(i, text, outs[i], count))
+        prompt, count = maker.text(ins[i], rng)
+        specs.append(_spec(i, prompt, outs[i], count))
     return Workload("random", tuple(specs), None, "tokenizer" if tokenizer else "server")
 
 
 def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Length, *, num_prefixes: int = 1,
-                    seed: int = 0, tokenizer: Tokenizer | None = None) -> Workload:
-    """Request i: prefix (i mod num_prefixes) of prefix_len tokens, then a unique suffix of input_len."""
+                    seed: int = 0, tokenizer: Tokenizer | None = None, text: bool = True) -> Workload:
+    """Request i: prefix (i mod num_prefixes) of prefix_len tokens, then a unique suffix of input_len.
+    text=False: specs without prompt text, their token counts and shared content set (the prefixes are
+    still drawn first, so the lengths are the same)."""
     if prefix_len <= 0 or num_prefixes <= 0:
         raise SpecError("--prefix-len and --num-prefixes must be positive")
     rng = np.random.default_rng(seed)
@@ -130,6 +153,11 @@ def prefix_workload(n: int, prefix_len: int, input_len: Length, output_len: Leng
     keys = [int(k) for k in np.random.default_rng([seed, 3]).integers(1, 1 << 62, num_prefixes + n)]
     nodes = [Content(None, keys[j], prefix_len) for j in range(num_prefixes)]
     ins, outs = sample_lengths(input_len, n, rng), sample_lengths(output_len, n, rng)
+    if not text:  # specs without text (the prefix, the "\n" and the suffix: words), with what they share
+        return Workload("prefix", tuple(
+            RequestSpec(f"req-{i}", "", max(int(outs[i]), 1), prefix_len + ins[i],
+                        content=nodes[i % num_prefixes].then(keys[num_prefixes + i], ins[i]))
+            for i in range(n)))
     specs = []
     for i in range(n):
         suffix, _ = maker.text(ins[i], rng)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from orchestrator.pipeline.serving import Served as Served
     from orchestrator.pipeline.serving import serve as serve
     from orchestrator.pipeline.side_by_side import placement_lines as placement_lines
+    from orchestrator.pipeline.sweep import Observer as Observer
     from orchestrator.pipeline.sweep import Sweep as Sweep
     from orchestrator.pipeline.sweep import SweepOptions as SweepOptions
     from orchestrator.pipeline.sweep import SweepResult as SweepResult
@@ -35,6 +36,6 @@ __getattr__, __all__ = lazy_face(__name__, {
     "provenance": ("hardware_seen", "new_run_id", "orch_version",),
     "serving": ("Cancel", "Cancelled", "Served", "serve",),
     "side_by_side": ("placement_lines",),
-    "sweep": ("Sweep", "SweepOptions", "SweepResult", "outcomes_from_store", "run_sweep",),
+    "sweep": ("Observer", "Sweep", "SweepOptions", "SweepResult", "outcomes_from_store", "run_sweep",),
     "validate": ("check_spec", "load_checked_spec",),
 })  # fmt: skip

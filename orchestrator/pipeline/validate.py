@@ -11,6 +11,7 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.compile import engine_options, placement
 from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
+from orchestrator.extras import require_for_target
 from orchestrator.plan.experts import load_expert_stats
 from orchestrator.plan.from_spec import engine_settings
 from orchestrator.plan.speculative import speculative_options, split_field
@@ -44,11 +45,12 @@ def _check_dataset(loaded: LoadedSpec, must_exist: bool) -> None:
         raise loaded.error("workload.dataset_path", f"{path}: not a regular file; pass the dataset file")
 
 
-def check_spec(loaded: LoadedSpec, *, full: bool = True) -> None:
-    """Raise the first problem as `file:line: field: message` (SpecError, exit code 2).
+def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
+    """Raise the first problem as `file:line: field: message` (SpecError, exit code 2); return warnings
+    (a candidate layout the planner rejects while others fit).
 
     full=False skips what only some commands need: the real engine's weights, a dataset that is not
-    there yet, and the plan (plan and simulate compute it themselves).
+    there yet, the extra a deploy target needs, and the plan (plan and simulate compute it themselves).
     """
     spec = loaded.spec
     model_field = "model.name" if spec.model.name is not None else "model.config_path"
@@ -100,7 +102,11 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> None:
         field = str(exc).split(":", 1)[0] if str(exc).startswith("engine.") else "engine"
         raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
     if not full:
-        return
+        return []
+    try:
+        require_for_target(spec.target.kind, repr(spec.target.kind))  # sweep deploys through it
+    except SpecError as exc:
+        raise loaded.error("target.kind", str(exc)) from None
     try:
         engine_options(spec)  # the weights a real engine loads (model.path)
     except SpecError as exc:
@@ -108,9 +114,14 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> None:
     from orchestrator.plan.run import make_plan  # the whole cost model: only validate needs it here
 
     try:
-        make_plan(spec)
+        rows = make_plan(spec).rows
     except SpecError as exc:
         raise SpecError(f"{loaded.source}: plan: {exc}") from None
+    rejected = [f"{row.layout}: {'; '.join(row.rejected_because)}" for row in rows if row.rejected_because]
+    if rejected and len(rejected) == len(rows):  # a sweep would deploy nothing
+        raise loaded.error("layouts", "the planner rejects every layout (" + " | ".join(rejected) + "); "
+                           "orch plan SPEC shows the layouts that fit (sweep --force deploys them anyway)")
+    return [f"{loaded.source}: the planner rejects layout {why}" for why in rejected]
 
 
 def load_checked_spec(path: str | Path) -> SweepSpec:

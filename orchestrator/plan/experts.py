@@ -13,14 +13,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import MAX_DATA_FILE_BYTES, read_user_text
 
-FloatArray = npt.NDArray[np.float64]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+else:  # imported on first use: a dense model's plan never needs it (orchestrator/lazy.py)
+    from orchestrator.lazy import lazy_module
+
+    np = lazy_module("numpy")
 
 _ROUTING_CHUNK_TOKENS = 4096
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.catalog.types import CheckpointQuant, GPUSpec, ModelConfig
 from orchestrator.engines.settings import EngineSettings
@@ -25,6 +23,13 @@ from orchestrator.plan.memory import WeightFormat
 from orchestrator.plan.params import ParamCounts, count_params
 from orchestrator.plan.speculative import SpeculativeSettings
 from orchestrator.plan.speculative_cost import SpeculativeCost, build_speculative_cost
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # imported on first use: a dense model's plan never needs it (orchestrator/lazy.py)
+    from orchestrator.lazy import lazy_module
+
+    np = lazy_module("numpy")
 
 GB = 1e9
 DEFAULT_BATCHES = (1, 16, 64, 256)  # the batch sizes `orch plan` shows decode estimates at

@@ -13,6 +13,7 @@ from orchestrator.plan.from_spec import mean_tokens, plan_inputs
 from orchestrator.plan.kv import kv_bytes_per_sequence
 from orchestrator.plan.memory import kv_bytes_per_token
 from orchestrator.plan.planner import DEFAULT_BATCHES, PlanInputs, PlanRow, plan_layout, rank_rows
+from orchestrator.spec.checks import MAX_TOKENS
 from orchestrator.spec.models import SweepSpec
 
 
@@ -77,8 +78,9 @@ def make_plan(spec: SweepSpec, *, layouts: list[Layout] | None = None, all_layou
     `settings`: the engine settings to plan with (default: the spec's engine's, resolved)."""
     if any(b < 1 for b in batches):
         raise SpecError("--batch: batch sizes must be positive integers, e.g. --batch 1,64")
-    if context_tokens is not None and context_tokens < 1:
-        raise SpecError("--context: must be a positive number of tokens")
+    for flag, tokens in (("--context", context_tokens), ("--prompt", prompt_tokens)):
+        if tokens is not None and not 1 <= tokens <= MAX_TOKENS:
+            raise SpecError(f"{flag} {tokens}: give a number of tokens from 1 to {MAX_TOKENS:,}")
     inputs = plan_inputs(spec, settings)
     prompt = prompt_tokens or mean_tokens(spec.workload.input_tokens)
     # Decode reads, on average, the prompt and half the answer of every sequence in the batch.

@@ -7,6 +7,7 @@ spread over the replicas by the spec's routing policy (the first, when it lists 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,14 +15,24 @@ from orchestrator.layout import Layout
 from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.client import RequestSpec, arrival_offsets
-from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
+from orchestrator.loadgen.columns import RequestColumns, columns_from_records
+from orchestrator.loadgen.metrics import metrics_of, point_warmup_s
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.workloads import Workload
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
 from orchestrator.sim.sessions import simulate_sessions
-from orchestrator.sim.virtual import SimRequest, SimSummary, closed_loop, simulate
+from orchestrator.sim.virtual import (
+    SimRequest,
+    SimSummary,
+    closed_loop,
+    closed_loop_columns,
+    simulate,
+    simulate_columns,
+)
 from orchestrator.spec.models import SweepSpec
 
 
@@ -33,8 +44,18 @@ class SimPoint:
     note: str | None = None  # e.g. sessions cut at max_model_len
 
 
-def _as_sim(specs: list[RequestSpec], offsets: list[float]) -> list[SimRequest]:
-    """Prompt tokens as the simulated server counts them (one per word of the synthetic text)."""
+def _as_sim(wl: Workload, offsets: list[float]) -> list[SimRequest]:
+    """The first len(offsets) requests, prompt tokens as the simulated server counts them (one per
+    word of the text; a workload built without text gives its counts), with what each shares."""
+    if wl.lengths is not None:
+        ins, outs = wl.lengths
+        return [SimRequest(f"req-{i}", t, ins[i], outs[i]) for i, t in enumerate(offsets)]
+    return _spec_requests(wl.specs, offsets)
+
+
+def _spec_requests(specs: Sequence[RequestSpec], offsets: list[float]) -> list[SimRequest]:
+    """Request specs sent at `offsets`: prompt tokens as the simulated server counts them (one per word
+    of the synthetic text)."""
     return [SimRequest(s.request_id, t, s.prompt_tokens or max(len(s.prompt.split()), 1), s.max_tokens,
                        s.content)
             for s, t in zip(specs, offsets, strict=False)]
@@ -52,8 +73,7 @@ def sim_requests(spec: SweepSpec, rate: float, num_requests: int | None = None,
     n = num_requests or w.num_requests
     duration = None if num_requests else w.duration_s
     offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
-    wl = workload_factory(w, max_model_len)(len(offsets))
-    return _as_sim(list(wl.specs[: len(offsets)]), offsets)
+    return _as_sim(workload_factory(w, max_model_len, text=False)(len(offsets)), offsets)
 
 
 def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[EngineCore]:
@@ -68,24 +88,29 @@ def spec_engines(spec: SweepSpec, inputs: PlanInputs, layout: Layout) -> list[En
 
 def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: float | None = None, *,
                    num_requests: int | None = None, concurrency: int | None = None,
-                   sample_interval_s: float | None = None) -> SimPoint:
+                   sample_interval_s: float | None = None, keep_records: bool = True) -> SimPoint:
     """One load point: open loop at `rate` requests/s, or a closed loop of `concurrency` clients (a
     trace: at its own arrival times, whatever the rate).
 
     As `orch bench` runs them: `num_requests` replaces the spec's count and duration; a closed loop
-    bounded only by a duration cycles through the same 1,000 requests (sessions: plans)."""
+    bounded only by a duration cycles through the same 1,000 requests (sessions: plans).
+    keep_records=False computes the metrics of request workloads from the simulator's columns and
+    keeps no record per request (`orch simulate`: 100,000 requests in megabytes); the metrics are the
+    same. Sessions and traces keep their records."""
     w = spec.workload
     engines = spec_engines(spec, inputs, layout)
-    factory = workload_factory(w, inputs.max_model_len)
+    factory = workload_factory(w, inputs.max_model_len, text=False)
     balance, dp = routing_of(spec), layout.dp
     n = num_requests or w.num_requests
     duration = None if num_requests else w.duration_s
     note = None
+    cols: RequestColumns | None = None
+    records: list[RequestRecord] = []
     if w.kind == "trace" and concurrency is None:  # at the trace's own arrival times (time_scale applied)
         wl = factory(n or 0)
         assert wl.offsets_s is not None
         note = wl.note
-        records, summary = simulate(engines, _as_sim(list(wl.specs), list(wl.offsets_s)),
+        records, summary = simulate(engines, _as_sim(wl, list(wl.offsets_s)),
                                     max_concurrency=w.max_concurrency, balance=balance, dp=dp,
                                     sample_interval_s=sample_interval_s)
         point = LoadPoint(trace=True)
@@ -99,12 +124,18 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
                                     sample_interval_s=sample_interval_s)
             records, summary = ran.records, ran.summary
         else:
-            specs = list(wl.specs[:size])
-            records, summary = closed_loop(engines, _as_sim(specs, [0.0] * len(specs)), concurrency,
-                                           duration_s=duration, sample_interval_s=sample_interval_s,
-                                           balance=balance, dp=dp)
+            count = min(size, len(wl.lengths[0]) if wl.lengths is not None else len(wl.specs))
+            reqs = _as_sim(wl, [0.0] * count)
+            if keep_records:
+                records, summary = closed_loop(engines, reqs, concurrency, duration_s=duration,
+                                               sample_interval_s=sample_interval_s, balance=balance, dp=dp)
+            else:
+                cols, summary = closed_loop_columns(engines, reqs, concurrency, duration_s=duration,
+                                                    sample_interval_s=sample_interval_s, balance=balance,
+                                                    dp=dp)
             if n is not None:
                 records = records[:n]
+                cols = cols.head(n) if cols is not None else None
         point = LoadPoint(concurrency=concurrency)
     elif rate is not None:
         offsets = arrival_offsets(n, rate, w.arrival, w.burstiness, w.seed, duration)
@@ -116,22 +147,28 @@ def simulate_point(spec: SweepSpec, inputs: PlanInputs, layout: Layout, rate: fl
                                     duration_s=duration, sample_interval_s=sample_interval_s)
             records, summary = ran.records, ran.summary
         else:
-            records, summary = simulate(engines, _as_sim(list(wl.specs[: len(offsets)]), offsets),
-                                        max_concurrency=w.max_concurrency, balance=balance, dp=dp,
-                                        sample_interval_s=sample_interval_s)
+            reqs = _as_sim(wl, offsets)
+            if keep_records:
+                records, summary = simulate(engines, reqs, max_concurrency=w.max_concurrency, balance=balance,
+                                            dp=dp, sample_interval_s=sample_interval_s)
+            else:
+                cols, summary = simulate_columns(engines, reqs, max_concurrency=w.max_concurrency,
+                                                 balance=balance, dp=dp, sample_interval_s=sample_interval_s)
         point = LoadPoint(rate=rate)
     else:
         raise ValueError("give a rate or a concurrency")
     slo = slo_bounds(spec.slo)
-    warmup = point_warmup_s(records, w.warmup_s, concurrency)  # as the load generator measures
-    metrics = compute_metrics(records, warmup_s=warmup, gpus=layout.gpus, slo=slo)
+    measured = cols if cols is not None else columns_from_records(records)
+    warmup = point_warmup_s(measured, w.warmup_s, concurrency)  # as the load generator measures
+    metrics = metrics_of(measured, warmup_s=warmup, gpus=layout.gpus, slo=slo,
+                         records=records if cols is None else None)
     why = verdict(metrics, slo, spec.slo.max_error_rate) if slo else None
     return SimPoint(layout, PointResult(point, metrics, tuple(records), why), summary, note)
 
 
 def sim_requests_from_specs(specs: list[RequestSpec], offsets: list[float] | None = None) -> list[SimRequest]:
     """Request specs as the engine sees them, sent at `offsets` (all at 0 for a closed loop)."""
-    return _as_sim(specs, offsets if offsets is not None else [0.0] * len(specs))
+    return _spec_requests(specs, offsets if offsets is not None else [0.0] * len(specs))
 
 
 def prefix_cache_of(sp: SimPoint) -> dict[str, Any]:

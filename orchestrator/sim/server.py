@@ -36,6 +36,8 @@ from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
+from orchestrator.sim.log_limit import LogLimiter, loop_handler, raise_open_file_limit
+from orchestrator.sim.log_limit import install as install_log_limit
 from orchestrator.sim.openai_format import block_hashes, error, prompt_tokens, sse, token_text, usage
 from orchestrator.sim.speculative import SpecDecodeCounters, speculative_from_flags
 
@@ -349,6 +351,16 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1-65535")
+    return port
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = _OneLineParser(prog="orch sim serve", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="catalog preset or path to a config.json")
@@ -380,7 +392,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
     p.add_argument("--startup-s", type=float, default=0.0, help="wall seconds before /health is 200")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=_port, required=True)
     p.add_argument("--exit-after-requests", type=int, default=None, metavar="N",
                    help="fault injection for tests: the process dies (exit 1) when request N+1 arrives")
     return p.parse_args(argv)
@@ -449,8 +461,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     # One line once the port is bound, so a person starting it by hand knows where it listens.
     ready = (f"orch sim serve: {args.served_model_name or args.model} {args.layout} on {args.gpu}, "
              f"OpenAI API at http://{args.host}:{args.port}/v1 (health /health, metrics /metrics)")
-    web.run_app(build_app(server), host=args.host, port=args.port, access_log=None, handle_signals=True,
-                print=lambda _: print(ready, file=sys.stderr, flush=True))
+    limiter = LogLimiter()
+    install_log_limit(limiter)  # overload: one line per kind of trouble and counts, never a flood
+    raise_open_file_limit()
+    app = build_app(server)
+
+    async def quiet_loop(_: web.Application) -> None:
+        asyncio.get_running_loop().set_exception_handler(loop_handler(limiter))
+
+    async def last_counts(_: web.Application) -> None:
+        limiter.flush()
+
+    app.on_startup.append(quiet_loop)
+    app.on_cleanup.append(last_counts)
+    try:
+        web.run_app(app, host=args.host, port=args.port, access_log=None, handle_signals=True,
+                    print=lambda _: print(ready, file=sys.stderr, flush=True))
+    except OSError as exc:  # the port is taken, the host is not this machine's ...
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"error: cannot listen on {args.host}:{args.port}: {why}; "
+              "choose another --port (or --host)", file=sys.stderr)
+        sys.exit(SpecError.exit_code)
 
 
 if __name__ == "__main__":

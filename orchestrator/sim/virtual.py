@@ -17,7 +17,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from orchestrator.loadgen.balance import Balance, Balancer
+from orchestrator.loadgen.columns import GapSet, RequestColumns
 from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
@@ -69,6 +72,18 @@ def simulate(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
     return run.go(requests, None)
 
 
+def simulate_columns(engines: Sequence[EngineCore], requests: Sequence[SimRequest], *,
+                     balance: Balance = "least_outstanding", max_concurrency: int | None = None,
+                     sample_interval_s: float | None = None,
+                     dp: int = 1) -> tuple[RequestColumns, SimSummary]:
+    """simulate, with the requests as columns (loadgen.columns) instead of one record each: the gaps
+    of a step are held once for every request running in it (what `orch simulate` of 100,000
+    requests needs to fit in memory)."""
+    run = VirtualRun(engines, balance, max_concurrency, closed=False, sample_s=sample_interval_s, dp=dp)
+    _, summary = run.go(requests, None, records=False)
+    return run.columns(), summary
+
+
 def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
                 duration_s: float | None = None,
                 balance: Balance = "least_outstanding",
@@ -85,6 +100,23 @@ def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], c
     end on. Clients started together with equal lengths stay in lockstep, every wave prefilling at
     once; staggered over about one request's time they reach the steady state a long run settles in.
     """
+    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s, dp)
+    return run.go(timed, duration_s)
+
+
+def closed_loop_columns(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, *,
+                        duration_s: float | None = None, balance: Balance = "least_outstanding",
+                        sample_interval_s: float | None = None, dp: int = 1,
+                        ramp_s: float = 0.0) -> tuple[RequestColumns, SimSummary]:
+    """closed_loop, with the requests as columns (see simulate_columns)."""
+    run, timed = _closed(engines, requests, concurrency, balance, sample_interval_s, ramp_s, dp)
+    _, summary = run.go(timed, duration_s, records=False)
+    return run.columns(), summary
+
+
+def _closed(engines: Sequence[EngineCore], requests: Sequence[SimRequest], concurrency: int, balance: Balance,
+            sample_interval_s: float | None, ramp_s: float, dp: int) -> tuple[VirtualRun, list[SimRequest]]:
+    """A closed loop's run and its requests timed by the ramp (closed_loop's docstring)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     if ramp_s < 0:
@@ -92,8 +124,7 @@ def closed_loop(engines: Sequence[EngineCore], requests: Sequence[SimRequest], c
     first = min(concurrency, len(requests))
     starts = [k * ramp_s / first if k < first else ramp_s for k in range(len(requests))]
     timed = [replace(r, arrival_s=t) for r, t in zip(requests, starts, strict=True)]
-    run = VirtualRun(engines, balance, concurrency, closed=True, sample_s=sample_interval_s, dp=dp)
-    return run.go(timed, duration_s)
+    return VirtualRun(engines, balance, concurrency, closed=True, sample_s=sample_interval_s, dp=dp), timed
 
 
 def single_request_s(engine: EngineCore, prompt_tokens: int, output_tokens: int) -> float:
@@ -192,8 +223,8 @@ class VirtualRun:
         while self.pending and self.in_flight < self.cap:
             self._send(self.pending.popleft(), t)
 
-    def go(self, requests: Sequence[SimRequest],
-           until_s: float | None) -> tuple[list[RequestRecord], SimSummary]:
+    def go(self, requests: Sequence[SimRequest], until_s: float | None,
+           records: bool = True) -> tuple[list[RequestRecord], SimSummary]:
         order = sorted(range(len(requests)), key=lambda k: requests[k].arrival_s)
         engines, busy, plans, step_ends, cap = self.engines, self.busy, self.plans, self.step_ends, self.cap
         push, pop = heapq.heappush, heapq.heappop
@@ -260,8 +291,8 @@ class VirtualRun:
                 self._send(req, now)
             if cap:
                 self._refill(now, until_s)  # slots a refused request did not take
-        ids = list(self.sent) if self.closed or follow else [r.request_id for r in requests]
-        records = [self._record(*self.sent[rid]) for rid in ids]
+        self.ids = list(self.sent) if self.closed or follow else [r.request_id for r in requests]
+        out = [self._record(*self.sent[rid]) for rid in self.ids] if records else []
         caches = [eng.cache.stats() for eng in engines if eng.cache is not None]
         summary = SimSummary(
             steps=sum(len(s) for s in step_ends),
@@ -269,7 +300,66 @@ class VirtualRun:
             rejected=self.rejected, virtual_s=now, engine_samples=tuple(self.samples),
             prefix_cache=sum(caches[1:], caches[0]) if caches else None,
         )
-        return records, summary
+        return out, summary
+
+    def columns(self) -> RequestColumns:
+        """The requests of the finished run (in record order) as columns. A gap between two steps of
+        an engine is one value, shared by the requests running through it; a preempted request's gap
+        between its segments is a value of its own."""
+        offsets = [0]
+        for ends in self.step_ends:
+            offsets.append(offsets[-1] + max(len(ends) - 1, 0))
+        diffs = [np.diff(np.asarray(ends, dtype=np.float64)) for ends in self.step_ends if len(ends) > 1]
+        extra: list[float] = []  # gaps across a preemption, placed after the step gaps
+        extra_req: list[int] = []
+        n = len(self.ids)
+        nan = math.nan
+        scheduled, sent_a, done, first = (np.empty(n) for _ in range(4))
+        out_tokens, in_tokens = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        cached = np.full(n, -1, dtype=np.int64)  # -1: not told (no cache, or refused), as _record tags
+        errors: list[str | None] = []
+        req: list[int] = []
+        start: list[int] = []
+        end: list[int] = []
+        step_ends, closed, refused_at, sent_by_id = self.step_ends, self.closed, self.refused_at, self.sent
+        for i, rid in enumerate(self.ids):
+            r, sent_s, seq, e = sent_by_id[rid]
+            scheduled[i] = sent_s if closed else r.arrival_s
+            sent_a[i] = sent_s
+            in_tokens[i] = r.prompt_tokens
+            if seq is None:  # refused with a 400, as _record says
+                done[i], first[i] = refused_at.get(rid, sent_s), nan
+                errors.append("http_400")
+                continue
+            errors.append(None)
+            if self.engines[e].cache is not None:
+                cached[i] = seq.cached_tokens
+            ends, off = step_ends[e], offsets[e]
+            tokens, last_end = 0, -1
+            for a, b in seq.segments:
+                if last_end >= 0:  # the gap across a preemption
+                    extra_req.append(i)
+                    extra.append(ends[a] - ends[last_end])
+                req.append(i)
+                start.append(off + a)
+                end.append(off + b)
+                tokens += b - a + 1
+                last_end = b
+            segs = seq.segments
+            first[i] = ends[segs[0][0]] if segs else nan
+            done[i] = ends[last_end] if last_end >= 0 else sent_s
+            out_tokens[i] = tokens
+        at = offsets[-1] + np.arange(len(extra), dtype=np.int64)
+        values = np.concatenate([*diffs, np.asarray(extra, dtype=np.float64)])
+        gaps = GapSet(values, None, np.asarray(req + extra_req, dtype=np.int64),
+                      np.concatenate([np.asarray(start, dtype=np.int64), at]),
+                      np.concatenate([np.asarray(end, dtype=np.int64), at + 1]))
+        return RequestColumns(
+            scheduled_s=scheduled, sent_s=sent_a, done_s=done, first_s=first, queued_s=sent_a - scheduled,
+            output_tokens=out_tokens, prompt_tokens=in_tokens, usage_counted=np.ones(n, dtype=np.bool_),
+            errors=tuple(errors), itl_chunk=gaps, itl_token=gaps,  # one token a step: per chunk = per token
+            cached_tokens=cached if any(eng.cache is not None for eng in self.engines) else None,
+        )
 
     def _sample(self, until: float) -> None:
         """The engines' state at every sample time before the next event (it holds until then)."""

@@ -10,3 +10,12 @@ _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 class SpecModel(BaseModel):
     model_config = _CONFIG
+
+
+class FieldError(ValueError):
+    """A model validator's error about one entry of a field (`layouts[2]` listed twice): the spec loader
+    reports it at that entry's line instead of the model's."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...]) -> None:
+        super().__init__(message)
+        self.path = path

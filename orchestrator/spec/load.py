@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.base import FieldError
 from orchestrator.spec.files import MAX_SPEC_BYTES, read_user_text
 from orchestrator.spec.models import SweepSpec
 
@@ -25,11 +26,17 @@ MAX_NODES = 100_000  # after expanding aliases
 MERGE_KEY = "tag:yaml.org,2002:merge"
 
 
-def _check_events(text: str, source: str) -> None:
+# libyaml's parser when PyYAML was built with it: 5-10x faster than the pure-Python one, most of
+# `orch validate`'s own time. Its errors word things differently, so a text it refuses is parsed
+# again by the pure-Python loader, whose messages (and lines) the errors below are written for.
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_events(text: str, source: str, loader: Any = yaml.SafeLoader) -> None:
     """Nesting depth from the event stream: the parser is iterative, so a 10^5-deep list cannot overflow
     the stack here as it would in the recursive composer."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
@@ -185,6 +192,16 @@ def _message(err: Any, path: _Path, data: Any) -> str:
         return f"unknown field; {hint}"
     if kind == "missing":
         return "required field is missing"
+    if kind == "union_tag_invalid":  # `target.kind: locl`: the choices and the closest one, in our words
+        ctx = err.get("ctx") or {}
+        tag = str(ctx.get("tag"))
+        expected = [t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
+        close = difflib.get_close_matches(tag, expected, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"{tag!r} is not one of {', '.join(expected)}{hint}"
+    if kind == "union_tag_not_found":
+        name = str((err.get("ctx") or {}).get("discriminator", "kind")).strip("'")
+        return f"'{name}' is missing; name one (orch schema lists them)"
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
     if msg.startswith("Input should be "):
@@ -192,14 +209,36 @@ def _message(err: Any, path: _Path, data: Any) -> str:
     return msg
 
 
+def _rank(err: Any, data: Any) -> tuple[int, int]:
+    """Prefer an error on a real field over union-branch noise: the deepest data path first; at equal
+    depth, not a type mismatch with one branch of a union ('must be a valid integer' for a mapping
+    that was meant as a distribution, whose own error says what is wrong with it)."""
+    loc = tuple(err["loc"])
+    path = _data_path(loc, data)
+    branch_mismatch = len(loc) > len(path) and str(err["type"]).endswith(("_type", "_parsing"))
+    return len(path), 0 if branch_mismatch else 1
+
+
+def _field_path(err: Any) -> _Path | None:
+    """The field a model validator named for its error (FieldError), as a data path."""
+    cause = (err.get("ctx") or {}).get("error")
+    return cause.path if isinstance(cause, FieldError) else None
+
+
 def _first_error(exc: ValidationError, data: Any, lines: dict[_Path, int], source: str) -> SpecError:
     errors = exc.errors()
-    # Prefer an error on a real field over union-branch noise: the one with the deepest data path.
-    best = max(errors, key=lambda e: len(_data_path(e["loc"], data)))
+    best = max(errors, key=lambda e: _rank(e, data))
     loc = tuple(best["loc"])
     path = _data_path(loc, data)
+    named = _field_path(best)
+    if named is not None:  # a check across fields that knows which entry is wrong (a repeated layout)
+        path = (*path, *named)
     if best["type"] in ("extra_forbidden", "missing") and loc and loc[-1] not in path:
         path = (*path, loc[-1])
+    if best["type"] == "union_tag_invalid":
+        discriminator = str((best.get("ctx") or {}).get("discriminator", "")).strip("'")
+        if discriminator:
+            path = (*path, discriminator)
     line = lines.get(path) or lines.get(path[:-1]) or 1
     return SpecError(f"{source}:{line}: {_dotted(path)}: {_message(best, path, data)}")
 
@@ -219,6 +258,19 @@ class LoadedSpec:
         return SpecError(f"{self.source}:{line}: {field}: {message}")
 
 
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The node tree, depth checked first: libyaml's parser, or the pure-Python one for its errors."""
+    try:
+        _check_events(text, source, _FAST_LOADER)
+        node: yaml.Node | None = yaml.compose(text, Loader=_FAST_LOADER)
+        return node
+    except yaml.YAMLError:
+        if _FAST_LOADER is yaml.SafeLoader:
+            raise
+    _check_events(text, source)
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
     """Parse spec YAML text; every problem is one SpecError line `source:line: field.path: what and fix`."""
     return parse_spec_lines(text, source).spec
@@ -231,8 +283,7 @@ def parse_spec_lines(text: str, source: str = "<spec>") -> LoadedSpec:
             f"{source}: {len(text):,} characters, more than the {MAX_SPEC_BYTES:,} a spec may have"
         )
     try:
-        _check_events(text, source)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = _compose(text, source)
         if node is not None:
             _check_nodes(node, source)
         data = yaml.SafeLoader("").construct_document(node) if node is not None else None

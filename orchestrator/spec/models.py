@@ -22,7 +22,7 @@ from orchestrator.disagg import AnyLayout, DisaggLayout, is_disagg_text, parse_d
 from orchestrator.errors import SpecError
 from orchestrator.kv_handover import backend_problem
 from orchestrator.layout import Layout, parse_layout
-from orchestrator.spec.base import SpecModel
+from orchestrator.spec.base import FieldError, SpecModel
 from orchestrator.spec.checks import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -437,11 +437,12 @@ class SweepSpec(SpecModel):
 
     @model_validator(mode="after")
     def _unique_layouts(self) -> SweepSpec:
-        seen: set[AnyLayout] = set()
-        for layout in self.layouts:
+        seen: dict[AnyLayout, int] = {}
+        for index, layout in enumerate(self.layouts):
             if layout in seen:
-                raise ValueError(f"layout {layout} is listed twice")
-            seen.add(layout)
+                raise FieldError(f"layout {layout} is listed twice (first as layouts[{seen[layout]}]); "
+                                 "keep one", ("layouts", index))
+            seen[layout] = index
         if isinstance(self.target, KubernetesTarget):
             for name, ref in self.engine.env_from_secret.items():
                 if ref.secret is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchError, SpecError
+from orchestrator.extras import require
 from orchestrator.store.db import Store
 
 FORMATS = ("json", "jsonl", "csv", "parquet", "vllm")
@@ -156,16 +157,10 @@ def export_run(
     else:
         if out is None:
             raise SpecError("--format parquet writes a file: give --out FILE.parquet")
-        try:
-            import pandas as pd  # type: ignore[import-untyped, unused-ignore]
-        except ImportError:
-            raise OrchError(
-                "--format parquet needs pandas and pyarrow (pip install pandas pyarrow); or use --format csv"
-            ) from None
-        try:
-            pd.DataFrame(rows).to_parquet(out)
-        except ImportError as exc:
-            raise OrchError(f"--format parquet: {exc}; pip install pyarrow, or use --format csv") from None
+        require("data", "--format parquet (or use --format csv)")
+        import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+        pd.DataFrame(rows).to_parquet(out)
         return out
     if out is not None:
         Path(out).write_text(text, encoding="utf-8")

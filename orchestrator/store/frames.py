@@ -16,16 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchError
+from orchestrator.extras import require
 from orchestrator.store.db import Store
 from orchestrator.store.export import engine_rows, point_rows, request_rows
 
 
 def _pandas() -> Any:
-    try:
-        import pandas as pd  # type: ignore[import-untyped, unused-ignore]
-    except ImportError:
-        raise OrchError("DataFrames need pandas: pip install 'orch[data]' (pandas, pyarrow)") from None
+    require("data", "DataFrames")
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
     return pd
 
 

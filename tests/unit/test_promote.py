@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,10 @@ def test_winner_becomes_helm_values_manifests_commands_and_provenance(store: Sto
     assert not pod["containers"][0]["image"].endswith(":latest")
     script = (out / "launch.sh").read_text()
     assert script.startswith("#!/usr/bin/env bash\n") and script.count("vllm serve") == 2
+    # Each command binds where its comment says it is ready (or every address), never loopback under a
+    # comment naming another host.
+    pairs = re.findall(r"ready at http://([^:/]+):\d+.*\n.*--host (\S+)", script)
+    assert len(pairs) == 2 and all(bind in (ready, "0.0.0.0") for ready, bind in pairs), script
     serve = yaml.safe_load((out / "ray-serve.yaml").read_text())
     llm = serve["applications"][0]["args"]["llm_configs"][0]
     assert llm["engine_kwargs"]["tensor_parallel_size"] == 4

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,3 +231,35 @@ def test_bench_tables_are_not_cut_off_a_terminal(server_url: str) -> None:
             assert f"rate={rate}/s" in res.stdout
         first = res.stdout.splitlines()[0]
         assert first.startswith("orch bench (") and first.rstrip().endswith(")"), first
+
+
+STALLS = {  # a fresh script per request: its generators are its own
+    "byte-per-second-body": lambda: [SSE_HEAD, forever(b"d", every_s=1.0)],  # bytes, never an event
+    # a head that never ends: a header line a second
+    "line-per-second-head": lambda: [b"HTTP/1.1 200 OK\r\n", forever(b"X-Wait: 1\r\n", every_s=1.0)],
+    "silent": lambda: [threading.Event()],  # reads the request, says nothing (a gate nobody opens)
+}
+
+
+@pytest.mark.parametrize("transport", ["http1", "aiohttp"])
+@pytest.mark.parametrize("stall", list(STALLS))
+def test_a_stalling_server_ends_within_the_idle_timeout(stall: str, transport: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # --timeout-s is the default 600 s; the idle timeout (2 s here, 60 s by default) ends each request.
+    monkeypatch.setenv("ORCH_LOADGEN_TRANSPORT", transport)
+    with RawServer(lambda _: (STALLS[stall](), False)) as srv:
+        res = _bench("--base-url", srv.base_url, "--model", "m", "--rate", "100", "--num-requests", "2",
+                     "--input-len", "4", "--output-len", "2", "--json", "--idle-timeout-s", "2")
+    assert res.returncode == 6, res.stderr
+    (p,) = json.loads(res.stdout)["points"]
+    assert p["metrics"]["failures"] == {"stalled": 2}
+    assert "Traceback" not in res.stderr
+
+
+def test_the_idle_timeout_default_is_stated_once() -> None:
+    from orchestrator.cli import bench_cmd
+    from orchestrator.loadgen import client
+
+    assert bench_cmd.DEFAULT_IDLE_TIMEOUT_S == client.DEFAULT_IDLE_TIMEOUT_S == 60.0
+    res = orch("bench", "--help", env={**os.environ, "COLUMNS": "200"})
+    assert "--idle-timeout-s" in res.stdout and "[default: 60.0]" in res.stdout, res.stdout

@@ -122,6 +122,16 @@ def test_chart_renders_real_engine_plans(helm: str, engine: str, text: str, tmp_
     assert rendered == _by_kind(build_objects(plan, layout, opts))
 
 
+@pytest.mark.parametrize("text", ["tp8", "tp8pp2"])
+def test_objects_go_to_the_namespace_orch_compiled_for(helm: str, text: str, tmp_path: Path) -> None:
+    # `orch compile --format helm-values --namespace llm` must put the objects in llm even when helm
+    # is run with another --namespace (it used to follow helm's flag alone, ignoring orch's).
+    layout, opts = parse_layout(text), options(namespace="llm")
+    values = _values_file(helm_values(vllm_plan(text), layout, opts), tmp_path)
+    rendered = _render(helm, values, "default", *LWS_API)
+    assert {obj["metadata"]["namespace"] for obj in rendered} == {"llm"}
+
+
 def test_multi_node_needs_lws_api(helm: str, tmp_path: Path) -> None:
     values = _values_file(helm_values(vllm_plan("tp8pp2"), parse_layout("tp8pp2"), options()), tmp_path)
     result = _run(helm, "template", "rel", str(CHART), "-f", str(values))

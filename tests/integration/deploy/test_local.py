@@ -213,3 +213,30 @@ def test_engines_and_their_workers_die_with_a_kill_9_of_orch(tmp_path: Path) -> 
     while any(map(_alive, (supervisor, engine, worker))) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(map(_alive, (supervisor, engine, worker)))
+
+
+def test_an_engine_log_flood_is_bounded_and_keeps_its_last_lines(tmp_path: Path) -> None:
+    # An engine that logs without end (a traceback per refused connection under overload) must not
+    # fill the disk: the log keeps its first and last part, says how much it left out, and the last
+    # line (what a failure is read from) survives into the error.
+    from orchestrator.deploy.supervise import HEAD_BYTES, TAIL_BYTES
+
+    code = ("import sys\nline = 'Traceback: too many open files ' * 4 + '\\n'\n"
+            "for _ in range(200_000): sys.stdout.write(line)\n"
+            "print('the last words', flush=True); sys.exit(3)")
+    proc = ProcessSpec(argv=(sys.executable, "-c", code))
+    plan = LaunchPlan(
+        "sim", candidate("tp1", "sim"),
+        (ReplicaPlan((proc,), "http://127.0.0.1:9/health", "http://127.0.0.1:9/v1"),),
+    )
+    with (
+        pytest.raises(EngineDied, match="the last words"),
+        deployed(LocalProcessTarget(tmp_path), plan, timeout_s=120),
+    ):
+        pass
+    (log,) = tmp_path.glob("*.log")
+    size = log.stat().st_size
+    assert size < HEAD_BYTES + TAIL_BYTES + 4096  # 25 MB written, about 10 MB kept
+    text = log.read_text()
+    assert "bytes of engine output left out here" in text
+    assert text.rstrip().endswith("the last words")

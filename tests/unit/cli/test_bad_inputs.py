@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
+
 BASE = {
     "model": "{name: qwen2.5-7b}",
     "hardware": "{gpu: h100-sxm}",
@@ -142,6 +144,18 @@ SPEC_CASES: list[tuple[str, str, str]] = [
      "start_concurrency (2) must lie within [min_concurrency, max_concurrency] = [8, 1024]"),
     ("closed-fractional", spec(workload="{loop: closed, concurrency: [2.5], num_requests: 5}"),
      "valid integer"),
+    # issue 29's bad input
+    ("long-model-name", spec(model="{name: " + "q" * 300 + "}"),
+     "neither a catalog model nor a readable path (File name too long)"),
+    ("max-below-min", spec(workload=wl("input_tokens: {kind: uniform, mean: 30, min: 50, max: 10}")),
+     "workload.input_tokens: max (10) must be at least min (50)"),
+    ("uniform-without-max", spec(workload=wl("input_tokens: {kind: uniform, mean: 30, min: 5}")),
+     "workload.input_tokens: a uniform distribution needs 'max'"),
+    ("duplicate-layout", spec(layouts="\n  - tp1\n  - tp2\n  - tp1"),
+     ":7: layouts[2]: layout tp1 is listed twice (first as layouts[0]); keep one"),
+    ("target-kind-typo", spec(target="{kind: locl}"),
+     ":5: target.kind: 'locl' is not one of local, ray, kubernetes; did you mean 'local'?"),
+    ("target-kind-missing", spec(target="{host: 127.0.0.1}"), "target: 'kind' is missing"),
 ]
 
 CLI_COMMANDS = [["validate"], ["plan"], ["compile", "--layout", "tp1"]]
@@ -363,3 +377,84 @@ def test_command_line_overrides_keep_the_spec_bounds(
     code, out, err = _run_cli([command, str(path), *flags, *extra], monkeypatch, capsys)
     _assert_one_line(code, out, err, needle)
     assert not (tmp_path / "w").exists()  # refused before anything started
+
+
+# Command-line flags (not a spec), issue 29: each through the real main(), one line, exit 2, nothing run.
+FLAG_CASES: list[tuple[str, list[str], str]] = [
+    ("bench-rate-nan", ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "nan",
+                        "--num-requests", "2"], "--rate: 'nan' is not a finite number"),
+    ("bench-search-max-nan", ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--search",
+                              "--slo", "ttft_p99_ms=100", "--search-max", "nan", "--num-requests", "2"],
+     "--search-max: nan must be a positive, finite number"),
+    ("bench-negative-uniform", ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "1",
+                                "--num-requests", "2", "--input-len", "uniform:-5-10"],
+     "--input-len: 'uniform:-5-10': uniform takes MIN-MAX, two positive whole numbers"),
+    ("bench-negative-stddev", ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "1",
+                               "--num-requests", "2", "--output-len", "normal:512,-64"],
+     "--output-len: 'normal:512,-64': stddev: Input should be greater than or equal to 0"),
+    ("bench-idle-timeout-zero", ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "1",
+                                 "--num-requests", "2", "--idle-timeout-s", "0"],
+     "--idle-timeout-s: 0.0 must be a positive, finite number"),
+    ("plan-prompt-zero", ["plan", "layouts/qwen72b.yaml", "--prompt", "0"],
+     "--prompt 0: give a number of tokens from 1 to 10,000,000"),
+    ("plan-context-huge", ["plan", "layouts/qwen72b.yaml", "--context", "100000000000"],
+     "--context 100000000000: give a number of tokens"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES])
+def test_bad_flag_is_one_line(args: list[str], needle: str, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(ROOT)
+    _assert_one_line(*_run_cli(args, monkeypatch, capsys), needle)
+
+
+def test_a_trace_line_with_nan_arrival_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 5, "output_tokens": 5}\n'
+                     '{"arrival_s": NaN, "input_tokens": 5, "output_tokens": 5}\n')
+    args = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--workload", "trace",
+            "--dataset", str(trace)]
+    needle = f"{trace}:2: timestamp nan must be a finite number"
+    _assert_one_line(*_run_cli(args, monkeypatch, capsys), needle)
+
+
+def test_validate_refuses_a_spec_whose_every_layout_the_planner_rejects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(spec(model="{name: qwen2.5-72b}", layouts="[tp1, tp2]"))
+    code, out, err = _run_cli(["validate", str(path)], monkeypatch, capsys)
+    _assert_one_line(code, out, err, ":4: layouts: the planner rejects every layout (tp1: weights")
+    assert "ok" not in out
+    # One rejected among fitting ones: ok, with a warning naming it.
+    path.write_text(spec(model="{name: qwen2.5-72b}", hardware="{gpu: h100-sxm}", layouts="[tp1, tp4]"))
+    code, out, err = _run_cli(["validate", str(path)], monkeypatch, capsys)
+    assert code == 0 and ": ok;" in out, err
+    assert "warning:" in err and "the planner rejects layout tp1:" in err
+
+
+def _without_kubernetes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This install as the README's default one (`.[dev]`): the kubernetes client does not import."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.split(".")[0] == "kubernetes" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # an import fails as if it were not installed
+
+
+@pytest.mark.parametrize("args", [["gc"], ["gc", "--namespace", "llm"], ["validate", "SPEC"],
+                                  ["sweep", "SPEC", "--store", "STORE"]], ids=lambda a: "-".join(a[:2]))
+def test_the_k8s_extra_missing_is_one_line_naming_it(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _without_kubernetes(monkeypatch)
+    path = tmp_path / "s.yaml"
+    path.write_text(spec(target="{kind: kubernetes, image: 'reg/orch:1.0'}"))
+    args = [str(path) if a == "SPEC" else str(tmp_path / "r.db") if a == "STORE" else a for a in args]
+    code, out, err = _run_cli(args, monkeypatch, capsys)
+    _assert_one_line(code, out, err, "needs the Kubernetes client (kubernetes is not installed): "
+                                     "pip install 'orch[k8s]'")

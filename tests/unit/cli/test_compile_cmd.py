@@ -98,3 +98,48 @@ def test_compile_k8s_for_the_simulated_engine_needs_an_image(orch: Orch) -> None
     vllm = orch("compile", deepseek, "--layout", "tp8pp2x2", "--format", "k8s", "--engine", "vllm")
     assert vllm.returncode == 0, vllm.stderr
     assert "vllm/vllm-openai:v0.32.0" in vllm.stdout
+
+
+def _ready_hosts_and_binds(script: str) -> list[tuple[str, str]]:
+    """(host in the `ready at http://HOST:PORT` comment, --host of the command under it) per leader."""
+    import re
+
+    pairs, ready = [], None
+    for line in script.splitlines():
+        found = re.search(r"ready at https?://([^:/]+):\d+", line)
+        if found:
+            ready = found[1]
+        elif ready is not None and "--host" in line:
+            argv = line.split()
+            pairs.append((ready, argv[argv.index("--host") + 1]))
+            ready = None
+    return pairs
+
+
+def test_launch_commands_bind_where_their_comment_says_they_are_ready(orch: Orch) -> None:
+    # `--nodes gpu1` says `ready at http://gpu1:8000`: binding 127.0.0.1 there made that untrue.
+    for engine in ("vllm", "sglang"):
+        for extra, expect_bind in ((["--nodes", "gpu1"], "0.0.0.0"), ([], "127.0.0.1")):
+            out = orch("compile", SPEC, "--layout", "tp4x2", "--engine", engine, *extra)
+            assert out.returncode == 0, out.stderr
+            pairs = _ready_hosts_and_binds(out.stdout)
+            assert len(pairs) == 2, out.stdout
+            for ready, bind in pairs:
+                assert bind == expect_bind, (engine, extra, out.stdout)
+                assert bind in (ready, "0.0.0.0"), (engine, extra, out.stdout)
+
+
+def test_helm_values_take_the_namespace_flag(orch: Orch) -> None:
+    out = orch("compile", SPEC, "--layout", "tp8", "--engine", "vllm", "--format", "helm-values",
+               "--namespace", "llm-prod")
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout)["namespace"] == "llm-prod"
+
+
+def test_a_pairs_units_all_take_the_namespace_flag(orch: Orch) -> None:
+    # Each pool and the router: a router left in the release's namespace would read pods it cannot see.
+    out = orch("compile", SPEC, "--layout", "p:tp4+d:tp4", "--engine", "sglang", "--format", "helm-values",
+               "--namespace", "llm-prod", "--image", "reg/engine:1", "--router-image", "reg/router:1")
+    assert out.returncode == 0, out.stderr
+    units = yaml.safe_load(out.stdout)["units"]
+    assert len(units) == 3 and [u["namespace"] for u in units] == ["llm-prod"] * 3

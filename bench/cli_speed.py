@@ -1,0 +1,114 @@
+"""CLI speed: start-up and whole-command cost of the quick commands, and `orch simulate` at scale.
+
+Each command runs as its own process (as a user runs it); measured from the kernel's accounting of
+that process alone (os.wait4): CPU seconds (user + system), wall seconds and peak memory (max RSS).
+Quick commands: best of --repeats; their ratio is to a bare `python -c pass` of the same interpreter
+(start-up floor). `orch simulate` of 100,000 (and --million: 1,000,000) requests is set beside the
+simulator core on the same requests (engines stepping in virtual time, nothing else: no workload
+generation, no metrics, no printing), timed in-process. Goals (issue 29): validate/plan start-up
+under 0.3 s, the 1,024-GPU DeepSeek-V3 plan under 0.5 s, simulate 100,000 requests under 5 CPU s and
+300 MB, 1,000,000 under a minute.
+Run: .venv/bin/python bench/cli_speed.py [--repeats 5] [--million]
+Prints a table; asserts nothing. Wall times include whatever else the machine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ORCH = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+QWEN = str(ROOT / "layouts" / "qwen72b.yaml")
+DEEPSEEK_1024 = """model: {name: deepseek-v3, weight_dtype: fp8, max_model_len: 32768}
+hardware: {gpu: h200, nodes: 128}
+workload: {rates_per_s: [4], num_requests: 100}
+layouts: [dp32ep]
+"""
+SIM_ARGS = ["--layouts", "tp8", "--rates", "8", "--json"]
+
+
+def run(argv: list[str]) -> tuple[float, float, float, int]:
+    """(CPU s, wall s, max RSS MB, exit code) of one process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss / 1024, proc.returncode
+
+
+def best(argv: list[str], repeats: int) -> tuple[float, float, float, int]:
+    runs = [run(argv) for _ in range(repeats)]
+    return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs), runs[-1][3]
+
+
+CORE = """
+import sys, time
+from orchestrator.layout import parse_layout
+from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.sim.run import sim_requests, spec_engines
+from orchestrator.sim.virtual import simulate_columns
+spec = load_checked_spec(sys.argv[1])
+n = int(sys.argv[2])
+reqs = sim_requests(spec, 8.0, n)
+engines = spec_engines(spec, plan_inputs(spec), parse_layout("tp8"))
+t0 = time.process_time()
+simulate_columns(engines, reqs, max_concurrency=spec.workload.max_concurrency)
+print(time.process_time() - t0)
+"""
+
+
+def core_cpu_s(n: int) -> float:
+    """CPU seconds of the simulator core alone on the requests `orch simulate` sends."""
+    out = subprocess.run([sys.executable, "-c", CORE, QWEN, str(n)], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--million", action="store_true", help="also simulate 1,000,000 requests (a minute)")
+    a = ap.parse_args()
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as d:
+        deepseek = str(Path(d, "deepseek-1024.yaml"))
+        Path(deepseek).write_text(DEEPSEEK_1024)
+        base = best([sys.executable, "-c", "pass"], a.repeats)
+        rows: list[tuple[str, tuple[float, float, float, int], str]] = [("python -c pass", base, "")]
+        for label, argv, goal in (
+            ("orch validate qwen72b.yaml", [*ORCH, "validate", QWEN], "< 0.3 s"),
+            ("orch plan qwen72b.yaml", [*ORCH, "plan", QWEN], "< 0.3 s"),
+            ("orch plan deepseek-v3, 1,024 H200", [*ORCH, "plan", deepseek], "< 0.5 s"),
+            ("orch --help", [*ORCH, "--help"], ""),
+        ):
+            rows.append((label, best(argv, a.repeats), goal))
+        sims = [(100_000, "< 5 CPU s, 300 MB")] + ([(1_000_000, "< 60 s")] if a.million else [])
+        core: dict[int, float] = {}
+        for n, goal in sims:
+            rows.append((f"orch simulate tp8, {n:,} requests",
+                         run([*ORCH, "simulate", QWEN, *SIM_ARGS, "--num-requests", str(n)]), goal))
+            core[n] = core_cpu_s(n)
+    print(f"{'command':<36} {'CPU s':>7} {'wall s':>7} {'max RSS MB':>11} {'CPU / python':>13} "
+          f"{'CPU / sim core':>15}  goal")
+    for label, (cpu, wall, rss, code), goal in rows:
+        n = next((k for k in core if f"{k:,} requests" in label), None)
+        vs_core = f"{cpu / core[n]:.2f}" if n else "-"
+        failed = f"  (exit {code})" if code not in (0, 3, 7) else ""
+        print(f"{label:<36} {cpu:>7.3f} {wall:>7.3f} {rss:>11.0f} {cpu / base[0]:>13.1f} {vs_core:>15}  "
+              f"{goal}{failed}")
+    for n, c in core.items():
+        print(f"simulator core alone, {n:,} requests: {c:.2f} CPU s")
+    print(f"best of {a.repeats} for the quick commands; load average {load0:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after ({os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()
