@@ -99,4 +99,8 @@ def test_a_real_prefill_decode_pair_hands_kv_over_through_orch_sweep(tmp_path: P
     # run's own (under its workdir): what decode loaded, this run's prefill server stored
     assert decode_log.read_text().count("External Cache Hit!") >= 12 * runs
     (kv_dir,) = (tmp_path / "w").rglob("kv")
-    assert sum(1 for d in kv_dir.iterdir() if d.is_dir()) >= 12  # a folder per prompt
+    # The connector names a folder by a hash of the prompt's tokens cut to whole KV blocks (128 tokens on
+    # CPU; vLLM's example_connector.py, _generate_foldername_debug over align_to_block_size), so prompts
+    # that share their block-aligned part share a folder: some, and never more than prompts
+    folders = sum(1 for d in kv_dir.iterdir() if d.is_dir())
+    assert 1 <= folders <= 12 * runs
