@@ -62,7 +62,7 @@ def test_sglang_reads_the_speculative_flags_as_meant(tmp_path: Path) -> None:
         "standalone": _settings("draft_model", 5, "/models/draft"),
     }
     argvs = [["--model-path", "/models/tiny", *sglang_speculative_args(s)] for s in cases.values()]
-    got = dict(zip(cases, run_parser(python, "sglang_speculative.py", argvs, tmp_path), strict=True))
+    got = dict(zip(cases, run_parser(python, "sglang_parse.py", argvs, tmp_path), strict=True))
     for name, result in got.items():
         assert result["ok"], f"{name}: {result['error']}"
     args = {name: r["args"] for name, r in got.items()}

@@ -7,28 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.layout import parse_layout
-from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from tests.support.observers import QuietObserver
 
 LAYOUTS = Path(__file__).resolve().parents[3] / "layouts"
 
-
-class _Quiet:
-    def phase(self, layout: str, phase: str) -> None: ...
-
-    def point_start(self, layout: str, label: str, total: int | None) -> None: ...
-
-    def begin(self, label: str, total: int | None) -> None: ...
-
-    def append(self, rec: RequestRecord, /) -> None: ...
-
-    def request_progress(self, layout: str, label: str, done: int, total: int | None) -> None: ...
-
-    def point_done(self, layout: str, result: object) -> None: ...
-
-    def layout_done(self, layout: str, status: str, reason: str | None) -> None: ...
 
 
 def test_the_sweep_compares_routing_policies_and_prefix_aware_wins(tmp_path: Path) -> None:
@@ -37,7 +22,7 @@ def test_the_sweep_compares_routing_policies_and_prefix_aware_wins(tmp_path: Pat
     spec = spec.model_copy(update={"workload": w})
     store = Store(str(tmp_path / "runs.db"))
     opts = SweepOptions(layouts=(parse_layout("tp8"), parse_layout("tp2x4")), workdir=str(tmp_path))
-    result = Sweep(spec, store, _Quiet(), options=opts).run()  # type: ignore[arg-type]
+    result = Sweep(spec, store, QuietObserver(), options=opts).run()
     names = [o.layout for o in result.outcomes]
     assert names == ["tp8", "tp2x4 routing=round_robin", "tp2x4 routing=prefix_aware"]
     point = {o.layout: store.points(result.run_id, o.layout)[0] for o in result.outcomes}

@@ -11,28 +11,13 @@ import pytest
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
-from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.sweep import Sweep, SweepOptions
 from orchestrator.spec.load import load_spec, with_workload
 from orchestrator.store.db import Store
+from tests.support.observers import QuietObserver
 
 LAYOUTS = Path(__file__).resolve().parents[3] / "layouts"
 
-
-class _Quiet:
-    def phase(self, layout: str, phase: str) -> None: ...
-
-    def point_start(self, layout: str, label: str, total: int | None) -> None: ...
-
-    def begin(self, label: str, total: int | None) -> None: ...
-
-    def append(self, rec: RequestRecord, /) -> None: ...
-
-    def request_progress(self, layout: str, label: str, done: int, total: int | None) -> None: ...
-
-    def point_done(self, layout: str, result: object) -> None: ...
-
-    def layout_done(self, layout: str, status: str, reason: str | None) -> None: ...
 
 
 def _mooncake(path: Path, n: int = 60) -> Path:
@@ -55,7 +40,7 @@ def _spec(trace: Path, **workload: object):  # type: ignore[no-untyped-def]
 def _sweep(tmp_path: Path, spec, name: str):  # type: ignore[no-untyped-def]
     store = Store(str(tmp_path / f"{name}.db"))
     opts = SweepOptions(layouts=(parse_layout("tp8"), parse_layout("tp4x2")), workdir=str(tmp_path))
-    result = Sweep(spec, store, _Quiet(), options=opts).run()  # type: ignore[arg-type]
+    result = Sweep(spec, store, QuietObserver(), options=opts).run()
     points = {o.layout: store.points(result.run_id, o.layout) for o in result.outcomes}
     store.close()
     return result, points

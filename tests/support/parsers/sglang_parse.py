@@ -19,6 +19,7 @@ FIELDS = (
     "mem_fraction_static", "kv_cache_dtype", "quantization", "served_model_name", "base_gpu_id",
     "page_size", "disable_radix_cache", "speculative_algorithm", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_draft_model_path",
+    "speculative_ngram_max_bfs_breadth", "speculative_ngram_min_bfs_breadth",
 )
 
 

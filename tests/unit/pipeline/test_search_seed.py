@@ -16,21 +16,13 @@ from orchestrator.pipeline.sweep import Sweep
 from orchestrator.plan.run import make_plan
 from orchestrator.spec.load import load_spec
 from orchestrator.store.db import Store
+from tests.support.observers import QuietObserver
 from tests.support.paths import ROOT
-
-
-class _Quiet:
-    def phase(self, *a: object) -> None: ...
-    def point_start(self, *a: object) -> None: ...
-    def begin(self, *a: object) -> None: ...
-    def append(self, *a: object) -> None: ...
-    def point_done(self, *a: object) -> None: ...
-    def layout_done(self, *a: object) -> None: ...
 
 
 def test_the_sweeps_plan_is_orch_plans_and_seeds_the_search(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "layouts" / "qwen72b.yaml")
-    sweep = Sweep(spec, Store(tmp_path / "r.db"), _Quiet())  # type: ignore[arg-type]
+    sweep = Sweep(spec, Store(tmp_path / "r.db"), QuietObserver())
     layout = parse_layout("tp8")
     row = plan_row(sweep.ctx, sweep.ctx.candidate(layout))
     (planned,) = make_plan(spec, layouts=[layout]).rows
@@ -52,7 +44,7 @@ def test_a_closed_loops_seed_is_the_planners_best_batch_on_every_engine(tmp_path
     spec = load_spec(ROOT / "layouts" / "qwen72b.yaml")
     w = spec.workload
     closed = spec.model_copy(update={"workload": w.model_copy(update={"loop": "closed", "arrival": None})})
-    sweep = Sweep(closed, Store(tmp_path / "c.db"), _Quiet())  # type: ignore[arg-type]
+    sweep = Sweep(closed, Store(tmp_path / "c.db"), QuietObserver())
     # the measured divisor (bench/planner_seed.py --closed): capacity / best batch x engines, median 1.02
     assert PLANNER_CONCURRENCY_OVERESTIMATE == 1.0
     for name, engines in (("tp8", 1), ("tp4x2", 2)):
