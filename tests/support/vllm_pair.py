@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import threading
@@ -43,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.cpu_vllm_helpers import build_tiny_model
+from tests.support.cpu_vllm_helpers import build_tiny_model, stop_group
 from tests.support.paths import ROOT as REPO
 from tests.support.ports import free_port
 
@@ -133,13 +132,7 @@ def vllm_server(python: str, tmp: Path, n: int = N) -> Iterator[tuple[str, Path,
             time.sleep(1 / RATE)
         yield url, model, _prompts(tmp / "prompts.json", n)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        stop_group(proc, log)
 
 
 class WireTap:

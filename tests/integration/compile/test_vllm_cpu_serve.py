@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,7 +20,7 @@ import pytest
 from orchestrator.compile import prepare, to_shell
 from orchestrator.layout import parse_layout
 from orchestrator.spec import parse_spec
-from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
+from tests.support.cpu_vllm_helpers import build_tiny_model, stop_group, vllm_python
 
 READY_TIMEOUT_S = 420.0
 
@@ -95,10 +94,4 @@ layouts: [{layout}]
             answer = json.load(resp)
         assert answer["usage"]["completion_tokens"] == 4
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        stop_group(proc, log)

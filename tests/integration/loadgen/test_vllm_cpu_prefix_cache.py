@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.request
@@ -29,7 +28,7 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec
-from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
+from tests.support.cpu_vllm_helpers import build_tiny_model, stop_group, vllm_python
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
@@ -66,13 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             time.sleep(2)
         yield url, model
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        stop_group(proc, log)
 
 
 def _counters(url: str) -> tuple[float, float]:
