@@ -27,7 +27,11 @@ def test_real_cpu_sweep_measures_every_layout_and_stores_it(tmp_path: Path) -> N
     out = orch("sweep", str(spec_path), "--engine", "vllm", "--layouts", ",".join(LAYOUTS), "--json",
                "--measure-all", "--num-requests", "12", "--store", str(db),
                "--workdir", str(tmp_path / "w"))  # fmt: skip
-    assert out.returncode in (0, 3), out.stderr[-4000:]
+    # Exit 8 is the honest answer on a busy machine: a point whose load the client could not deliver
+    # (send lag past one mean gap) is measured again and, still undelivered, left unjudged.
+    assert out.returncode in (0, 3, 8), out.stderr[-4000:]
+    if out.returncode == 8:
+        assert "decision not sound" in out.stderr and "not delivered" in out.stderr, out.stderr[-4000:]
     assert "Traceback" not in out.stderr
     data = json.loads(out.stdout)
     layouts = {x["layout"]: x for x in data["layouts"]}
@@ -54,6 +58,8 @@ def test_real_cpu_sweep_measures_every_layout_and_stores_it(tmp_path: Path) -> N
     sel = data["selection"]
     if out.returncode == 0:
         assert sel["winner"] in LAYOUTS
+    elif out.returncode == 8:
+        assert sel["unjudged"] and not sel["sound"], sel
     else:
         assert sel["winner"] is None and "no layout meets the SLO" in out.stderr
     assert all(v["reason"] for v in sel["verdicts"])
@@ -87,7 +93,11 @@ def test_a_real_prefill_decode_pair_hands_kv_over_through_orch_sweep(tmp_path: P
     out = orch("sweep", str(spec_path), "--engine", "vllm", "--layouts", "p:tp1+d:tp1", "--rates", "1",
                "--num-requests", "12", "--json", "--store", str(tmp_path / "r.db"),
                "--workdir", str(tmp_path / "w"))  # fmt: skip
-    assert out.returncode in (0, 3), out.stderr[-4000:]
+    # Exit 8 is the honest answer on a busy machine: a point whose load the client could not deliver
+    # (send lag past one mean gap) is measured again and, still undelivered, left unjudged.
+    assert out.returncode in (0, 3, 8), out.stderr[-4000:]
+    if out.returncode == 8:
+        assert "decision not sound" in out.stderr and "not delivered" in out.stderr, out.stderr[-4000:]
     (pair,) = json.loads(out.stdout)["layouts"]
     assert pair["layout"] == "p:tp1+d:tp1" and pair["status"] == "measured", pair
     m = pair["points"][0]["metrics"]
