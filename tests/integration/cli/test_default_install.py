@@ -1,8 +1,8 @@
 """The README's default install (`pip install -e '.[dev]'`, no extras) runs the README's quickstart and the
 commands around it, and every command that needs an extra says so in one line naming it (exit 2),
-never a traceback. Runs only in a venv of exactly '.[dev]' with ORCH_DEFAULT_INSTALL=1 (built by hand:
-python3 -m venv /tmp/dev && /tmp/dev/bin/pip install -e '.[dev]'; CI does not build one); elsewhere it
-skips: a venv holding the extras cannot show what their absence does (the CI venv has them)."""
+never a traceback. Runs only in a venv of exactly '.[dev]' with ORCH_DEFAULT_INSTALL=1 (CI's smoke tier,
+.ci/smoke.sh, builds one and runs this file there; by hand: `bash .ci/smoke.sh`); elsewhere it skips: a
+venv holding the extras cannot show what their absence does (the CI venv has them)."""
 
 from __future__ import annotations
 
