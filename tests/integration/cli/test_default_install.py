@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ def test_the_quickstart_and_what_follows_it(tmp_path: Path, orch: Orch) -> None:
     # README, step 1, as written: the store is the default one in the working directory.
     sweep = orch("sweep", QWEN, "--layouts", "tp8,tp4x2", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    assert "winner: tp8" in sweep.stdout and (tmp_path / "orch-results.db").is_file()
+    # Which of the two wins is the README's own check (test_docs_commands); here: the job decided one.
+    assert re.search(r"^winner: (tp8|tp4x2) ", sweep.stdout, re.MULTILINE), sweep.stdout
+    assert (tmp_path / "orch-results.db").is_file()
     for args in (["report", "latest"], ["runs"], ["export", "latest", "--format", "csv"],
                  ["promote", "latest", "--out", str(tmp_path / "promoted")]):
         out = orch(*args, cwd=tmp_path)
