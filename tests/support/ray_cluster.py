@@ -6,6 +6,7 @@ Skips when ray is missing; with ORCH_CI=1 fails instead (no tier skipped silentl
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -82,6 +83,22 @@ def token_env(token: str) -> dict[str, str]:
     return {**pythonpath_env(), **LOOPBACK_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
+def fixed_ports_freed() -> list[str]:
+    """`ray start` flags that replace Ray 2.60's fixed default ports with free ones, so two test runs on
+    one machine (two CI clones, same /tmp) never share them. Every other port Ray picks itself.
+
+    - The Ray client server binds 10001 whenever grpc imports (ray[client] or ray[default]; plain `ray`,
+      what CI installs, starts none). gRPC binds with SO_REUSEPORT, so a second head's server does not
+      fail: both listen on 10001 and a `ray://127.0.0.1:10001` driver may reach the other run's cluster.
+      Ray refuses --ray-client-server-port without grpc (scripts.py `ray start`), hence the check.
+    - The dashboard agent's HTTP port is 52365 (ray[default] only; with the port taken the agent logs an
+      error and serves no HTTP)."""
+    flags = [f"--dashboard-agent-listen-port={free_port()}"]
+    if importlib.util.find_spec("grpc") is not None:  # Ray's own test: get_ray_client_dependency_error
+        flags.append(f"--ray-client-server-port={free_port()}")
+    return flags
+
+
 def ray_head(gpus: int, token: str) -> Iterator[str]:
     """A `ray start --head --block` on loopback with `gpus` fake GPUs, yielding its address once its
     port answers; on exit only this head is stopped (its own session), never a global `ray stop`.
@@ -91,7 +108,8 @@ def ray_head(gpus: int, token: str) -> Iterator[str]:
     ray_bin = Path(sys.executable).parent / "ray"
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-         f"--num-gpus={gpus}", "--num-cpus=16", "--include-dashboard=false", "--disable-usage-stats"],
+         f"--num-gpus={gpus}", "--num-cpus=16", "--include-dashboard=false", "--disable-usage-stats",
+         *fixed_ports_freed()],
         env=token_env(token), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
