@@ -110,9 +110,26 @@ def fit_group(cases: list[Any], sources: dict[str, Any], gpu: str, names: list[s
         errs = [e for _, e in _errors(cases, sources, c)]
         return np.asarray([max(-log_cap, min(log_cap, e)) for e in errs] if log_cap else errs)
 
+    if fidelity.SERIAL_CONSTANT in names:
+        start[fidelity.SERIAL_CONSTANT] = _serial_start(residuals, start, label)
+
     result = fit_constants(residuals, start, max_iterations=iterations,
                            progress=lambda line: print(f"{label}: {line}", flush=True))
     return result.fitted, result.unconstrained
+
+
+SERIAL_SCAN_S = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+
+
+def _serial_start(residuals: Any, start: dict[str, float], label: str) -> float:
+    """Where the fit starts the API server's serial time: the best of a coarse scan (the preset's 0 has
+    no gradient, and a burst whose TTFT is off by more than the cap has none either until the constant
+    comes near: the scan brings it there; Levenberg-Marquardt then fits it with the rest)."""
+    scores = {v: float(np.sum(residuals({**start, fidelity.SERIAL_CONSTANT: v}) ** 2)) for v in SERIAL_SCAN_S}
+    best = min(scores, key=lambda v: scores[v])
+    print(f"{label}: serial_request_overhead_s scan: "
+          + ", ".join(f"{v:g} s {sq:.3g}" for v, sq in scores.items()) + f"; start {best:g} s", flush=True)
+    return best
 
 
 def fold_of(case_ids: list[str], k: int) -> dict[str, int]:

@@ -11,14 +11,18 @@ Two parts, both calibration constants (catalog/types.py GPUSpec):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
 class FrontEnd:
+    """The API servers of a deployment: one per replica (a vLLM server tokenises for all its DP ranks
+    on one thread), each with its own serial queue; a request goes to the one free soonest."""
+
     parallel_s: float = 0.0
     serial_s: float = 0.0
-    free_at_s: float = 0.0  # when the serial part is done with the requests so far
+    servers: int = 1
+    free_at_s: list[float] = field(default_factory=list)  # per server: when its serial part is done
 
     @property
     def active(self) -> bool:
@@ -28,5 +32,9 @@ class FrontEnd:
         """When a request sent at `sent_s` (after every earlier one) reaches the engines."""
         if self.serial_s <= 0:
             return sent_s + self.parallel_s
-        self.free_at_s = max(sent_s, self.free_at_s) + self.serial_s
-        return self.free_at_s + self.parallel_s
+        free = self.free_at_s
+        if not free:
+            free.extend([0.0] * max(self.servers, 1))
+        k = min(range(len(free)), key=free.__getitem__)
+        free[k] = max(sent_s, free[k]) + self.serial_s
+        return free[k] + self.parallel_s

@@ -72,7 +72,7 @@ class DisaggRun:
             raise ValueError("max_concurrency must be >= 1")
         self.prefill, self.decode, self.transfer_s, self.policy = prefill, decode, transfer_s, policy
         self.cap, self.sample_s = cap or 0, sample_s
-        self.front_end = FrontEnd(front_s, serial_front_s)
+        self.front_end = FrontEnd(front_s, serial_front_s, servers=len(prefill))  # the prefill servers
         self.heap: list[tuple[float, int, int, int]] = []  # (time, order, kind, index)
         self.order = 0
         self.reqs: list[_Req] = []

@@ -163,8 +163,9 @@ class VirtualRun:
         self.pending: deque[SimRequest] = deque()  # arrived, waiting for a concurrency slot
         self.in_flight = 0
         self.rejected = 0
-        self.front_end = FrontEnd(engines[0].cost.request_overhead_s,
-                                  engines[0].cost.serial_request_overhead_s) if engines else FrontEnd()
+        cost = engines[0].cost if engines else None  # one API server per replica, for its DP ranks
+        self.front_end = FrontEnd(cost.request_overhead_s, cost.serial_request_overhead_s,
+                                  servers=max(len(engines) // dp, 1)) if cost is not None else FrontEnd()
         self.front: list[tuple[float, int, SimRequest]] = []  # (reaches the engines, order, request)
         self.fronted = 0
         self.refused_at: dict[str, float] = {}  # request id -> when the 400 went out

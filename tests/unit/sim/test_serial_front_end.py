@@ -60,3 +60,14 @@ def test_the_planners_ttft_charges_both_parts_once() -> None:
     (eng,) = replica_engines(inputs, parse_layout("tp1"))
     (rec,), _ = simulate([eng], [SimRequest("a", 0.0, 1000, 1)])
     assert rec.ttft_s is not None and rec.ttft_s * 1e3 == pytest.approx(row.prefill_ms)
+
+
+def test_each_replica_has_its_own_api_server() -> None:
+    """Two replicas: a burst of four is served two at a time, not one at a time."""
+    front = FrontEnd(serial_s=0.010, servers=2)
+    assert [front.reach_s(0.0) for _ in range(4)] == pytest.approx([0.010, 0.010, 0.020, 0.020])
+    inputs = _inputs(0.0, 0.05)
+    (a,), (b,) = (replica_engines(inputs, parse_layout("tp1")) for _ in range(2))
+    records, _ = simulate([a, b], [SimRequest(str(k), 0.0, 16, 2) for k in range(4)])
+    ttfts = sorted(r.ttft_s or 0.0 for r in records)
+    assert ttfts[1] < 0.1 <= ttfts[2]  # two reach the engines at 50 ms, two at 100 ms
