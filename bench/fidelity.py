@@ -46,8 +46,9 @@ from orchestrator.catalog.profiles import NO_PROFILE, default_profile
 from orchestrator.errors import OrchError
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.content import Content, text_key
-from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
+from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.params import count_params
 from orchestrator.sim.run import spec_engines

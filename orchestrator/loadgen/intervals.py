@@ -7,7 +7,7 @@ Resampling single requests sees none of that: a goodput whose requests all passe
 point, and in bench/interval_coverage.py the former request bootstrap covered a rerun's centre 7-62%
 of the time for a 95% interval. So, batch means (sectioning, for the statistics that are not means):
 
-- The measurement window (loadgen.metrics.measurement_window) is cut into `k` equal time batches
+- The measurement window (loadgen.window.measurement_window) is cut into `k` equal time batches
   (BATCHES, fewer when a batch would hold fewer than MIN_PER_BATCH requests; no interval below 2).
   A request belongs to the batch it was sent in, a streamed token to the batch it streamed in.
 - Rates (goodput, output throughput): batch means. Each batch's rate; the interval is the window's
@@ -41,15 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.loadgen.metrics import (
-    Window,
-    measurement_window,
-    meets_slo,
-    parse_slo,
-    request_scalar_s,
-    streamed_until,
-)
+from orchestrator.loadgen.metrics import meets_slo, parse_slo, request_scalar_s
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.window import Window, measurement_window, streamed_until
 
 BATCHES = 5
 MIN_PER_BATCH = 5
@@ -157,7 +151,7 @@ def _batch_of(times: np.ndarray, w: Window, k: int) -> np.ndarray:
 
 
 def _streamed(records: Sequence[RequestRecord], w: Window, k: int) -> np.ndarray:
-    """Output tokens streamed in each batch (loadgen.metrics.streamed_until at the batch edges)."""
+    """Output tokens streamed in each batch (loadgen.window.streamed_until at the batch edges)."""
     edges = w.start_s + np.arange(k + 1) * (w.length_s / k)
     total = np.zeros(k + 1)
     for r in records:

@@ -13,9 +13,10 @@ from orchestrator.candidate import DisaggCandidate
 from orchestrator.disagg import DisaggLayout, one_node
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
-from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
+from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.plan.disagg import inputs_of, shape_of
 from orchestrator.plan.kv_transfer import transfer_link, transfer_time_fn
 from orchestrator.plan.planner import PlanInputs
