@@ -10,7 +10,7 @@ import pytest
 from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.loadgen.window import in_window
+from orchestrator.loadgen.window import in_window, point_warmup_s
 from orchestrator.pipeline.repeats import (
     REPEATS_WHEN_CLOSE,
     measure_point,
@@ -58,6 +58,23 @@ def test_pooled_records_lie_end_to_end_without_the_later_warmups() -> None:
     assert both.request_throughput == pytest.approx(one.request_throughput, rel=1e-9)
     assert both.achieved_rate == pytest.approx(one.achieved_rate, rel=1e-9)
     assert both.output_throughput == pytest.approx(one.output_throughput, rel=1e-9)
+
+
+def test_a_pooled_closed_loop_is_measured_after_the_warmup_its_intervals_use(spec: SweepSpec) -> None:
+    # Two runs of 4 clients with 2 requests each: neither run alone has the three per client a closed
+    # loop's default warm-up needs, the pool has. pipeline/points.judge takes the pooled records' warm-up.
+    closed = spec.model_copy(update={"workload": spec.workload.model_copy(update={"warmup_s": 0.0})})
+    point = LoadPoint(concurrency=4)
+    runs = [
+        PointResult(point, compute_metrics([]), tuple(records(8, 0.05, start_s=s)), None) for s in (0, 100)
+    ]
+    pooled = pooled_result(runs, closed, 8)
+    warmup_s = point_warmup_s(pooled.records, 0.0, 4)
+    assert warmup_s > 0 and point_warmup_s(runs[0].records, 0.0, 4) == 0.0
+    assert pooled.metrics == compute_metrics(
+        list(pooled.records), warmup_s=warmup_s, gpus=8, slo=pooled.metrics.slo
+    )
+    assert pooled.metrics.n_completed < len(pooled.records)  # the first wave is out of the window
 
 
 def test_reseeded_moves_only_the_workload_seed(spec: SweepSpec) -> None:
