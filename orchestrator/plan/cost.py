@@ -102,6 +102,9 @@ def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
     return gpu.intra_node if group <= gpus_per_node else gpu.inter_node
 
 
+# (weight read, token GEMMs, routed experts, tp comm, ep comm) seconds: LayoutCost._token_part
+TokenPart = tuple[float, float, float, float, float]
+
 @dataclass(frozen=True)
 class LayoutCost:
     cfg: ModelConfig
@@ -117,8 +120,8 @@ class LayoutCost:
     expert_imbalance: float  # busiest EP rank's load / mean (1.0 without EP)
     # Each stage's `_token_part` by the step's new tokens, filled as steps are priced: the simulator
     # prices a step per engine iteration, and a busy engine's batch size repeats while its context grows.
-    _by_tokens: dict[float, tuple[tuple[float, float, float, float, float], ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+    _by_tokens: dict[float, tuple[TokenPart, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                           compare=False)
     attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
     expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
@@ -133,17 +136,21 @@ class LayoutCost:
             return 0.0
         return touched_fraction(cfg.num_routed_experts, cfg.num_experts_per_token, moe_tokens)
 
-    def _token_parts(self, tokens: float) -> tuple[tuple[float, float, float, float, float], ...]:
+    def _token_parts(self, tokens: float, *, keep: bool = False) -> tuple[TokenPart, ...]:
+        """Each stage's `_token_part`; kept (keep=True) for a decode step's token count, a batch size: few
+        values that repeat. A prefill chunk's token counts are many, and thousands of small kept tuples
+        scattered over the heap held 25 MB more of a 100,000-request simulation at its peak."""
         parts = self._by_tokens.get(tokens)
         if parts is None:
             moe_tokens, per_rank = self._moe_tokens(tokens)
             touched = self.touched_fraction(moe_tokens)
             parts = tuple(self._token_part(st, tokens, touched, per_rank) for st in self.stages)
-            self._by_tokens[tokens] = parts
+            if keep:
+                self._by_tokens[tokens] = parts
         return parts
 
     def _token_part(self, st: StageCost, tokens: float, touched: float,
-                    moe_tokens_per_rank: float) -> tuple[float, float, float, float, float]:
+                    moe_tokens_per_rank: float) -> TokenPart:
         """(weight read, token GEMMs, routed experts, tp comm, ep comm) seconds of one stage: the parts
         that depend on the step's new tokens alone. The routed experts' compute is 0 where the stage
         has none. `_stage` adds the parts that depend on the context."""
@@ -168,7 +175,7 @@ class LayoutCost:
                                                    self.ep_link.bandwidth_bytes_per_s)
         return w, gemms, experts, tp, ep
 
-    def _stage(self, st: StageCost, part: tuple[float, float, float, float, float], tokens: float,
+    def _stage(self, st: StageCost, part: TokenPart, tokens: float,
                kv_tokens: float, attn_pairs: float, prefill_pairs: float, sequences: float,
                prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
         """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage; `part` is its
@@ -273,7 +280,7 @@ class LayoutCost:
         pre = prefix_tokens / m
         total = slowest = 0.0
         seqs = sequences / m
-        for st, part in zip(self.stages, self._token_parts(t), strict=True):
+        for st, part in zip(self.stages, self._token_parts(t, keep=tokens == sequences), strict=True):
             w, k, comp, tp, ep = self._stage(st, part, t, kv, pairs, pf, seqs, pre)
             s = (w + k if w + k > comp else comp) + tp + ep
             total += s
