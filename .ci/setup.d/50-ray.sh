@@ -4,8 +4,9 @@
 
 orch_setup_ray() {
     local ray_version="2.60.0"
-    .venv/bin/pip install --quiet "ray==${ray_version}"
-    .venv/bin/python -c 'import ray; print("ray", ray.__version__)'
+    # `|| return 1`: sourced by hand (no `set -e`), a failed install must not export ORCH_RAY.
+    .venv/bin/pip install --quiet "ray==${ray_version}" || return 1
+    .venv/bin/python -c 'import ray; print("ray", ray.__version__)' || return 1
     export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_USAGE_STATS_ENABLED=0
     export ORCH_RAY=1
 }

@@ -1,5 +1,8 @@
 # Sourced by .ci/run: Debian's chromium, for tests/integration/report/test_browser.py (marker `browser`),
 # which renders `orch report --html` headless and reads back what the plots drew. Exports ORCH_CHROMIUM.
+# Concurrent CI runs take turns at apt-get (orch_ci_apt_get, .ci/lib.sh).
+# shellcheck source=SCRIPTDIR/../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 orch_setup_chromium() {
     local bin=""
     for candidate in /usr/bin/chromium /usr/bin/chromium-browser; do
@@ -8,9 +11,9 @@ orch_setup_chromium() {
     if [ -z "$bin" ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "installing chromium (apt-get; a few minutes)"
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
-                || { apt-get update -q >/dev/null 2>&1 \
-                     && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; } \
+            DEBIAN_FRONTEND=noninteractive orch_ci_apt_get install -y -q chromium >/dev/null 2>&1 \
+                || { orch_ci_apt_get update -q >/dev/null 2>&1 \
+                     && DEBIAN_FRONTEND=noninteractive orch_ci_apt_get install -y -q chromium >/dev/null 2>&1; } \
                 || echo "chromium: apt-get install failed"
             [ -x /usr/bin/chromium ] && bin=/usr/bin/chromium
         else

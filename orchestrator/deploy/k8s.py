@@ -7,7 +7,8 @@ the same objects), each labelled with the run and owned by one per-run ConfigMap
 (Unschedulable, image pulls, OOMKilled, crash loops with the last log lines) ends the wait with that reason.
 The leaders are reached through the Service's cluster DNS name when orch runs in the cluster, else through
 the API server's port-forward to each leader pod (``k8s_forward``). The client, its one-line errors and the
-object names, which ``orch gc`` shares, are in ``k8s_api``.
+object names, which ``orch gc`` shares, are in ``k8s_api``; creating and deleting each kind of object, and
+the per-run ConfigMap that owns them, in ``k8s_objects``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 
 from orchestrator.compile.k8s import (
     LABEL_ROLE,
-    LWS_API,
     MAX_NAME,
     K8sOptions,
     Obj,
@@ -35,17 +35,15 @@ from orchestrator.compile.k8s_pd import LONGEST_SUFFIX, build_pair_objects, pool
 from orchestrator.deploy.base import Deployment, Endpoint
 from orchestrator.deploy.k8s_api import (
     LABEL_RUN,
-    LWS_INSTALL,
     REQUEST_TIMEOUT_S,
     UNREACHABLE,
     api_client,
     api_error,
     object_name,
-    quantities_as_strings,
-    run_object_name,
 )
 from orchestrator.deploy.k8s_explain import is_ready, not_ready_summary, pod_problem, restarts
 from orchestrator.deploy.k8s_forward import PodForward
+from orchestrator.deploy.k8s_objects import RunObjects
 from orchestrator.engines import LaunchPlan
 from orchestrator.engines.base import ReplicaRole
 from orchestrator.errors import DeployError, EngineDied
@@ -76,10 +74,8 @@ class KubernetesRunTarget:
         self.spec, self.run_id, self.workdir, self.spec_hash = spec, run_id, workdir, spec_hash
         self.api = api_client(spec)
         self.core: Any = client.CoreV1Api(self.api)
-        self.apps: Any = client.AppsV1Api(self.api)
-        self.custom: Any = client.CustomObjectsApi(self.api)
-        self.rbac: Any = client.RbacAuthorizationV1Api(self.api)
         self.ns = spec.namespace
+        self.objects = RunObjects(self.api, self.ns, run_id)
         self.in_cluster = spec.access == "service" or (
             spec.access == "auto" and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         )
@@ -99,17 +95,17 @@ class KubernetesRunTarget:
             self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
         )
         objects = build_objects(plan, layout, opts)
-        owner = self._run_object()
+        owner = self.objects.owner()
         for obj in objects:
             obj["metadata"]["ownerReferences"] = [owner]
         handle = KubeHandle(name, [])
         try:
             for obj in objects:
-                self._create(obj)
+                self.objects.create(obj)
                 handle.objects.append(obj)
         except BaseException:
-            self._delete_all(handle)
-            self._delete_run_object_if_idle()
+            self.objects.delete_all(handle.objects)
+            self.objects.delete_owner_if_idle()
             raise
         port = opts.service_port
         if self.in_cluster:
@@ -141,7 +137,7 @@ class KubernetesRunTarget:
             self.spec, name, extra_labels=((LABEL_RUN, self.run_id),), spec_hash=self.spec_hash
         )
         objects = build_pair_objects(plan, opts)
-        owner = self._run_object()
+        owner = self.objects.owner()
         handles: dict[str, KubeHandle] = {}
         for obj in objects:
             obj["metadata"]["ownerReferences"] = [owner]
@@ -149,12 +145,12 @@ class KubernetesRunTarget:
             handles.setdefault(unit, KubeHandle(unit, []))
         try:
             for obj in objects:
-                self._create(obj)
+                self.objects.create(obj)
                 handles[obj["metadata"]["labels"]["app.kubernetes.io/name"]].objects.append(obj)
         except BaseException:
             for h in handles.values():
-                self._delete_all(h)
-            self._delete_run_object_if_idle()
+                self.objects.delete_all(h.objects)
+            self.objects.delete_owner_if_idle()
             raise
         units = [(pool_options(opts, role).name, pool, role) for pool, role in
                  ((p, p.replicas[0].role) for p in plan.pools)]
@@ -176,66 +172,6 @@ class KubernetesRunTarget:
                            for _ in range(leaders)]
         return [Endpoint(i, f"http://127.0.0.1:{f.local_port}/v1", f"http://127.0.0.1:{f.local_port}{health}",
                          role) for i, f in enumerate(handle.forwards)]
-
-    def _run_object(self) -> Obj:
-        """The per-run ConfigMap every object is owned by (get or create); its ownerReference."""
-        name = run_object_name(self.run_id)
-        body = {
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {
-                "name": name, "labels": {LABEL_RUN: self.run_id, "app.kubernetes.io/managed-by": "orch"}
-            },
-            "data": {"run": self.run_id, "note": "delete this ConfigMap to remove every object of the run"},
-        }  # fmt: skip
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            got = self.core.create_namespaced_config_map(self.ns, body, _request_timeout=REQUEST_TIMEOUT_S)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise api_error(exc, "create configmaps", self.ns) from exc
-            got = self.core.read_namespaced_config_map(name, self.ns, _request_timeout=REQUEST_TIMEOUT_S)
-        except UNREACHABLE as exc:
-            raise api_error(exc, "create configmaps", self.ns) from exc
-        return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": got.metadata.uid}
-
-    def _create(self, obj: Obj) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        kind = obj["kind"]
-        obj = quantities_as_strings(obj)
-        try:
-            if kind == "Deployment":
-                self.apps.create_namespaced_deployment(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
-            elif kind == "Service":
-                self.core.create_namespaced_service(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
-            elif kind == "LeaderWorkerSet":
-                group, version = LWS_API.split("/")
-                self.custom.create_namespaced_custom_object(
-                    group, version, self.ns, "leaderworkersets", obj, _request_timeout=REQUEST_TIMEOUT_S
-                )
-            elif kind == "ServiceAccount":  # a pair's router that discovers its pools (SGLang's)
-                self.core.create_namespaced_service_account(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
-            elif kind == "Role":
-                self.rbac.create_namespaced_role(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
-            elif kind == "RoleBinding":
-                self.rbac.create_namespaced_role_binding(self.ns, obj, _request_timeout=REQUEST_TIMEOUT_S)
-            else:
-                raise DeployError(f"kubernetes target: cannot apply a {kind}")
-        except ApiException as exc:
-            if kind == "LeaderWorkerSet" and exc.status == 404:
-                raise DeployError(
-                    f"kubernetes: the cluster has no LeaderWorkerSet API ({LWS_API}), which multi-node "
-                    f"layouts need: {LWS_INSTALL}"
-                ) from exc
-            if exc.status == 409:
-                raise DeployError(
-                    f"kubernetes: {kind} {obj['metadata']['name']} already exists in {self.ns} (left by an "
-                    "interrupted run?); remove it with `orch gc`"
-                ) from exc
-            raise api_error(exc, f"create {kind.lower()}s", self.ns) from exc
-        except UNREACHABLE as exc:
-            raise api_error(exc, f"create {kind.lower()}s", self.ns) from exc
 
     # -- wait ---------------------------------------------------------------------------------------
     def _pods(self, handle: KubeHandle) -> list[Obj]:
@@ -325,7 +261,7 @@ class KubernetesRunTarget:
         for handle in handles:
             for forward in handle.forwards:
                 forward.close()
-            self._delete_all(handle)
+            self.objects.delete_all(handle.objects)
         deadline = time.monotonic() + 120
         for handle in handles:
             while time.monotonic() < deadline:
@@ -335,49 +271,7 @@ class KubernetesRunTarget:
                 except DeployError:
                     break
                 time.sleep(_POLL_S)
-        self._delete_run_object_if_idle()
-
-    def _delete_all(self, handle: KubeHandle) -> None:
-        from kubernetes import client
-
-        opts = client.V1DeleteOptions(propagation_policy="Foreground")
-        for obj in reversed(handle.objects):
-            name, kind = obj["metadata"]["name"], obj["kind"]
-            with contextlib.suppress(Exception):
-                if kind == "Deployment":
-                    self.apps.delete_namespaced_deployment(
-                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S
-                    )
-                elif kind == "Service":
-                    self.core.delete_namespaced_service(
-                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S
-                    )
-                elif kind == "LeaderWorkerSet":
-                    group, version = LWS_API.split("/")
-                    self.custom.delete_namespaced_custom_object(
-                        group, version, self.ns, "leaderworkersets", name, body=opts,
-                        _request_timeout=REQUEST_TIMEOUT_S,
-                    )  # fmt: skip
-                elif kind == "ServiceAccount":
-                    self.core.delete_namespaced_service_account(
-                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S)
-                elif kind == "Role":
-                    self.rbac.delete_namespaced_role(
-                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S)
-                elif kind == "RoleBinding":
-                    self.rbac.delete_namespaced_role_binding(
-                        name, self.ns, body=opts, _request_timeout=REQUEST_TIMEOUT_S)
-
-    def _delete_run_object_if_idle(self) -> None:
-        selector = f"{LABEL_RUN}={self.run_id}"
-        with contextlib.suppress(Exception):
-            left = self.apps.list_namespaced_deployment(
-                self.ns, label_selector=selector, _preload_content=False
-            )
-            if json.loads(left.data).get("items"):
-                return
-            self.core.delete_namespaced_config_map(run_object_name(self.run_id), self.ns)
-
+        self.objects.delete_owner_if_idle()
 
 def pair_label(layout: str) -> str:
     """A pair's layout in object names: `p:tp4+d:tp4` -> `p-tp4-d-tp4`."""

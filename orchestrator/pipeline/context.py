@@ -28,8 +28,8 @@ from orchestrator.plan.candidates import candidate_of, check_pairs
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
-from orchestrator.store.db import LayoutRow, PointRow
 from orchestrator.store.extras import SideRecords, SweepMode
+from orchestrator.store.reads import LayoutRow, PointRow
 from orchestrator.store.run_ids import checked_run_id
 
 SideBySide = Literal["auto", "on", "off"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from orchestrator.engines.settings import NO_SPECULATION
-from orchestrator.store.db import PointRow
+from orchestrator.store.reads import PointRow
 
 # How a candidate's name shows a speculative setting (engines/settings.py speculative_label).
 _LABEL = re.compile(r"(?:^| )(no-spec|[a-z_0-9]+ k=\d+)(?= |$)")

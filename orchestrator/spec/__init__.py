@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from orchestrator.spec.checks import MAX_TOKENS as MAX_TOKENS
     from orchestrator.spec.checks import is_host as is_host
     from orchestrator.spec.disagg import PoolSpec as PoolSpec
+    from orchestrator.spec.engine import SETTING_LISTS as SETTING_LISTS
+    from orchestrator.spec.engine import EngineSpec as EngineSpec
     from orchestrator.spec.files import MAX_DATA_FILE_BYTES as MAX_DATA_FILE_BYTES
     from orchestrator.spec.files import read_user_text as read_user_text
     from orchestrator.spec.load import LoadedSpec as LoadedSpec
@@ -23,8 +25,6 @@ if TYPE_CHECKING:
     from orchestrator.spec.load import spec_hash as spec_hash
     from orchestrator.spec.load import spec_json_schema as spec_json_schema
     from orchestrator.spec.load import with_workload as with_workload
-    from orchestrator.spec.models import SETTING_LISTS as SETTING_LISTS
-    from orchestrator.spec.models import EngineSpec as EngineSpec
     from orchestrator.spec.models import HardwareSpec as HardwareSpec
     from orchestrator.spec.models import ModelSpec as ModelSpec
     from orchestrator.spec.models import SLOSpec as SLOSpec
@@ -50,7 +50,8 @@ __getattr__, __all__ = lazy_face(__name__, {
         "LoadedSpec", "load_spec", "load_spec_lines", "parse_spec", "revalidated", "spec_from_json",
         "spec_hash", "spec_json_schema", "with_workload",
     ),
-    "models": ("EngineSpec", "HardwareSpec", "ModelSpec", "SETTING_LISTS", "SLOSpec", "SweepSpec",),
+    "engine": ("EngineSpec", "SETTING_LISTS",),
+    "models": ("HardwareSpec", "ModelSpec", "SLOSpec", "SweepSpec",),
     "targets": ("KubernetesTarget", "LocalTarget", "RayTarget", "TargetSpec",),
     "workload": (
         "AgenticSpec", "ConversationSpec", "Count", "SearchSpec", "Seconds", "SecondsDistribution",

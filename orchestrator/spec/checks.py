@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.spec.models import SecretRef
+    from orchestrator.spec.engine import SecretRef
 
 # Upper bounds: far above any real sweep, low enough that arithmetic and memory stay sane.
 MAX_TOKENS = 10_000_000  # no model's context is longer; 1e9 tokens would be 4 GB of prompt per request

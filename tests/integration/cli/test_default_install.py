@@ -1,13 +1,14 @@
 """The README's default install (`pip install -e '.[dev]'`, no extras) runs the README's quickstart and the
 commands around it, and every command that needs an extra says so in one line naming it (exit 2),
-never a traceback. Runs only in a venv of exactly '.[dev]' with ORCH_DEFAULT_INSTALL=1 (built by hand:
-python3 -m venv /tmp/dev && /tmp/dev/bin/pip install -e '.[dev]'; CI does not build one); elsewhere it
-skips: a venv holding the extras cannot show what their absence does (the CI venv has them)."""
+never a traceback. Runs only in a venv of exactly '.[dev]' with ORCH_DEFAULT_INSTALL=1 (CI's smoke tier,
+.ci/smoke.sh, builds one and runs this file there; by hand: `bash .ci/smoke.sh`); elsewhere it skips: a
+venv holding the extras cannot show what their absence does (the CI venv has them)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ def test_the_quickstart_and_what_follows_it(tmp_path: Path, orch: Orch) -> None:
     # README, step 1, as written: the store is the default one in the working directory.
     sweep = orch("sweep", QWEN, "--layouts", "tp8,tp4x2", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    assert "winner: tp8" in sweep.stdout and (tmp_path / "orch-results.db").is_file()
+    # Which of the two wins is the README's own check (test_docs_commands); here: the job decided one.
+    assert re.search(r"^winner: (tp8|tp4x2) ", sweep.stdout, re.MULTILINE), sweep.stdout
+    assert (tmp_path / "orch-results.db").is_file()
     for args in (["report", "latest"], ["runs"], ["export", "latest", "--format", "csv"],
                  ["promote", "latest", "--out", str(tmp_path / "promoted")]):
         out = orch(*args, cwd=tmp_path)

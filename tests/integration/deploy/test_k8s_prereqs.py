@@ -46,8 +46,8 @@ def test_kustomization_applies_every_file_and_everything_is_in_one_namespace() -
     assert not [o for o in objects() if o["kind"].startswith("Cluster")]  # namespace-scoped RBAC only
 
 
-# What orchestrator/deploy/k8s.py calls (create_/read_/list_/delete_namespaced_*): the per-run ConfigMap
-# owns the run's objects; pods, events and logs are only read to explain a failed start.
+# What orchestrator/deploy/k8s.py and k8s_objects.py call (create_/read_/list_/delete_namespaced_*): the
+# per-run ConfigMap owns the run's objects; pods, events and logs are only read to explain a failed start.
 TARGET_NEEDS = {
     ("", "configmaps"): {"create", "get", "list", "delete"},
     ("", "services"): {"create", "get", "list", "delete"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.report.speculative import Curve, comparison_lines, comparisons, curve, split_name
-from orchestrator.store.db import PointRow
+from orchestrator.store.reads import PointRow
 
 
 def _point(load: float, tpot: float, tok: float) -> PointRow:
