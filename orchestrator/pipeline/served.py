@@ -31,6 +31,22 @@ class Observer(Protocol):
     def append(self, rec: RequestRecord, /) -> None: ...
 
 
+@dataclass(frozen=True)
+class _Relabelled:
+    """The wall-clock point's progress under the point's own label: a simulated server at time scale s
+    is sent s times the rate, and the progress lines must name the point being measured (a 2/s point
+    at scale 0.5 read "rate=4/s" before)."""
+
+    inner: Observer
+    label: str
+
+    def begin(self, label: str, total: int | None) -> None:
+        self.inner.begin(self.label, total)
+
+    def append(self, rec: RequestRecord, /) -> None:
+        self.inner.append(rec)
+
+
 def bench_point(
     spec: SweepSpec,
     obs: Observer,
@@ -70,7 +86,7 @@ def bench_point(
     wall_point = point if point.rate is None else LoadPoint(rate=point.rate / s)
     # sessions are cut where the engines' resolved max_model_len ends (engines/settings.py)
     factory = spec_workload_factory(spec, engine_settings(spec).max_model_len)
-    work = run_point(BenchRun(wall), factory, wall_point, obs)
+    work = run_point(BenchRun(wall), factory, wall_point, _Relabelled(obs, point.label))
     interval_wall_s = engine_metrics_interval_s * s
     raw, poller = asyncio.run(with_engine_metrics(work, urls, interval_wall_s))
     series = series_to_dict(poller.samples, interval_wall_s, s,

@@ -4,6 +4,7 @@ the assumed one, fitted, and predicted with by a second sweep that names the fit
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -32,6 +33,9 @@ def test_measured_acceptance_is_stored_fitted_and_used(tmp_path: Path, orch: Orc
     data = json.loads(out.stdout)
     (layout,) = data["layouts"]
     assert layout["layout"] == "tp1" and layout["status"] == "measured"
+    # At time scale 0.5 the server is sent twice the rate; the progress lines still name the point measured.
+    started = set(re.findall(r"rate=([0-9.]+)/s: started", out.stderr))
+    assert started and started <= {f"{p['rate']:g}" for p in layout["points"]}, out.stderr[-2000:]
     record = layout["points"][-1]["metrics"]["speculative"]
     assert record["assumed"] == [ASSUMED] * 4
     assert abs(record["assumed_tokens_per_step"] - (1 + 0.4 + 0.16 + 0.064 + 0.0256)) < 1e-9
