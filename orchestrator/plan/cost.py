@@ -127,13 +127,6 @@ class LayoutCost:
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
     # Fixed per request before it reaches the scheduler (HTTP, tokenisation): TTFT, not step time.
     request_overhead_s: float = 0.0
-    # Per request, one at a time in the API server (sim/front_end.py): a burst queues for it.
-    serial_request_overhead_s: float = 0.0
-
-    @property
-    def unloaded_front_s(self) -> float:
-        """What one request alone spends in front of the engines (both parts, no queue)."""
-        return self.request_overhead_s + self.serial_request_overhead_s
 
     # -- one stage ---------------------------------------------------------------------------------
     def touched_fraction(self, moe_tokens: float) -> float:
@@ -400,7 +393,6 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         expert_flops_per_s=peak * gpu.moe_compute_efficiency,
         step_overhead_s=gpu.step_overhead_s,
         request_overhead_s=gpu.request_overhead_s,
-        serial_request_overhead_s=gpu.serial_request_overhead_s,
     )
 
 
