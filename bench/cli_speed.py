@@ -9,6 +9,11 @@ generation, no metrics, no printing), timed in-process. Goals (issue 29): valida
 under 0.3 s, the 1,024-GPU DeepSeek-V3 plan under 0.5 s, simulate 100,000 requests under 5 CPU s and
 300 MB, 1,000,000 under a minute.
 Run: .venv/bin/python bench/cli_speed.py [--repeats 5] [--million]
+Bytecode: every process runs with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary folder, filled by
+a first run that is not counted), as an installed orch runs: pip compiles a wheel's modules, and an
+editable install writes __pycache__ on first use. PYTHONDONTWRITEBYTECODE, set on some machines (this
+one), would otherwise make every start compile orch's sources again (about 0.05 s more per command);
+--cold measures that way.
 Prints a table; asserts nothing. Wall times include whatever else the machine runs.
 """
 
@@ -33,10 +38,13 @@ layouts: [dp32ep]
 SIM_ARGS = ["--layouts", "tp8", "--rates", "8", "--json"]
 
 
+ENV = dict(os.environ)  # the processes' environment: main() sets the bytecode cache
+
+
 def run(argv: list[str]) -> tuple[float, float, float, int]:
     """(CPU s, wall s, max RSS MB, exit code) of one process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=ENV)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -44,6 +52,7 @@ def run(argv: list[str]) -> tuple[float, float, float, int]:
 
 
 def best(argv: list[str], repeats: int) -> tuple[float, float, float, int]:
+    run(argv)  # fills the bytecode cache; not counted
     runs = [run(argv) for _ in range(repeats)]
     return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs), runs[-1][3]
 
@@ -68,7 +77,7 @@ print(time.process_time() - t0)
 def core_cpu_s(n: int) -> float:
     """CPU seconds of the simulator core alone on the requests `orch simulate` sends."""
     out = subprocess.run([sys.executable, "-c", CORE, QWEN, str(n)], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+                         check=True, cwd=ROOT, env=ENV)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -76,9 +85,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--million", action="store_true", help="also simulate 1,000,000 requests (a minute)")
+    ap.add_argument("--cold", action="store_true",
+                    help="no bytecode cache: compile the sources at every start")
     a = ap.parse_args()
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
+        if a.cold:
+            ENV["PYTHONDONTWRITEBYTECODE"] = "1"
+            ENV["PYTHONPYCACHEPREFIX"] = str(Path(d, "none"))  # empty: nothing is read from a cache
+        else:
+            ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+            ENV["PYTHONPYCACHEPREFIX"] = str(Path(d, "pycache"))
         deepseek = str(Path(d, "deepseek-1024.yaml"))
         Path(deepseek).write_text(DEEPSEEK_1024)
         base = best([sys.executable, "-c", "pass"], a.repeats)
@@ -93,6 +110,7 @@ def main() -> None:
         sims = [(100_000, "< 5 CPU s, 300 MB")] + ([(1_000_000, "< 60 s")] if a.million else [])
         core: dict[int, float] = {}
         for n, goal in sims:
+            run([sys.executable, "-c", "import orchestrator.cli.sim_cmd, orchestrator.sim.virtual"])  # cache
             rows.append((f"orch simulate tp8, {n:,} requests",
                          run([*ORCH, "simulate", QWEN, *SIM_ARGS, "--num-requests", str(n)]), goal))
             core[n] = core_cpu_s(n)
@@ -106,7 +124,8 @@ def main() -> None:
               f"{goal}{failed}")
     for n, c in core.items():
         print(f"simulator core alone, {n:,} requests: {c:.2f} CPU s")
-    print(f"best of {a.repeats} for the quick commands; load average {load0:.2f} before, "
+    cache = "no bytecode cache" if a.cold else "bytecode cached"
+    print(f"best of {a.repeats} for the quick commands ({cache}); load average {load0:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after ({os.cpu_count()} cores)")
 
 

@@ -46,8 +46,9 @@ from orchestrator.catalog.profiles import NO_PROFILE, default_profile
 from orchestrator.errors import OrchError
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.content import Content, text_key
-from orchestrator.loadgen.metrics import Metrics, closed_loop_warmup_s, compute_metrics
+from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.params import count_params
 from orchestrator.sim.run import spec_engines
@@ -189,22 +190,9 @@ def default_calibration(case: Case, source: dict[str, Any]) -> str:
     return prof.name if prof is not None else NO_PROFILE
 
 
-SERIAL_CONSTANT = "serial_request_overhead_s"
-
-
-def through_api_server(source: dict[str, Any]) -> bool:
-    """Whether the source's requests went through the engine's API server, whose serial per-request
-    work (sim/front_end.py) a burst queues for: `api_server: true` on the source. The offline tools
-    (trtllm-bench, vllm bench latency) call the engine in-process; the low-rate serving sources do
-    not set it (their queue is empty, and their fits do not see the constant)."""
-    return bool(source.get("api_server"))
-
-
 def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
              overrides: dict[str, float] | None = None) -> dict[str, float]:
     """Predicted metrics for the case, as the measured ones are named."""
-    if not through_api_server(source):  # no API server in front: a profile's serial part does not apply
-        overrides = {**(overrides or {}), SERIAL_CONSTANT: 0.0}
     spec = case_spec(case, source, calibration, overrides)
     if case.pool is not None:  # one pool of a prefill/decode pair (bench/fidelity_pd.py)
         return run_pool_case(spec, case.layout, case.pool, case.requests, case.input_tokens,

@@ -83,17 +83,13 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def constants_for(cases: list[Any], sources: dict[str, Any]) -> list[str] | None:
+def constants_for(cases: list[Any]) -> list[str] | None:
     """The constants these cases can pin: all of orch calibrate's where there are enough numbers
-    (constants + 1), else hbm_efficiency and step_overhead_s, else None (too few to fit). The API
-    server's serial per-request time (sim/front_end.py) is fitted where some case is a burst sent
-    through one (`api_server: true` on its source): nothing else sees it."""
+    (constants + 1), else hbm_efficiency and step_overhead_s, else None (too few to fit)."""
     numbers = sum(len(c.measured) for c in cases)
     names = list(DEFAULT_CONSTANTS)
     if any(load_model(c.model).is_moe for c in cases):
         names += list(MOE_CONSTANTS)
-    if any(c.mode == "offline" and fidelity.through_api_server(sources[c.source]) for c in cases):
-        names.append(fidelity.SERIAL_CONSTANT)
     for choice in (names, list(FEW)):
         if numbers >= len(choice) + 1:
             return choice
@@ -110,26 +106,9 @@ def fit_group(cases: list[Any], sources: dict[str, Any], gpu: str, names: list[s
         errs = [e for _, e in _errors(cases, sources, c)]
         return np.asarray([max(-log_cap, min(log_cap, e)) for e in errs] if log_cap else errs)
 
-    if fidelity.SERIAL_CONSTANT in names:
-        start[fidelity.SERIAL_CONSTANT] = _serial_start(residuals, start, label)
-
     result = fit_constants(residuals, start, max_iterations=iterations,
                            progress=lambda line: print(f"{label}: {line}", flush=True))
     return result.fitted, result.unconstrained
-
-
-SERIAL_SCAN_S = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
-
-
-def _serial_start(residuals: Any, start: dict[str, float], label: str) -> float:
-    """Where the fit starts the API server's serial time: the best of a coarse scan (the preset's 0 has
-    no gradient, and a burst whose TTFT is off by more than the cap has none either until the constant
-    comes near: the scan brings it there; Levenberg-Marquardt then fits it with the rest)."""
-    scores = {v: float(np.sum(residuals({**start, fidelity.SERIAL_CONSTANT: v}) ** 2)) for v in SERIAL_SCAN_S}
-    best = min(scores, key=lambda v: scores[v])
-    print(f"{label}: serial_request_overhead_s scan: "
-          + ", ".join(f"{v:g} s {sq:.3g}" for v, sq in scores.items()) + f"; start {best:g} s", flush=True)
-    return best
 
 
 def fold_of(case_ids: list[str], k: int) -> dict[str, int]:
@@ -149,7 +128,7 @@ def cross_validate(group: list[Any], sources: dict[str, Any], gpu: str, key: str
         train = [c for c in group if fold[c.id] != i]
         if not held:
             continue
-        names = constants_for(train, sources)
+        names = constants_for(train)
         if names is None:
             notes.append(f"fold {i + 1}: {len(train)} training case(s), too few numbers to fit; "
                          f"{', '.join(c.id for c in held)} not held out")
@@ -177,7 +156,7 @@ def by_source(group: list[Any], sources: dict[str, Any], gpu: str, key: str, *, 
         for src in names_in_group:
             held = [c for c in group if c.source == src]
             train = [c for c in group if c.source != src]
-            names = constants_for(train, sources)
+            names = constants_for(train)
             if names is None:
                 notes.append(f"{src}: the other sources have too few numbers to fit")
                 continue
@@ -232,7 +211,7 @@ def main() -> None:
                                           iterations=args.fold_iterations), section="by_source")
         if not args.write:
             continue
-        names = constants_for(group, sources)
+        names = constants_for(group)
         if names is None:
             print(f"{key}: too few numbers to fit a profile", flush=True)
             continue

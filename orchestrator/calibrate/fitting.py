@@ -60,16 +60,15 @@ def makespan_rate(records: Sequence[RequestRecord]) -> float | None:
 DEFAULT_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "step_overhead_s")
 MOE_CONSTANTS = ("moe_compute_efficiency",)
 TTFT_CONSTANTS = ("request_overhead_s",)  # fitted by default when TTFT is: nothing else sees it
-# serial_request_overhead_s: only bursts through an API server can see it (bench/fit_profiles.py).
 FITTABLE = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
-            "request_overhead_s", "serial_request_overhead_s")
+            "request_overhead_s")
 # Bounds of each constant during the fit (the efficiencies are fractions of the datasheet).
 _BOUNDS = {"hbm_efficiency": (0.05, 1.0), "compute_efficiency": (0.02, 1.0),
            "moe_compute_efficiency": (0.01, 1.0), "step_overhead_s": (1e-5, 0.5),
-           "request_overhead_s": (1e-5, 1.0), "serial_request_overhead_s": (1e-5, 0.5)}
+           "request_overhead_s": (1e-5, 1.0)}
 # Where the fit starts a constant whose preset value is below its bound (0: not set). The fit runs in
 # logs, and at 10 us a factor-e change moves no prediction, so the constant would pass as unseen.
-_START_IF_UNSET = {"step_overhead_s": 1e-4, "request_overhead_s": 1e-3, "serial_request_overhead_s": 1e-3}
+_START_IF_UNSET = {"step_overhead_s": 1e-4, "request_overhead_s": 1e-3}
 # Weight of the pull toward the starting constants, per unit of log: a factor of 2 away costs
 # (0.01 ln 2)^2 = 5e-5, what a 0.7% error on one metric costs.
 PRIOR_WEIGHT = 0.01

@@ -162,9 +162,6 @@ class GPUSpec:
     # Fixed cost of one request before the engine can schedule it and beside its tokens: HTTP
     # handling, tokenisation, detokenisation, the API server's queue. Paid once, in TTFT.
     request_overhead_s: float = 0.0
-    # The part of the API server's per-request work done one request at a time (tokenisation on one
-    # thread, chat templates on one event loop: sim/front_end.py): a burst queues for it.
-    serial_request_overhead_s: float = 0.0
     # Speculative decoding's own cost per engine step beside the drafter's passes and the verify tokens
     # (proposer call, rejection sampler, n-gram lookups; plan/speculative_cost.py): per step, and per
     # decoding sequence. Unmeasured on GPUs (0); `cpu`: measured on vLLM for CPU (docs/speculative.md).
@@ -181,13 +178,12 @@ class GPUSpec:
 # Efficiencies are fractions in (0, 1]; latencies and the step overhead may be 0; the rest > 0.
 GPU_CONSTANTS = ("memory_bytes", "hbm_bytes_per_s", "bf16_flops_per_s", "fp8_flops_per_s",
                  "fp4_flops_per_s", "hbm_efficiency", "compute_efficiency", "moe_compute_efficiency",
-                 "step_overhead_s", "request_overhead_s", "serial_request_overhead_s", "spec_step_overhead_s",
-                 "spec_sequence_overhead_s", "gpus_per_node")
+                 "step_overhead_s", "request_overhead_s", "spec_step_overhead_s", "spec_sequence_overhead_s",
+                 "gpus_per_node")
 LINK_CONSTANTS = ("bandwidth_bytes_per_s", "latency_s", "allreduce_latency_s")
 LINKS = ("intra_node", "inter_node")
 EFFICIENCIES = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency")
-MAY_BE_ZERO = ("fp8_flops_per_s", "fp4_flops_per_s", "step_overhead_s", "request_overhead_s",
-               "serial_request_overhead_s", "latency_s",
+MAY_BE_ZERO = ("fp8_flops_per_s", "fp4_flops_per_s", "step_overhead_s", "request_overhead_s", "latency_s",
                "allreduce_latency_s", "spec_step_overhead_s", "spec_sequence_overhead_s")
 
 

@@ -89,14 +89,16 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wi
     if parts.cols[0].cells:  # every layout rejected: no step to show, the reasons follow
         parts.print(console)
 
+    lines: list[str] = []
     for row in result.rows:
         # Reasons can quote spec values: escaped, so "[bold]" in one prints as written.
         notes = [f"[red]rejected:[/] {escape(r)}" for r in row.rejected_because] + [
             f"[yellow]warning:[/] {escape(w)}" for w in row.warnings]
         if row.expert_imbalance is not None:
             notes.append(f"expert imbalance (busiest EP rank / mean) {row.expert_imbalance:.2f}")
-        for note in notes:
-            console.print(f"  {row.layout}: {note}", highlight=False)
+        lines.extend(f"  {row.layout}: {note}" for note in notes)
+    if lines:  # one print: rich wraps each line alone, and a print costs (a 1,024-GPU plan has 150 notes)
+        console.print("\n".join(lines), highlight=False)
     a = result.to_dict()["assumptions"]
     console.print(
         "[dim]assumptions (guesses, override in the spec): "

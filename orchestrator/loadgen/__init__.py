@@ -53,14 +53,11 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.intervals import straddled_bounds as straddled_bounds
     from orchestrator.loadgen.metrics import Distribution as Distribution
     from orchestrator.loadgen.metrics import Metrics as Metrics
-    from orchestrator.loadgen.metrics import closed_loop_warmup_s as closed_loop_warmup_s
     from orchestrator.loadgen.metrics import compute_metrics as compute_metrics
     from orchestrator.loadgen.metrics import finite as finite
-    from orchestrator.loadgen.metrics import measurement_window as measurement_window
     from orchestrator.loadgen.metrics import meets_slo as meets_slo
     from orchestrator.loadgen.metrics import metrics_of as metrics_of
     from orchestrator.loadgen.metrics import parse_slo as parse_slo
-    from orchestrator.loadgen.metrics import point_warmup_s as point_warmup_s
     from orchestrator.loadgen.metrics import slo_met as slo_met
     from orchestrator.loadgen.records import RequestRecord as RequestRecord
     from orchestrator.loadgen.search import SearchResult as SearchResult
@@ -94,6 +91,11 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.traces import TraceFormat as TraceFormat
     from orchestrator.loadgen.traces import read_trace as read_trace
     from orchestrator.loadgen.vllm_format import vllm_result as vllm_result
+    from orchestrator.loadgen.window import Window as Window
+    from orchestrator.loadgen.window import closed_loop_warmup_s as closed_loop_warmup_s
+    from orchestrator.loadgen.window import in_window as in_window
+    from orchestrator.loadgen.window import measurement_window as measurement_window
+    from orchestrator.loadgen.window import point_warmup_s as point_warmup_s
     from orchestrator.loadgen.workloads import Workload as Workload
     from orchestrator.loadgen.workloads import parse_length as parse_length
     from orchestrator.loadgen.workloads import prefix_workload as prefix_workload
@@ -123,8 +125,8 @@ __getattr__, __all__ = lazy_face(__name__, {
         "straddled_bounds",
     ),
     "metrics": (
-        "Distribution", "Metrics", "closed_loop_warmup_s", "compute_metrics", "finite", "measurement_window",
-        "meets_slo", "metrics_of", "parse_slo", "point_warmup_s", "slo_met",
+        "Distribution", "Metrics", "compute_metrics", "finite", "meets_slo", "metrics_of", "parse_slo",
+        "slo_met",
     ),
     "records": ("RequestRecord",),
     "search": (
@@ -141,6 +143,7 @@ __getattr__, __all__ = lazy_face(__name__, {
     "texts": ("PromptMaker", "Tokenizer", "load_tokenizer",),
     "traces": ("TRACE_FORMATS", "TraceFormat", "read_trace",),
     "vllm_format": ("vllm_result",),
+    "window": ("Window", "closed_loop_warmup_s", "in_window", "measurement_window", "point_warmup_s",),
     "workloads": (
         "Workload", "parse_length", "prefix_workload", "random_workload", "sharegpt_workload",
         "trace_workload",

@@ -25,10 +25,11 @@ from orchestrator.loadgen.client import (
     run_closed_loop,
     run_open_loop,
 )
-from orchestrator.loadgen.metrics import Metrics, compute_metrics, point_warmup_s
+from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import SearchPoint, search_rate, verdict
 from orchestrator.loadgen.session_runner import run_sessions
+from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.loadgen.workloads import Workload
 from orchestrator.verdict import Verdict
 

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from orchestrator.loadgen.bench import BenchConfig, PointResult
-from orchestrator.loadgen.metrics import Distribution, in_window, point_warmup_s, stddev
+from orchestrator.loadgen.metrics import Distribution, stddev
+from orchestrator.loadgen.window import in_window, point_warmup_s
 
 
 def _stats(prefix: str, d: Distribution, values_ms: list[float]) -> dict[str, Any]:

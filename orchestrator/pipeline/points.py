@@ -18,9 +18,10 @@ from orchestrator.loadgen.bench import LoadPoint, PointResult
 from orchestrator.loadgen.delivery import Delivery, check_delivery, delivered_label, undelivered
 from orchestrator.loadgen.engine_metrics import metrics_url, series_to_dict, summarize_pools, summarize_series
 from orchestrator.loadgen.intervals import point_intervals, slo_margin
-from orchestrator.loadgen.metrics import finite, point_warmup_s
+from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.spec_decode_metrics import acceptance_record, scrape_counters
 from orchestrator.loadgen.spec_workload import session_shape, slo_bounds
+from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
     GROWTH_FROM_SIMULATOR,

@@ -12,7 +12,7 @@ repeated when its verdict is close to the SLO, deciding on the pooled records.
 
 Pooling lays the repeats end to end: each repeat after the first keeps the requests sent inside
 its own measurement window (its warm-up is dropped) and is shifted in time so that its window starts
-where the previous one's ended (the last send: loadgen.metrics.measurement_window), so the pooled
+where the previous one's ended (the last send: loadgen.window.measurement_window), so the pooled
 window is the sum of the windows and the one metric code (loadgen.metrics) computes throughput,
 goodput and percentiles over all of them unchanged. (An earlier run's drain then streams into the
 next one's start, where the next one's own dropped warm-up would have been streaming.)
@@ -26,10 +26,11 @@ from typing import Any
 
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.intervals import straddled_bounds
-from orchestrator.loadgen.metrics import compute_metrics, measurement_window, point_warmup_s
+from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds
+from orchestrator.loadgen.window import measurement_window, point_warmup_s
 from orchestrator.spec.models import SweepSpec
 
 #: extra measurements of a point whose verdict is close to the SLO (so at most 1 + 2 in all)
@@ -72,7 +73,7 @@ def pooled_records(
     """The runs' records end to end (module docstring): each run's measurement window starts where the
     previous one's ended (its last send), so the pooled window is the sum of the windows and holds
     each run's own requests; a later run's warm-up, and the last send that closes an earlier run's
-    window, are left out. Each run's warm-up is loadgen.metrics.point_warmup_s (a closed loop's
+    window, are left out. Each run's warm-up is loadgen.window.point_warmup_s (a closed loop's
     default: past its own first wave)."""
     kept = [list(recs) for recs in runs if recs]
     if not kept:

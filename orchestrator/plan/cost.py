@@ -9,7 +9,7 @@ the communication of that stage; a token visits every stage.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.catalog.types import LINEAR, MAMBA, GPUSpec, LinkSpec, ModelConfig
 from orchestrator.errors import SpecError
@@ -102,6 +102,9 @@ def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
     return gpu.intra_node if group <= gpus_per_node else gpu.inter_node
 
 
+# (weight read, token GEMMs, routed experts, tp comm, ep comm) seconds: LayoutCost._token_part
+TokenPart = tuple[float, float, float, float, float]
+
 @dataclass(frozen=True)
 class LayoutCost:
     cfg: ModelConfig
@@ -115,18 +118,15 @@ class LayoutCost:
     pp_link: LinkSpec
     activation_bytes: float
     expert_imbalance: float  # busiest EP rank's load / mean (1.0 without EP)
+    # Each stage's `_token_part` by the step's new tokens, filled as steps are priced: the simulator
+    # prices a step per engine iteration, and a busy engine's batch size repeats while its context grows.
+    _by_tokens: dict[float, tuple[TokenPart, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                           compare=False)
     attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
     expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
     # Fixed per request before it reaches the scheduler (HTTP, tokenisation): TTFT, not step time.
     request_overhead_s: float = 0.0
-    # Per request, one at a time in the API server (sim/front_end.py): a burst queues for it.
-    serial_request_overhead_s: float = 0.0
-
-    @property
-    def unloaded_front_s(self) -> float:
-        """What one request alone spends in front of the engines (both parts, no queue)."""
-        return self.request_overhead_s + self.serial_request_overhead_s
 
     # -- one stage ---------------------------------------------------------------------------------
     def touched_fraction(self, moe_tokens: float) -> float:
@@ -136,16 +136,53 @@ class LayoutCost:
             return 0.0
         return touched_fraction(cfg.num_routed_experts, cfg.num_experts_per_token, moe_tokens)
 
-    def _stage(self, st: StageCost, tokens: float, kv_tokens: float, attn_pairs: float,
-               touched: float, moe_tokens_per_rank: float,
-               prefill_pairs: float, sequences: float,
-               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
-        """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage. Compute is every
-        kernel beside the weight and KV stream: GEMMs and attention at their FLOP rate, and the
-        fused-MoE activation passes at the HBM rate (they run between the GEMMs, not under them)."""
+    def _token_parts(self, tokens: float, *, keep: bool = False) -> tuple[TokenPart, ...]:
+        """Each stage's `_token_part`; kept (keep=True) for a decode step's token count, a batch size: few
+        values that repeat. A prefill chunk's token counts are many, and thousands of small kept tuples
+        scattered over the heap held 25 MB more of a 100,000-request simulation at its peak."""
+        parts = self._by_tokens.get(tokens)
+        if parts is None:
+            moe_tokens, per_rank = self._moe_tokens(tokens)
+            touched = self.touched_fraction(moe_tokens)
+            parts = tuple(self._token_part(st, tokens, touched, per_rank) for st in self.stages)
+            if keep:
+                self._by_tokens[tokens] = parts
+        return parts
+
+    def _token_part(self, st: StageCost, tokens: float, touched: float,
+                    moe_tokens_per_rank: float) -> TokenPart:
+        """(weight read, token GEMMs, routed experts, tp comm, ep comm) seconds of one stage: the parts
+        that depend on the step's new tokens alone. The routed experts' compute is 0 where the stage
+        has none. `_stage` adds the parts that depend on the context."""
         lookup = min(st.lookup_bytes, tokens * st.lookup_row_bytes)
         w = (st.dense_weight_bytes - st.lookup_bytes + lookup
              + st.expert_weight_bytes * touched) / self.hbm_bytes_per_s
+        gemms = (st.dense_flops_per_token + st.state_flops_per_token) * tokens / self.flops_per_s
+        experts = 0.0
+        if st.moe_layers and moe_tokens_per_rank > 0:
+            rows = padded_rows(moe_tokens_per_rank, self.cfg.num_routed_experts, tokens)
+            experts = (st.expert_flops_per_routed_token * rows * self.expert_imbalance
+                       / (self.expert_flops_per_s or self.flops_per_s)
+                       + (st.expert_act_bytes_per_routed_token * moe_tokens_per_rank * self.expert_imbalance
+                          + st.expert_act_bytes_per_token * tokens) / self.hbm_bytes_per_s)
+        tp = st.allreduces * allreduce_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
+                                              self.layout.tp, self.tp_link)
+        ep = 0.0
+        if self.layout.ep and st.moe_layers:
+            one_way = all_to_all_bytes_per_layer(math.ceil(tokens), self.cfg.num_experts_per_token,
+                                                 self.cfg.hidden_size, self.activation_bytes)
+            ep = st.moe_layers * all_to_all_time_s(one_way * self.expert_imbalance, self.ep_link.latency_s,
+                                                   self.ep_link.bandwidth_bytes_per_s)
+        return w, gemms, experts, tp, ep
+
+    def _stage(self, st: StageCost, part: TokenPart, tokens: float,
+               kv_tokens: float, attn_pairs: float, prefill_pairs: float, sequences: float,
+               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
+        """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage; `part` is its
+        `_token_part` for `tokens`. Compute is every kernel beside the weight and KV stream: GEMMs and
+        attention at their FLOP rate, and the fused-MoE activation passes at the HBM rate (they run
+        between the GEMMs, not under them)."""
+        w, gemms, experts, tp, ep = part
         kv_bytes = st.kv_bytes_per_token * kv_tokens
         if st.has_side_kv:
             kv_bytes += st.side_read_bytes(kv_tokens, sequences)
@@ -155,37 +192,22 @@ class LayoutCost:
                 + (st.decode_attn_flops_per_pair or st.attn_flops_per_pair) * decode_pairs)
         if st.window_attn_flops_per_pair:
             attn += st.window_attn_flops(tokens, attn_pairs)
-        comp = ((st.dense_flops_per_token + st.state_flops_per_token) * tokens / self.flops_per_s
-                + attn / (self.attn_flops_per_s or self.flops_per_s))
-        if st.moe_layers and moe_tokens_per_rank > 0:
-            rows = padded_rows(moe_tokens_per_rank, self.cfg.num_routed_experts, tokens)
-            comp += (st.expert_flops_per_routed_token * rows * self.expert_imbalance
-                     / (self.expert_flops_per_s or self.flops_per_s)
-                     + (st.expert_act_bytes_per_routed_token * moe_tokens_per_rank * self.expert_imbalance
-                        + st.expert_act_bytes_per_token * tokens) / self.hbm_bytes_per_s)
+        comp = gemms + attn / (self.attn_flops_per_s or self.flops_per_s)
+        if experts:
+            comp += experts
         if prefix_tokens and st.mla_expand_flops_per_prefix_token:
             comp += st.mla_expand_flops_per_prefix_token * prefix_tokens / self.flops_per_s
-        tp = st.allreduces * allreduce_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
-                                              self.layout.tp, self.tp_link)
-        ep = 0.0
-        if self.layout.ep and st.moe_layers:
-            one_way = all_to_all_bytes_per_layer(math.ceil(tokens), self.cfg.num_experts_per_token,
-                                                 self.cfg.hidden_size, self.activation_bytes)
-            ep = st.moe_layers * all_to_all_time_s(one_way * self.expert_imbalance, self.ep_link.latency_s,
-                                                   self.ep_link.bandwidth_bytes_per_s)
         return w, kv, comp, tp, ep
 
     def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
                       prefill_pairs: float = 0.0, sequences: float | None = None,
                       prefix_tokens: float = 0.0) -> tuple[float, ...]:
         """Time of each stage for one step of `tokens` new tokens (used by the simulator for PP)."""
-        moe_tokens, per_rank = self._moe_tokens(tokens)
-        touched = self.touched_fraction(moe_tokens)
         seqs = tokens if sequences is None else sequences
         out = []
-        for st in self.stages:
-            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
-                                              prefill_pairs, seqs, prefix_tokens)
+        for st, part in zip(self.stages, self._token_parts(tokens), strict=True):
+            w, kv, comp, tp, ep = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs, seqs,
+                                              prefix_tokens)
             out.append(max(w + kv, comp) + tp + ep)
         return tuple(out)
 
@@ -210,14 +232,12 @@ class LayoutCost:
         sequences: how many sequences the tokens belong to (default: one token each, a decode step);
         prefix_tokens: the prompt tokens computed before this step's prefill chunks (MLA re-expands them).
         """
-        moe_tokens, per_rank = self._moe_tokens(tokens)
-        touched = self.touched_fraction(moe_tokens)
         seqs = tokens if sequences is None else sequences
         sw = skv = sc = stp = sep = total = 0.0
         slowest, bound = -1.0, "memory"
-        for st in self.stages:
-            w, kv, comp, tp, ep = self._stage(st, tokens, kv_tokens, attn_pairs, touched, per_rank,
-                                              prefill_pairs, seqs, prefix_tokens)
+        for st, part in zip(self.stages, self._token_parts(tokens), strict=True):
+            w, kv, comp, tp, ep = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs, seqs,
+                                              prefix_tokens)
             t = max(w + kv, comp) + tp + ep
             sw, skv, sc, stp, sep, total = sw + w, skv + kv, sc + comp, stp + tp, sep + ep, total + t
             if t > slowest:
@@ -258,12 +278,10 @@ class LayoutCost:
         m = max(1, min(p, sequences))
         t, kv, pairs, pf = tokens / m, kv_tokens / m, attn_pairs / m, prefill_pairs / m
         pre = prefix_tokens / m
-        moe_tokens, per_rank = self._moe_tokens(t)
-        touched = self.touched_fraction(moe_tokens)
         total = slowest = 0.0
         seqs = sequences / m
-        for st in self.stages:
-            w, k, comp, tp, ep = self._stage(st, t, kv, pairs, touched, per_rank, pf, seqs, pre)
+        for st, part in zip(self.stages, self._token_parts(t, keep=tokens == sequences), strict=True):
+            w, k, comp, tp, ep = self._stage(st, part, t, kv, pairs, pf, seqs, pre)
             s = (w + k if w + k > comp else comp) + tp + ep
             total += s
             if s > slowest:
@@ -375,7 +393,6 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         expert_flops_per_s=peak * gpu.moe_compute_efficiency,
         step_overhead_s=gpu.step_overhead_s,
         request_overhead_s=gpu.request_overhead_s,
-        serial_request_overhead_s=gpu.serial_request_overhead_s,
     )
 
 

@@ -272,7 +272,7 @@ def combine(inputs: PlanInputs, pd: DisaggLayout, pf: PrefillEngine, dec: Decode
     capacity = min(p_rps, d_rps, t_rps)
     binds = "prefill" if capacity == p_rps else "decode" if capacity == d_rps else "transfer"
     best = dec.best
-    overhead = inputs.gpu.request_overhead_s + inputs.gpu.serial_request_overhead_s  # unloaded: no queue
+    overhead = inputs.gpu.request_overhead_s
     ttft = overhead + pf.alone_s + transfer_s + dec.first_step_s
     # M/D/1 wait at the prefill engines at LOAD_FOR_TTFT of capacity: rho / (2 mu (1 - rho)).
     p_engines = pd.prefill.replicas * pd.prefill.dp

@@ -80,8 +80,6 @@ def constants_used(gpu: GPUSpec) -> dict[str, object]:
 def constants_line(gpu: GPUSpec) -> str:
     used = constants_used(gpu)
     consts = ", ".join(f"{k}={used[k]:g}" for k in GUESSED_CONSTANTS)
-    if gpu.serial_request_overhead_s:  # only profiles fitted to bursts through an API server set it
-        consts += f", serial_request_overhead_s={gpu.serial_request_overhead_s:g}"
     return f"profile {used['profile'] or 'none (preset)'}: {consts}; GPU figures: {gpu.source}"
 
 

@@ -11,6 +11,7 @@ speculative decoding asks. A multimodal config's vision tower is also apart (`vi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from orchestrator.catalog.types import LINEAR, MAMBA, ModelConfig
@@ -193,6 +194,7 @@ def _mixer_params(cfg: ModelConfig, kind: str) -> int:
     return attention_params(cfg)
 
 
+@functools.lru_cache(maxsize=16)  # the planner asks once per layout, for the same model
 def count_params(cfg: ModelConfig) -> ParamCounts:
     d = cfg.hidden_size
     embedding = cfg.vocab_size * d

@@ -487,7 +487,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
         kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in cost.stages) if stage0 else 0.0,
         kv_tokens_per_replica=kv_tokens * layout.dp, kv_tokens_total=kv_tokens * layout.dp * layout.replicas,
         max_batch=max(max_batch, 0), expert_imbalance=imb, decode=decode,
-        prefill_ms=(cost.unloaded_front_s + prefill.total_s) * 1e3, prefill_parts=prefill, best=best,
+        prefill_ms=(cost.request_overhead_s + prefill.total_s) * 1e3, prefill_parts=prefill, best=best,
         pp_idle_fraction=(layout.pp - 1) / (m + layout.pp - 1),
     )
 

@@ -13,9 +13,10 @@ from orchestrator.candidate import DisaggCandidate
 from orchestrator.disagg import DisaggLayout, one_node
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
-from orchestrator.loadgen.metrics import compute_metrics, point_warmup_s
+from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.plan.disagg import inputs_of, shape_of
 from orchestrator.plan.kv_transfer import transfer_link, transfer_time_fn
 from orchestrator.plan.planner import PlanInputs
@@ -64,14 +65,13 @@ def simulate_pair_point(spec: SweepSpec, inputs: PlanInputs, cand: DisaggCandida
                         "measure the pair served (orch sweep --served) or use kind random, sharegpt or "
                         "prefix")
     prefill, decode, seconds = pd_engines(inputs, cand)
-    front, serial = inputs.gpu.request_overhead_s, inputs.gpu.serial_request_overhead_s
+    front = inputs.gpu.request_overhead_s
     if concurrency is not None:
         n = num_requests or w.num_requests
         duration = None if num_requests else w.duration_s
         specs = list(workload_factory(w)(n or CLOSED_LOOP_SPECS).specs[: n or CLOSED_LOOP_SPECS])
         records, summary = closed_loop_disagg(prefill, decode, sim_requests_from_specs(specs), seconds,
                                               concurrency, duration_s=duration, policy=policy, front_s=front,
-                                              serial_front_s=serial,
                                               sample_interval_s=sample_interval_s)
         if n is not None:
             records = records[:n]
@@ -79,7 +79,6 @@ def simulate_pair_point(spec: SweepSpec, inputs: PlanInputs, cand: DisaggCandida
     elif rate is not None:
         records, summary = simulate_disagg(prefill, decode, sim_requests(spec, rate, num_requests), seconds,
                                            policy=policy, max_concurrency=w.max_concurrency, front_s=front,
-                                           serial_front_s=serial,
                                            sample_interval_s=sample_interval_s)
         point = LoadPoint(rate=rate)
     else:

@@ -22,7 +22,6 @@ from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
-from orchestrator.sim.front_end import FrontEnd
 from orchestrator.sim.pd_engines import DecodeCore, PrefillCore
 from orchestrator.sim.virtual import MAX_SAMPLES, SimRequest, SimSummary
 
@@ -64,15 +63,13 @@ def _pick(engines: Sequence[EngineCore], policy: Balance, counter: int, extra: S
 class DisaggRun:
     def __init__(self, prefill: Sequence[PrefillCore], decode: Sequence[DecodeCore],
                  transfer_s: Callable[[int], float], *, policy: Balance = "least_outstanding",
-                 cap: int | None = None, front_s: float = 0.0, serial_front_s: float = 0.0,
-                 sample_s: float | None = None) -> None:
+                 cap: int | None = None, front_s: float = 0.0, sample_s: float | None = None) -> None:
         if not prefill or not decode:
             raise ValueError("a disaggregated run needs prefill and decode engines")
         if cap is not None and cap < 1:
             raise ValueError("max_concurrency must be >= 1")
         self.prefill, self.decode, self.transfer_s, self.policy = prefill, decode, transfer_s, policy
-        self.cap, self.sample_s = cap or 0, sample_s
-        self.front_end = FrontEnd(front_s, serial_front_s, servers=len(prefill))  # the prefill servers
+        self.cap, self.front_s, self.sample_s = cap or 0, front_s, sample_s
         self.heap: list[tuple[float, int, int, int]] = []  # (time, order, kind, index)
         self.order = 0
         self.reqs: list[_Req] = []
@@ -103,8 +100,8 @@ class DisaggRun:
         self.in_flight += 1
         self.reqs.append(_Req(req, t))
         k = len(self.reqs) - 1
-        if self.front_end.active:
-            self._push(self.front_end.reach_s(t), _FRONT, k)
+        if self.front_s > 0:
+            self._push(t + self.front_s, _FRONT, k)
         else:
             self._to_prefill(k, t)
 
@@ -312,12 +309,12 @@ class DisaggRun:
 def simulate_disagg(prefill: Sequence[PrefillCore], decode: Sequence[DecodeCore],
                     requests: Sequence[SimRequest], transfer_s: Callable[[int], float], *,
                     policy: Balance = "least_outstanding",
-                    max_concurrency: int | None = None, front_s: float = 0.0, serial_front_s: float = 0.0,
+                    max_concurrency: int | None = None, front_s: float = 0.0,
                     sample_interval_s: float | None = None) -> tuple[list[RequestRecord], DisaggSummary]:
     """Open loop: every request sent at its arrival (capped by `max_concurrency` as the load generator
     caps it); one record per request, in request order."""
     run = DisaggRun(prefill, decode, transfer_s, policy=policy, cap=max_concurrency, front_s=front_s,
-                    serial_front_s=serial_front_s, sample_s=sample_interval_s)
+                    sample_s=sample_interval_s)
     return run.go(requests, None, closed=False)
 
 
@@ -325,12 +322,12 @@ def closed_loop_disagg(prefill: Sequence[PrefillCore], decode: Sequence[DecodeCo
                        requests: Sequence[SimRequest], transfer_s: Callable[[int], float],
                        concurrency: int, *,
                        duration_s: float | None = None, policy: Balance = "least_outstanding",
-                       front_s: float = 0.0, serial_front_s: float = 0.0,
+                       front_s: float = 0.0,
                        sample_interval_s: float | None = None) -> tuple[list[RequestRecord], DisaggSummary]:
     """Closed loop of `concurrency` clients (sim/virtual.closed_loop's semantics); records in send order."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]
     run = DisaggRun(prefill, decode, transfer_s, policy=policy, cap=concurrency, front_s=front_s,
-                    serial_front_s=serial_front_s, sample_s=sample_interval_s)
+                    sample_s=sample_interval_s)
     return run.go(at_zero, duration_s, closed=True)

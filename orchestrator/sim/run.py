@@ -16,10 +16,11 @@ from orchestrator.loadgen.balance import Balance
 from orchestrator.loadgen.bench import CLOSED_LOOP_SPECS, LoadPoint, PointResult
 from orchestrator.loadgen.client import RequestSpec, arrival_offsets
 from orchestrator.loadgen.columns import RequestColumns, columns_from_records
-from orchestrator.loadgen.metrics import metrics_of, point_warmup_s
+from orchestrator.loadgen.metrics import metrics_of
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
+from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.loadgen.workloads import Workload
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines

@@ -36,7 +36,6 @@ from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
-from orchestrator.sim.front_end import FrontEnd
 from orchestrator.sim.log_limit import LogLimiter, loop_handler, raise_open_file_limit
 from orchestrator.sim.log_limit import install as install_log_limit
 from orchestrator.sim.openai_format import block_hashes, error, prompt_tokens, sse, token_text, usage
@@ -58,9 +57,6 @@ class SimServer:
         self.engines = engines
         self.model_name = model_name
         self.time_scale = time_scale
-        cost = engines[0].cost
-        self.front_end = FrontEnd(cost.request_overhead_s * time_scale,
-                                  cost.serial_request_overhead_s * time_scale)
         self.ready_at = time.monotonic() + startup_s
         self.max_model_len = max_model_len
         self.streams: dict[str, _Stream] = {}
@@ -240,10 +236,11 @@ class SimServer:
         self.accepted += 1
         if self.exit_after is not None and self.accepted > self.exit_after:
             os._exit(1)  # a crash, not a shutdown: no response, connections drop (fault injection)
-        if self.front_end.active:
+        front_s = self.engines[0].request_overhead_s * self.time_scale
+        if front_s > 0:
             # The API server's own work (tokenisation ...) before the request reaches an engine,
-            # as the virtual-time run charges it (sim/front_end.py).
-            arrived = self.front_end.reach_s(arrived)
+            # as the virtual-time run charges it.
+            arrived += front_s
             await _sleep_until(asyncio.get_running_loop(), arrived)
         e = self._pick()
         eng = self.engines[e]

@@ -25,7 +25,6 @@ from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
-from orchestrator.sim.front_end import FrontEnd
 from orchestrator.sim.prefix_cache import CacheStats
 from orchestrator.sim.speculative import burst_sizes
 
@@ -133,7 +132,7 @@ def single_request_s(engine: EngineCore, prompt_tokens: int, output_tokens: int)
     output at batch 1 (the length of a closed-loop ramp that spreads clients over one request)."""
     cost = engine.cost
     decode = cost.round_s(1, prompt_tokens, prompt_tokens + 1, 1)
-    return (cost.unloaded_front_s + cost.prefill(prompt_tokens).total_s
+    return (cost.request_overhead_s + cost.prefill(prompt_tokens).total_s
             + max(output_tokens - 1, 0) * decode)
 
 
@@ -163,9 +162,7 @@ class VirtualRun:
         self.pending: deque[SimRequest] = deque()  # arrived, waiting for a concurrency slot
         self.in_flight = 0
         self.rejected = 0
-        cost = engines[0].cost if engines else None  # one API server per replica, for its DP ranks
-        self.front_end = FrontEnd(cost.request_overhead_s, cost.serial_request_overhead_s,
-                                  servers=max(len(engines) // dp, 1)) if cost is not None else FrontEnd()
+        self.front_s = engines[0].request_overhead_s if engines else 0.0
         self.front: list[tuple[float, int, SimRequest]] = []  # (reaches the engines, order, request)
         self.fronted = 0
         self.refused_at: dict[str, float] = {}  # request id -> when the 400 went out
@@ -183,18 +180,18 @@ class VirtualRun:
 
     def _send(self, req: SimRequest, t: float) -> None:
         """The client sends `req` at `t`: it holds a concurrency slot from now on."""
-        if self.front_end.active:
+        if self.front_s > 0:
             self.sent[req.request_id] = (req, t, None, -1)
             self.in_flight += 1
             self.fronted += 1
-            heapq.heappush(self.front, (self.front_end.reach_s(t), self.fronted, req))
+            heapq.heappush(self.front, (t + self.front_s, self.fronted, req))
             return
         self._admit(req, t, t)
 
     def _admit(self, req: SimRequest, sent_s: float, t: float) -> None:
         """`req` (sent at `sent_s`) reaches the engines at `t`, past the request overhead."""
         engines, dp = self.engines, self.dp
-        delayed = self.front_end.active  # the slot was taken at the send
+        delayed = self.front_s > 0  # the slot was taken at the send
         r = self.bal.acquire(req.content.route() if req.content is not None else None)
         e = r * dp
         if dp > 1:  # the replica's own DP balancing: its least busy rank

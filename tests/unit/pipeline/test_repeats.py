@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from orchestrator.loadgen.bench import LoadPoint, PointResult
-from orchestrator.loadgen.metrics import compute_metrics, in_window, point_warmup_s
+from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.window import in_window, point_warmup_s
 from orchestrator.pipeline.repeats import (
     REPEATS_WHEN_CLOSE,
     measure_point,

@@ -6,7 +6,8 @@ import statistics
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
-from orchestrator.loadgen.metrics import closed_loop_warmup_s, compute_metrics
+from orchestrator.loadgen.metrics import compute_metrics
+from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
