@@ -170,7 +170,16 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Console-script entry: expected failures become one line on stderr and their exit code."""
-    signal.signal(signal.SIGTERM, _terminate)
+    # Put back on the way out: called in-process (tests, an embedding tool), the caller's own SIGTERM
+    # handling must not stay a KeyboardInterrupt raised wherever it lands.
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        _main()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main() -> None:
     try:
         # Not standalone: click's own errors come here instead of typer's multi-line boxed panel.
         code = app(prog_name="orch", standalone_mode=False)

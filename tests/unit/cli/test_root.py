@@ -6,6 +6,8 @@ import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
+
 from tests.support.cli import orch
 from tests.support.paths import ROOT
 
@@ -111,3 +113,23 @@ def test_no_command_still_prints_the_help() -> None:
         out = _orch(*args, columns="100")
         assert out.returncode == 2 and out.stderr == "", (args, out.stderr)
         assert "Usage: orch" in out.stdout and "Commands" in out.stdout
+
+
+def test_main_in_process_puts_the_callers_sigterm_handler_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # While orch runs, SIGTERM unwinds like Ctrl-C; once it returns, the caller's handler is back (a test
+    # process that kept orch's would turn its own SIGTERM into a KeyboardInterrupt anywhere).
+    import signal
+
+    from orchestrator.cli import main
+
+    def mine(signum: int, frame: object) -> None: ...
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        monkeypatch.setattr(sys, "argv", ["orch", "--version"])
+        with pytest.raises(SystemExit) as done:
+            main()
+        assert done.value.code == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
