@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.pipeline.sweep import Sweep
 from orchestrator.spec.load import parse_spec
 from orchestrator.store.db import Store
+from tests.support.observers import QuietObserver
 
 GOAL_S = 120.0
 SPEC = """model: {name: llama-3.1-70b}
@@ -31,21 +32,11 @@ layouts: [tp2x4, tp4x2, tp8]
 """
 
 
-class _Quiet:
-    def phase(self, layout: str, phase: str) -> None: ...
-    def point_start(self, layout: str, label: str, total: int | None) -> None: ...
-    def begin(self, label: str, total: int | None) -> None: ...
-    def append(self, rec: object, /) -> None: ...
-    def request_progress(self, layout: str, label: str, done: int, total: int | None) -> None: ...
-    def point_done(self, layout: str, result: object) -> None: ...
-    def layout_done(self, layout: str, status: str, reason: str | None) -> None: ...
-
-
 def main() -> None:
     spec = parse_spec(SPEC, "settings-sweep")
     with tempfile.TemporaryDirectory(prefix="orch-settings-") as tmp:
         store = Store(str(Path(tmp) / "r.db"))
-        sweep = Sweep(spec, store, _Quiet())  # type: ignore[arg-type]
+        sweep = Sweep(spec, store, QuietObserver())
         print(f"sweep: {sweep.announcement()}")
         wall, cpu = time.perf_counter(), os.times()
         result = sweep.run()
