@@ -50,6 +50,7 @@ from orchestrator.loadgen.metrics import Metrics, compute_metrics
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.plan.memory import SAMPLER_BYTES_PER_LOGIT
 from orchestrator.plan.params import count_params
 from orchestrator.sim.run import spec_engines
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate, single_request_s
@@ -105,6 +106,10 @@ def load_cases(path: Path = CASES) -> tuple[dict[str, dict[str, Any]], list[Case
         if sources[case.source].get("engine_family") not in ENGINE_FAMILIES:
             raise CaseError(f"{where}: source {case.source!r} needs engine_family: one of "
                             f"{', '.join(ENGINE_FAMILIES)} (which engine's profile its cases use)")
+        profile = sources[case.source].get("sampler_profile")
+        if profile is not None and profile not in SAMPLER_BYTES_PER_LOGIT:
+            raise CaseError(f"{path}: source {case.source}: sampler_profile must be one of "
+                            f"{', '.join(SAMPLER_BYTES_PER_LOGIT)}, got {profile!r}")
         if case.mode not in MODES:
             raise CaseError(f"{where}: mode must be one of {', '.join(MODES)}")
         needs = {"open": "rate_per_s", "closed": "concurrency"}.get(case.mode)
@@ -194,11 +199,17 @@ def run_case(case: Case, source: dict[str, Any], calibration: str | None = None,
              overrides: dict[str, float] | None = None) -> dict[str, float]:
     """Predicted metrics for the case, as the measured ones are named."""
     spec = case_spec(case, source, calibration, overrides)
+    # The start-up sampler run the source's engine version makes (plan/memory.py
+    # SAMPLER_BYTES_PER_LOGIT); the spec's engine (the simulator) stands for the vLLM we target.
+    sampler_profile = source.get("sampler_profile")
     if case.pool is not None:  # one pool of a prefill/decode pair (bench/fidelity_pd.py)
         return run_pool_case(spec, case.layout, case.pool, case.requests, case.input_tokens,
-                             case.output_tokens)
+                             case.output_tokens, sampler_profile)
     layout = parse_layout(case.layout)
-    engines = spec_engines(spec, plan_inputs(spec), layout)
+    inputs = plan_inputs(spec)
+    if sampler_profile is not None:
+        inputs = replace(inputs, sampler_profile=sampler_profile)
+    engines = spec_engines(spec, inputs, layout)
     n, inp, out = case.requests, case.input_tokens, case.output_tokens
     # Each prompt its own content, shared with no other (the benchmarks send random tokens): with
     # prefix caching (vLLM's default) a preempted request finds the blocks it computed before while

@@ -12,6 +12,8 @@ resources for the non-tested phase" (LMSYS, 2025-05-05).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from orchestrator.disagg import parse_disagg
 from orchestrator.plan.candidates import disagg_candidate
 from orchestrator.plan.from_spec import plan_inputs
@@ -25,9 +27,12 @@ POOLS = ("prefill", "decode")
 
 
 def run_pool_case(spec: SweepSpec, layout: str, pool: str, requests: int, input_tokens: int,
-                  output_tokens: int) -> dict[str, float]:
-    """Predicted metrics of one pool of `layout` (a pair), as the case measured it."""
+                  output_tokens: int, sampler_profile: str | None = None) -> dict[str, float]:
+    """Predicted metrics of one pool of `layout` (a pair), as the case measured it; `sampler_profile`
+    replaces the spec's (the source's engine version: bench/fidelity.py case_inputs)."""
     inputs = plan_inputs(spec)
+    if sampler_profile is not None:
+        inputs = replace(inputs, sampler_profile=sampler_profile)
     cand = disagg_candidate(spec, parse_disagg(layout), inputs.settings)
     prefill, decode, _ = pd_engines(inputs, cand)
     if pool == "prefill":

@@ -156,6 +156,10 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,
         engine=spec.engine.name,
+        # SGLang sizes its pool from mem_fraction_static without a sampler run; the simulator with
+        # TensorRT-LLM's scheduler stands in for an engine whose KV fraction is of the memory left.
+        sampler_profile=("none" if spec.engine.name == "sglang"
+                         or spec.engine.sim_scheduler == "guaranteed-no-evict" else "in-place"),
         itl_tail_fraction=itl_tail_fraction(spec),
     )
 

@@ -120,3 +120,37 @@ def kv_values_per_token_per_layer(cfg: ModelConfig, tp: int) -> int:
 def kv_bytes_per_token(cfg: ModelConfig, kv_bytes_per_value: float) -> float:
     """kappa for the whole model on one GPU, full-attention layers only (plan/kv.py)."""
     return kv.kv_bytes_per_token(cfg, kv_bytes_per_value)
+
+
+
+# vLLM sizes its KV pool after a start-up profile run and counts that run's peak out of it (read in
+# vllm-project/vllm at commit 000fc94b754f66aeb60ef5acf1ea2e94cdc65164): v1/worker/gpu_worker.py
+# determine_available_memory runs GPUModelRunner.profile_run and keeps total memory x
+# gpu_memory_utilization less the weights, the run's peak and the memory outside torch for KV.
+# profile_run (v1/worker/gpu_model_runner.py) runs the model on max_num_batched_tokens tokens split into
+# min(tokens, max_num_seqs) requests, then `_dummy_sampler_run` on the last token of each: one row of
+# logits per request over the whole vocabulary (V1 gathers the logits to every TP rank, and every rank
+# samples), with top-k and top-p on. Bytes per row x vocabulary entry alive at that run's peak, by
+# how the engine applies top-k/top-p:
+# - "in-place" (the vLLM we target, 0.33; Triton top-k/top-p since vllm-project/vllm PR #33538, Feb
+#   2026): compute_logits' rows in the model dtype (2, alive until the run ends), Sampler.forward's
+#   float32 copy (4), masked in place by v1/sample/ops/topk_topp_triton.py; the second, seeded call
+#   takes forward_native, whose float32 softmax (4) feeds random_sample's exponential draw of the same
+#   size (4, divided in place);
+# - "sort" (vLLM before PR #33538, e.g. 0.10 and 0.11, measured in bench/fidelity_cases.yaml):
+#   apply_top_k_top_p sorts the float32 rows, so beside the 2 + 4 it holds the sorted values (4),
+#   their int64 indices (8), the float32 probabilities of the top-p cumsum (4), the top-k and top-p
+#   boolean masks (1 + 1) and the rows scattered back into a new tensor (4);
+# - "none": an engine that sizes its pool without a sampler run (SGLang's mem_fraction_static; the
+#   simulator standing in for TensorRT-LLM, whose KV fraction is of the memory left after its own).
+SAMPLER_BYTES_PER_LOGIT = {"in-place": 2.0 + 4.0 + 4.0 + 4.0,
+                           "sort": 2.0 + 4.0 + 4.0 + 8.0 + 4.0 + 1.0 + 1.0 + 4.0,
+                           "none": 0.0}
+
+
+def sampler_profile_bytes(vocab_size: int, max_num_seqs: int, max_num_batched_tokens: int,
+                          sampler_profile: str = "in-place") -> float:
+    """Peak bytes of the engine's start-up sampler run on each GPU of the last PP stage, counted out
+    of its KV pool; see SAMPLER_BYTES_PER_LOGIT."""
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    return float(rows) * vocab_size * SAMPLER_BYTES_PER_LOGIT[sampler_profile]

@@ -19,7 +19,7 @@ from orchestrator.plan.checks import Cluster, layout_problems
 from orchestrator.plan.cost import LayoutCost, StepParts, build_layout_cost
 from orchestrator.plan.experts import imbalance, lognormal_popularity, place_redundant
 from orchestrator.plan.kv import KVCacheShape
-from orchestrator.plan.memory import WeightFormat
+from orchestrator.plan.memory import WeightFormat, sampler_profile_bytes
 from orchestrator.plan.params import ParamCounts, count_params
 from orchestrator.plan.speculative import SpeculativeSettings
 from orchestrator.plan.speculative_cost import SpeculativeCost, build_speculative_cost
@@ -53,6 +53,9 @@ class PlanInputs:
     # bf16 attention); None: weight_bytes_per_value for all of them.
     weight_format: WeightFormat | None = None
     engine: str = "vllm"  # whose load-time rules the checks apply where engines differ (sglang or vLLM's)
+    # How the engine's start-up sampler run, counted out of the KV pool, holds its logits: a key of
+    # plan/memory.py SAMPLER_BYTES_PER_LOGIT ("in-place": the vLLM we target; "none": no such run).
+    sampler_profile: str = "in-place"
     # The ITL bound's tail: 1 - percentile/100 of the binding ITL bound (0.01 for itl_p99_ms), 0 when the
     # binding bound is on TPOT (a per-request mean). Steps that carry a prompt chunk are the ITL tail.
     itl_tail_fraction: float = 0.0
@@ -245,6 +248,7 @@ class KVCapacity:
     heaviest_weight_bytes: float
     usable_bytes: float
     draft_kv_bytes_per_token: float = 0.0
+    sampler_bytes: float = 0.0  # the last stage's start-up sampler peak (plan/memory.py), out of its room
 
     def _kv_rooms(self) -> tuple[float, ...]:
         """Each stage's room for the model's own KV: the last stage's less its drafter's share."""
@@ -287,6 +291,9 @@ def kv_capacity(inputs: PlanInputs, cost: LayoutCost, spec: SpeculativeCost | No
     """The rank's KV capacity; a drafter (`spec`) adds its weights and its KV on the last stage."""
     reserve = inputs.assumptions.runtime_reserve_bytes
     usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
+    # Only the last PP stage samples, so only its GPUs hold the sampler run's peak.
+    sampler = sampler_profile_bytes(inputs.cfg.vocab_size, inputs.max_num_seqs, inputs.max_num_batched_tokens,
+                                    inputs.sampler_profile)
     rooms, shapes, heaviest = [], [], 0.0
     last = len(cost.stages) - 1
     for i, st in enumerate(cost.stages):
@@ -294,11 +301,11 @@ def kv_capacity(inputs: PlanInputs, cost: LayoutCost, spec: SpeculativeCost | No
         if spec is not None and i == last:
             weights += spec.draft_weight_bytes_per_gpu
         heaviest = max(heaviest, weights)
-        rooms.append(usable - weights)
+        rooms.append(usable - weights - (sampler if i == last else 0.0))
         assert st.kv_shape is not None  # build_layout_cost always sets it
         shapes.append(st.kv_shape)
     draft_kv = spec.draft_kv_bytes_per_token_per_gpu if spec is not None else 0.0
-    return KVCapacity(tuple(rooms), tuple(shapes), heaviest, usable, draft_kv)
+    return KVCapacity(tuple(rooms), tuple(shapes), heaviest, usable, draft_kv, sampler)
 
 
 def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost,
@@ -436,8 +443,9 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
     stage0 = cost.stages[0]
     if kv_tokens < 0:
+        reserve = inputs.assumptions.runtime_reserve_bytes + cap.sampler_bytes
         reject.append(f"weights {weights / GB:.1f} GB per GPU + reserve "
-                      f"{inputs.assumptions.runtime_reserve_bytes / GB:.1f} GB exceed the usable "
+                      f"{reserve / GB:.1f} GB exceed the usable "
                       f"{(usable + inputs.assumptions.runtime_reserve_bytes) / GB:.1f} GB "
                       f"({inputs.gpu_memory_utilization:g} of {inputs.gpu.memory_bytes / GB:.0f} GB)")
         kv_tokens = 0
