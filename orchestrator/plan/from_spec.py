@@ -14,7 +14,7 @@ from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.experts import load_expert_stats
-from orchestrator.plan.memory import WeightFormat
+from orchestrator.plan.memory import WeightFormat, engine_sampler_profile
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.plan.settings_grid import base_request
 from orchestrator.spec.models import ModelSpec, SweepSpec
@@ -156,10 +156,7 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
         expert_popularity=popularity,
         num_redundant_experts=spec.engine.num_redundant_experts,
         engine=spec.engine.name,
-        # SGLang sizes its pool from mem_fraction_static without a sampler run; the simulator with
-        # TensorRT-LLM's scheduler stands in for an engine whose KV fraction is of the memory left.
-        sampler_profile=("none" if spec.engine.name == "sglang"
-                         or spec.engine.sim_scheduler == "guaranteed-no-evict" else "in-place"),
+        sampler_profile=engine_sampler_profile(spec.engine.name, spec.engine.sim_scheduler),
         itl_tail_fraction=itl_tail_fraction(spec),
     )
 

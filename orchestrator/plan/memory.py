@@ -154,3 +154,11 @@ def sampler_profile_bytes(vocab_size: int, max_num_seqs: int, max_num_batched_to
     of its KV pool; see SAMPLER_BYTES_PER_LOGIT."""
     rows = min(max_num_seqs, max_num_batched_tokens)
     return float(rows) * vocab_size * SAMPLER_BYTES_PER_LOGIT[sampler_profile]
+
+
+def engine_sampler_profile(engine: str, sim_scheduler: str = "vllm") -> str:
+    """The SAMPLER_BYTES_PER_LOGIT key of an engine orch runs: SGLang sizes its pool from
+    mem_fraction_static without a sampler run; the simulator under TensorRT-LLM's scheduler
+    (guaranteed-no-evict) stands in for an engine whose KV fraction is of the memory left; vLLM and
+    the simulator under vLLM's scheduler run the vLLM we target."""
+    return "none" if engine == "sglang" or sim_scheduler == "guaranteed-no-evict" else "in-place"

@@ -33,6 +33,7 @@ from orchestrator.errors import OrchError, SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
+from orchestrator.plan.memory import engine_sampler_profile
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore, Seq
@@ -438,6 +439,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         kv_bytes_per_value=kv_bytes_per_value(
             "bf16" if args.kv_cache_dtype == "auto" else args.kv_cache_dtype),
         assumptions=assumptions,
+        sampler_profile=engine_sampler_profile("sim", args.scheduler),
         fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
     )
     engines = replica_engines(inputs, layout, reserve_whole_kv=args.scheduler == "guaranteed-no-evict")
