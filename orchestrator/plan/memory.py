@@ -132,24 +132,27 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_bytes_per_value: float) -> float:
 # logits per request over the whole vocabulary (V1 gathers the logits to every TP rank, and every rank
 # samples), with top-k and top-p on. Bytes per row x vocabulary entry alive at that run's peak, by
 # how the engine applies top-k/top-p:
-# - "in-place" (the vLLM we target, 0.33; Triton top-k/top-p since vllm-project/vllm PR #33538, Feb
-#   2026): compute_logits' rows in the model dtype (2, alive until the run ends), Sampler.forward's
-#   float32 copy (4), masked in place by v1/sample/ops/topk_topp_triton.py; the second, seeded call
-#   takes forward_native, whose float32 softmax (4) feeds random_sample's exponential draw of the same
-#   size (4, divided in place);
-# - "sort" (vLLM before PR #33538, e.g. 0.10 and 0.11, measured in bench/fidelity_cases.yaml):
+# - "no-sort" (the vLLM we target, 0.33, and vLLM up to 0.11.0): compute_logits' rows in the model
+#   dtype (2, alive until the run ends) and Sampler.forward's float32 copy (4), then two float32
+#   tensors of the same size (4 + 4). In 0.33 the top-k/top-p mask is applied in place by Triton
+#   (v1/sample/ops/topk_topp_triton.py, PR #33538) and the second, seeded call takes forward_native:
+#   a float32 softmax feeding random_sample's exponential draw (divided in place). Up to 0.11.0 the
+#   FlashInfer sampler was on by default (VLLM_USE_FLASHINFER_SAMPLER unset means on in V1, until PR
+#   #26859 of 2025-10-15) and top_k_top_p_sampling_from_logits holds the masked logits and their
+#   softmax; PR #40376 turned it on by default again, with the same peak;
+# - "sort" (vLLM built between PR #26859 and PR #33538 of Feb 2026, or without FlashInfer before it):
 #   apply_top_k_top_p sorts the float32 rows, so beside the 2 + 4 it holds the sorted values (4),
 #   their int64 indices (8), the float32 probabilities of the top-p cumsum (4), the top-k and top-p
 #   boolean masks (1 + 1) and the rows scattered back into a new tensor (4);
 # - "none": an engine that sizes its pool without a sampler run (SGLang's mem_fraction_static; the
 #   simulator standing in for TensorRT-LLM, whose KV fraction is of the memory left after its own).
-SAMPLER_BYTES_PER_LOGIT = {"in-place": 2.0 + 4.0 + 4.0 + 4.0,
+SAMPLER_BYTES_PER_LOGIT = {"no-sort": 2.0 + 4.0 + 4.0 + 4.0,
                            "sort": 2.0 + 4.0 + 4.0 + 8.0 + 4.0 + 1.0 + 1.0 + 4.0,
                            "none": 0.0}
 
 
 def sampler_profile_bytes(vocab_size: int, max_num_seqs: int, max_num_batched_tokens: int,
-                          sampler_profile: str = "in-place") -> float:
+                          sampler_profile: str = "no-sort") -> float:
     """Peak bytes of the engine's start-up sampler run on each GPU of the last PP stage, counted out
     of its KV pool; see SAMPLER_BYTES_PER_LOGIT."""
     rows = min(max_num_seqs, max_num_batched_tokens)
@@ -161,4 +164,4 @@ def engine_sampler_profile(engine: str, sim_scheduler: str = "vllm") -> str:
     mem_fraction_static without a sampler run; the simulator under TensorRT-LLM's scheduler
     (guaranteed-no-evict) stands in for an engine whose KV fraction is of the memory left; vLLM and
     the simulator under vLLM's scheduler run the vLLM we target."""
-    return "none" if engine == "sglang" or sim_scheduler == "guaranteed-no-evict" else "in-place"
+    return "none" if engine == "sglang" or sim_scheduler == "guaranteed-no-evict" else "no-sort"

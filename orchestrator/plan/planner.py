@@ -54,8 +54,8 @@ class PlanInputs:
     weight_format: WeightFormat | None = None
     engine: str = "vllm"  # whose load-time rules the checks apply where engines differ (sglang or vLLM's)
     # How the engine's start-up sampler run, counted out of the KV pool, holds its logits: a key of
-    # plan/memory.py SAMPLER_BYTES_PER_LOGIT ("in-place": the vLLM we target; "none": no such run).
-    sampler_profile: str = "in-place"
+    # plan/memory.py SAMPLER_BYTES_PER_LOGIT ("no-sort": the vLLM we target; "none": no such run).
+    sampler_profile: str = "no-sort"
     # The ITL bound's tail: 1 - percentile/100 of the binding ITL bound (0.01 for itl_p99_ms), 0 when the
     # binding bound is on TPOT (a per-request mean). Steps that carry a prompt chunk are the ITL tail.
     itl_tail_fraction: float = 0.0

@@ -26,10 +26,10 @@ def _inputs(profile: str, **settings: int) -> PlanInputs:
 
 def test_rows_are_the_profile_runs_requests_over_the_whole_vocabulary() -> None:
     # 256 requests of the 8,192-token run; a 128-token budget gives 128 one-token requests.
-    assert sampler_profile_bytes(128256, 256, 8192, "in-place") == 256 * 128256 * 14.0
+    assert sampler_profile_bytes(128256, 256, 8192, "no-sort") == 256 * 128256 * 14.0
     assert sampler_profile_bytes(128256, 1024, 128, "sort") == 128 * 128256 * 28.0
     assert sampler_profile_bytes(128256, 256, 8192, "none") == 0.0
-    assert SAMPLER_BYTES_PER_LOGIT["sort"] > SAMPLER_BYTES_PER_LOGIT["in-place"]
+    assert SAMPLER_BYTES_PER_LOGIT["sort"] > SAMPLER_BYTES_PER_LOGIT["no-sort"]
 
 
 @pytest.mark.parametrize("layout", ["tp4", "tp2pp2"])
@@ -38,8 +38,8 @@ def test_only_the_last_stage_loses_the_sampler_peak(layout: str) -> None:
     base = _inputs("none", max_num_seqs=1024)
     cost = layout_cost(base, shape)
     without = kv_capacity(base, cost)
-    with_ = kv_capacity(_inputs("in-place", max_num_seqs=1024), cost)
-    peak = sampler_profile_bytes(LLAMA70.vocab_size, 1024, 8192, "in-place")
+    with_ = kv_capacity(_inputs("no-sort", max_num_seqs=1024), cost)
+    peak = sampler_profile_bytes(LLAMA70.vocab_size, 1024, 8192, "no-sort")
     assert with_.sampler_bytes == peak
     assert with_.rooms[-1] == pytest.approx(without.rooms[-1] - peak)
     assert with_.rooms[:-1] == without.rooms[:-1]
@@ -47,9 +47,9 @@ def test_only_the_last_stage_loses_the_sampler_peak(layout: str) -> None:
 
 
 def test_more_sequences_leave_less_kv() -> None:
-    cost = layout_cost(_inputs("in-place"), parse_layout("tp4"))
-    small = kv_capacity(_inputs("in-place", max_num_seqs=64), cost).tokens
-    large = kv_capacity(_inputs("in-place", max_num_seqs=1024), cost).tokens
+    cost = layout_cost(_inputs("no-sort"), parse_layout("tp4"))
+    small = kv_capacity(_inputs("no-sort", max_num_seqs=64), cost).tokens
+    large = kv_capacity(_inputs("no-sort", max_num_seqs=1024), cost).tokens
     assert large < small
 
 
@@ -62,8 +62,8 @@ def _spec(engine: dict[str, object]) -> SweepSpec:
 
 
 def test_engines_without_a_sampler_run_keep_their_pool() -> None:
-    assert plan_inputs(_spec({"name": "vllm"})).sampler_profile == "in-place"
-    assert plan_inputs(_spec({"name": "sim"})).sampler_profile == "in-place"
+    assert plan_inputs(_spec({"name": "vllm"})).sampler_profile == "no-sort"
+    assert plan_inputs(_spec({"name": "sim"})).sampler_profile == "no-sort"
     assert plan_inputs(_spec({"name": "sglang"})).sampler_profile == "none"
     no_evict = _spec({"name": "sim", "sim_scheduler": "guaranteed-no-evict"})
     assert plan_inputs(no_evict).sampler_profile == "none"
