@@ -9,6 +9,7 @@ the communication of that stage; a token visits every stage.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.catalog.types import LINEAR, MAMBA, GPUSpec, LinkSpec, ModelConfig
@@ -122,6 +123,8 @@ class LayoutCost:
     # prices a step per engine iteration, and a busy engine's batch size repeats while its context grows.
     _by_tokens: dict[float, tuple[TokenPart, ...]] = field(default_factory=dict, init=False, repr=False,
                                                            compare=False)
+    _decode_pricers: dict[int, Callable[[float, float], float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
     attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
     expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
@@ -291,6 +294,35 @@ class LayoutCost:
         pp = (p - 1) * p2p_time_s(t * self.cfg.hidden_size * self.activation_bytes, self.pp_link)
         # A round can be no shorter than one token's trip through every stage.
         return max(m * slowest + pp, total + pp) + self.step_overhead_s
+
+    def decode_pricer(self, decodes: int) -> Callable[[float, float], float] | None:
+        """`round_s` of a plain decode step of `decodes` sequences (one token each, no prefill), as a
+        function of (kv_tokens, attn_pairs), or None where the layout needs the general `round_s` (PP,
+        window or state layers). Kept per batch size: a busy engine decodes many steps at one batch size
+        while its context grows, and this skips the per-stage calls. The same operations in the same
+        order as `round_s` with one stage (m = 1, no prefill pairs: attention at the decode rate), so
+        bit-identical to it."""
+        pricer = self._decode_pricers.get(decodes)
+        if pricer is not None or len(self.stages) != 1:
+            return pricer
+        st = self.stages[0]
+        if st.has_side_kv or st.window_attn_flops_per_pair:
+            return None
+        w, gemms, experts, tp, ep = self._token_parts(decodes / 1, keep=True)[0]
+        kv_per_token, hbm = st.kv_bytes_per_token, self.hbm_bytes_per_s
+        per_pair = st.decode_attn_flops_per_pair or st.attn_flops_per_pair
+        attn_rate = self.attn_flops_per_s or self.flops_per_s
+        over = self.step_overhead_s
+
+        def price(kv_tokens: float, attn_pairs: float) -> float:
+            read = w + kv_per_token * kv_tokens / hbm
+            comp = gemms + per_pair * attn_pairs / attn_rate
+            if experts:
+                comp += experts
+            return (read if read > comp else comp) + tp + ep + over
+
+        self._decode_pricers[decodes] = price
+        return price
 
     def prefill(self, prompt_tokens: int) -> StepParts:
         """One prompt prefilled alone (TTFT without queueing): causal attention over T(T+1)/2 pairs."""

@@ -27,6 +27,7 @@ implied by the step counter, and finishes come off a heap, so 100k-request runs 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -261,8 +262,8 @@ class EngineCore:
         cache = self.cache
         if not chunks and (preempted or not self.waiting or len(self.running) >= cfg.max_num_seqs):
             # Pure decode step, the common case: nothing to admit or continue.
-            if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-                cache.trim(int((capacity - used) // self.cache_block))
+            if cache is not None:
+                cache.trim_later(int((capacity - used) // self.cache_block))
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
@@ -289,8 +290,8 @@ class EngineCore:
             chunks.append((seq, chunk))
             budget -= chunk
             used += taken + chunk + half_block + side
-        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-            cache.trim(int((capacity - used) // self.cache_block))
+        if cache is not None:
+            cache.trim_later(int((capacity - used) // self.cache_block))
         prefill_pairs = 0.0
         prefix = 0
         for seq, chunk in chunks:
@@ -324,10 +325,74 @@ class EngineCore:
             return None
         self.step_index = step + 1
         cache = self.cache
-        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-            cache.trim(int((capacity - used) // self.cache_block))
+        if cache is not None:
+            cache.trim_later(int((capacity - used) // self.cache_block))
         ctx = self.decode_ctx
         return StepPlan(step + 1, decodes, ctx, float(ctx + decodes), decodes, (), len(self.running))
+
+    def decode_steps(self, plan: StepPlan, end_s: float, bound_s: float,
+                     ends: list[float]) -> tuple[StepPlan, float] | None:
+        """`plan` ended at `end_s`: when it and the next step are plain decodes (`next_decode`), apply
+        it, and so on for every next step that ends before `bound_s` (the next event that could touch
+        this engine: an arrival, a sample, another engine's step). Each applied step's end is appended
+        to `ends`. Returns the step then in flight and its end, or None when `plan` needs the general
+        path (nothing applied). Without speculation, and unless a subclass prices steps itself, the
+        steps are applied in one loop: a plain decode keeps its batch (so its step price) and only the
+        decoding context grows, one token per sequence per step (integers, so every sum is exact)."""
+        if (self.spec is not None or type(self).step_time_s is not EngineCore.step_time_s
+                or type(self).kv_used_tokens is not EngineCore.kv_used_tokens):
+            return self._decode_steps_one_by_one(plan, end_s, bound_s, ends)
+        decodes = plan.decodes
+        step = plan.index
+        heap = self.finish_heap
+        finish = heap[0][0] if heap else math.inf  # the first step that ends a request
+        cfg = self.config
+        running = len(self.running)
+        if (plan.prefill_chunks or self.prefilling or not decodes or finish <= step
+                or (self.waiting and running < cfg.max_num_seqs)):
+            return None
+        price = self.cost.decode_pricer(decodes)
+        ctx = self.decode_ctx
+        # kv_used_tokens() beside the decoding context, and the step's own KV slots (next_decode's sum)
+        rest = self.kv_used_tokens() - ctx + decodes * self.decode_tokens
+        if price is None or type(rest) is not int or type(ctx) is not int:  # floats: sums not exact
+            return self._decode_steps_one_by_one(plan, end_s, bound_s, ends)
+        capacity = cfg.kv_capacity_tokens
+        used = -1
+        while step < finish:
+            grown = ctx + decodes
+            if grown + rest > capacity:  # the next step preempts: the general path does it
+                break
+            ctx, used = grown, grown + rest
+            step += 1
+            ends.append(end_s)
+            end_s += price(ctx, float(ctx + decodes))
+            if end_s >= bound_s:
+                break
+        if used < 0:
+            return None
+        self.decode_ctx = ctx
+        self.step_index = step
+        cache = self.cache
+        # One trim for the steps applied: the room only shrinks as the context grows (trim_later).
+        if cache is not None:
+            cache.trim_later(int((capacity - used) // self.cache_block))
+        return StepPlan(step, decodes, ctx, float(ctx + decodes), decodes, (), running), end_s
+
+    def _decode_steps_one_by_one(self, plan: StepPlan, end_s: float, bound_s: float,
+                                 ends: list[float]) -> tuple[StepPlan, float] | None:
+        """decode_steps through next_decode and step_time_s, step by step."""
+        nxt = self.next_decode(plan)
+        if nxt is None:
+            return None
+        while True:
+            ends.append(end_s)
+            plan, end_s = nxt, end_s + self.step_time_s(nxt)
+            if end_s >= bound_s:
+                return plan, end_s
+            nxt = self.next_decode(plan)
+            if nxt is None:
+                return plan, end_s
 
     def step_time_s(self, plan: StepPlan) -> float:
         """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
@@ -337,6 +402,10 @@ class EngineCore:
             return self.spec.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
                                      decodes=plan.decodes, prefill_pairs=plan.prefill_pairs,
                                      prefix_tokens=plan.prefix_tokens)
+        if plan.sequences == plan.decodes == plan.tokens:  # a plain decode step: its batch size's pricer
+            price = self.cost.decode_pricer(plan.decodes)
+            if price is not None:
+                return price(plan.kv_tokens, plan.attn_pairs)
         return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
                                  prefill_pairs=plan.prefill_pairs, prefix_tokens=plan.prefix_tokens)
 

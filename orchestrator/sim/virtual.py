@@ -245,11 +245,17 @@ class VirtualRun:
                 eng = engines[e]
                 plan = plans[e]
                 assert plan is not None
-                nxt = eng.next_decode(plan)
-                if nxt is not None:  # a plain decode step after a plain decode step (hot path)
-                    step_ends[e].append(now)
-                    plans[e] = nxt
-                    push(busy, (now + eng.step_time_s(nxt), e))
+                # A plain decode step after a plain decode step (hot path), and the steps after it
+                # that end before anything else can happen: the next arrival or request past the
+                # front end, the next sample, another engine's step (whose end may send this engine a
+                # request). Ties go to the general order.
+                bound = min(next_in, busy[0][0]) if busy else next_in
+                if sampling and self.next_sample < bound:
+                    bound = self.next_sample
+                ran = eng.decode_steps(plan, now, bound, step_ends[e])
+                if ran is not None:
+                    plans[e] = ran[0]
+                    push(busy, (ran[1], e))
                     continue
                 finished = eng.complete(plan)[1]
                 step_ends[e].append(now)
