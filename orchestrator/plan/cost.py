@@ -147,7 +147,7 @@ class LayoutCost:
         if parts is None:
             moe_tokens, per_rank = self._moe_tokens(tokens)
             touched = self.touched_fraction(moe_tokens)
-            parts = tuple(self._token_part(st, tokens, touched, per_rank) for st in self.stages)
+            parts = tuple([self._token_part(st, tokens, touched, per_rank) for st in self.stages])
             if keep:
                 self._by_tokens[tokens] = parts
         return parts

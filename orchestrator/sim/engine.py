@@ -246,13 +246,15 @@ class EngineCore:
             decodes = len(self.decoding)
             budget = cfg.max_num_batched_tokens - decodes * self.decode_tokens
             chunks: list[tuple[Seq, int]] = []
+            chunked = 0  # tokens of the chunks (an integer sum: in any order)
             for seq in self.prefilling.values():
                 if budget <= 0:
                     break
                 chunk = min(seq.prefill_target - seq.computed, budget)
                 chunks.append((seq, chunk))
+                chunked += chunk
                 budget -= chunk
-            used = self.kv_used_tokens() + decodes * self.decode_tokens + sum(c for _, c in chunks)
+            used = self.kv_used_tokens() + decodes * self.decode_tokens + chunked
             if used <= capacity or not self.running:
                 break
             self._preempt_last()
@@ -265,12 +267,14 @@ class EngineCore:
             if cache is not None:
                 cache.trim_later(int((capacity - used) // self.cache_block))
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
+        side_fn = cfg.side_kv_tokens
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
-            shared, hit, taken = self._lookup(seq) if cache is not None else (0, 0, 0)
+            # Only a request with content can hit (a random prompt shares nothing)
+            shared, hit, taken = self._lookup(seq) if cache is not None and seq.hashes else (0, 0, 0)
             chunk = min(seq.prefill_target - hit, budget)
-            side = self._side(seq.prompt_tokens + seq.max_tokens)
+            side = side_fn(seq.prompt_tokens + seq.max_tokens) if side_fn is not None else 0
             if used + taken + chunk + half_block + side > capacity:
                 break
             if cfg.reserve_whole_kv:
@@ -284,10 +288,14 @@ class EngineCore:
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
             if cache is not None:
-                self._take(seq, shared, hit)
+                if seq.hashes:
+                    self._take(seq, shared, hit)
+                else:  # the lookup counted, a miss (nothing else of _take applies)
+                    cache.record(seq.prefill_target, 0, seq.preemptions > 0)
             seq.side_kv = side
             self.side_kv += side
             chunks.append((seq, chunk))
+            chunked += chunk
             budget -= chunk
             used += taken + chunk + half_block + side
         if cache is not None:
@@ -297,7 +305,7 @@ class EngineCore:
         for seq, chunk in chunks:
             prefix += seq.computed
             prefill_pairs += chunk * (seq.computed + (chunk + 1) / 2)
-        tokens = decodes + sum(c for _, c in chunks)
+        tokens = decodes + chunked
         return StepPlan(self.step_index, tokens, kv_tokens + prefix, pairs + prefill_pairs, decodes,
                         tuple(chunks), len(self.running), prefill_pairs, prefix)
 
@@ -525,11 +533,11 @@ class EngineCore:
         if cache is None:
             return
         full = computed // self.cache_block
-        if seq.hashes:
-            cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)),
-                          seq.content if cache.partial_reuse else None)
-        else:
+        if not seq.hashes:  # nothing held (a request without content holds no cached block)
             cache.release_anonymous(full)
+            return
+        cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)),
+                      seq.content if cache.partial_reuse else None)
         self.held_kv -= seq.held * self.cache_block
         seq.held = 0
 

@@ -316,7 +316,8 @@ class PrefixCache:
         Anonymous blocks freed one after another are one run: nothing tells them apart, and eviction
         takes them in order either way (so a workload without shared content keeps one run)."""
         if blocks > 0:
-            self.settle()
+            if self.trim_room != NO_TRIM:  # settle(), inline: once per request
+                self.trim(NO_TRIM)
             runs = self.runs
             if runs and runs[-1].anonymous:
                 runs[-1].anonymous += blocks
@@ -348,6 +349,13 @@ class PrefixCache:
         room = max(min(room_blocks, self.trim_room), 0)
         self.trim_room = NO_TRIM
         runs = self.runs
+        if self._free > room and runs and runs[0].anonymous > self._free - room:
+            # The common case without shared content: part of the oldest run, an anonymous one.
+            take = self._free - room
+            runs[0].anonymous -= take
+            self._free = room
+            self.evicted_blocks += take
+            return
         while self._free > room and runs:
             run = runs[0]
             if run.anonymous:
