@@ -105,6 +105,9 @@ def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
 
 # (weight read, token GEMMs, routed experts, tp comm, ep comm) seconds: LayoutCost._token_part
 TokenPart = tuple[float, float, float, float, float]
+# Token counts whose parts are kept whatever they are: the planner prices a few dozen per layout
+# (decode batches, prefill chunks, prompts); the simulator's many prefill-chunk counts stop here.
+KEEP_ANY_TOKENS = 64
 
 @dataclass(frozen=True)
 class LayoutCost:
@@ -142,13 +145,14 @@ class LayoutCost:
     def _token_parts(self, tokens: float, *, keep: bool = False) -> tuple[TokenPart, ...]:
         """Each stage's `_token_part`; kept (keep=True) for a decode step's token count, a batch size: few
         values that repeat. A prefill chunk's token counts are many, and thousands of small kept tuples
-        scattered over the heap held 25 MB more of a 100,000-request simulation at its peak."""
+        scattered over the heap held 25 MB more of a 100,000-request simulation at its peak: other
+        counts are kept only while fewer than KEEP_ANY_TOKENS are."""
         parts = self._by_tokens.get(tokens)
         if parts is None:
             moe_tokens, per_rank = self._moe_tokens(tokens)
             touched = self.touched_fraction(moe_tokens)
             parts = tuple([self._token_part(st, tokens, touched, per_rank) for st in self.stages])
-            if keep:
+            if keep or len(self._by_tokens) < KEEP_ANY_TOKENS:
                 self._by_tokens[tokens] = parts
         return parts
 
