@@ -21,89 +21,23 @@ sim/prefix_cache.py, and this module calls them at admission, after each prompt 
 request ends or is preempted (its blocks stay cached for its recompute).
 
 Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
-implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
+implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast. Runs of
+plain decode steps are applied in one loop by sim/decode_steps.py; the requests and step batches
+(`Seq`, `StepPlan`) and the engine's limits (`EngineConfig`) are defined in sim/seq.py.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from orchestrator.loadgen.content import Content, sim_answer_key
+from orchestrator.loadgen.content import sim_answer_key
 from orchestrator.plan.cost import LayoutCost
-from orchestrator.plan.speculative_cost import SpeculativeCost
 from orchestrator.sim.prefix_cache import PrefixCache
-from orchestrator.sim.speculative import phase_of, steps_to_emit, tokens_after
+from orchestrator.sim.seq import EngineConfig, Seq, StepPlan
+from orchestrator.sim.speculative import phase_of, steps_to_emit
 
 MIN_CACHE_BLOCK = 16  # the smallest block the prefix cache hashes (see EngineCore.__init__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """One simulated engine's limits: its KV capacity and the resolved settings (engines/settings.py)."""
-
-    kv_capacity_tokens: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
-    reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
-    prefix_caching: bool = False  # reuse cached prefix blocks (sim/prefix_cache.py)
-    # Hybrid models: a sequence's sliding-window/chunk/state blocks, in full-attention tokens, from its
-    # whole length (KVCapacity.side_tokens). Charged at admission, freed with the sequence.
-    side_kv_tokens: Callable[[int], int] | None = None
-    speculative: SpeculativeCost | None = None
-
-
-@dataclass
-class Seq:
-    """One request inside the engine. Token counts exclude nothing: `generated` counts emitted tokens."""
-
-    request_id: str
-    prompt_tokens: int
-    max_tokens: int
-    arrival_s: float
-    generated: int = 0  # tokens emitted, as of `decode_start_step` while decoding
-    computed: int = 0  # prefill progress over `prefill_target`
-    prefill_target: int = 0  # prompt (+ generated tokens when recomputing after preemption)
-    decode_start_step: int = -1  # first step this sequence decodes in; -1 while prefilling/waiting
-    segments: list[tuple[int, int]] = field(default_factory=list)  # (first, last) emitting steps
-    preemptions: int = 0
-    finished: bool = False
-    content: Content | None = None  # the prompt's segments (+ the answer once queued); None: unshared
-    hashes: Sequence[int] = ()  # block hashes of prompt + answer (prefix caching with content)
-    reserved: int = 0  # reserve_whole_kv: the KV reserved at admission
-    held: int = 0  # leading blocks this request holds in the prefix cache
-    cached_tokens: int = 0  # prompt tokens its first admission found cached
-    side_kv: int = 0  # window/state KV charged while running (EngineConfig.side_kv_tokens)
-    rate: float = 1.0  # tokens per decode step on average (speculative decoding: above 1)
-    phase: float = 0.0  # where in its burst pattern the sequence starts (sim/speculative.py)
-
-    def generated_at(self, step: int) -> int:
-        """Tokens emitted before `step` runs."""
-        if self.decode_start_step < 0:
-            return self.generated
-        steps = step - self.decode_start_step
-        if self.rate != 1.0:
-            return min(self.generated + tokens_after(steps, self.rate, self.phase), self.max_tokens)
-        return self.generated + steps
-
-
-@dataclass(slots=True)
-class StepPlan:  # not frozen: built once per engine step, and frozen dataclasses are slow to build
-    index: int
-    tokens: int  # new tokens computed (one per decode; speculation's drafts are priced apart)
-    kv_tokens: float  # context tokens whose KV is read
-    attn_pairs: float
-    decodes: int
-    prefill_chunks: tuple[tuple[Seq, int], ...]  # (sequence, tokens of its prompt computed now)
-    sequences: int  # running sequences in this step
-    # The part of attn_pairs that belongs to prefill chunks: MLA runs those in the cheaper
-    # non-absorbed form and the step's decodes in the absorbed one (LayoutCost._stage).
-    prefill_pairs: float = 0.0
-    prefix_tokens: int = 0  # prompt tokens computed before this step's chunks (MLA re-expands them)
 
 
 class EngineCore:
@@ -338,70 +272,6 @@ class EngineCore:
         ctx = self.decode_ctx
         return StepPlan(step + 1, decodes, ctx, float(ctx + decodes), decodes, (), len(self.running))
 
-    def decode_steps(self, plan: StepPlan, end_s: float, bound_s: float,
-                     ends: list[float]) -> tuple[StepPlan, float] | None:
-        """`plan` ended at `end_s`: when it and the next step are plain decodes (`next_decode`), apply
-        it, and so on for every next step that ends before `bound_s` (the next event that could touch
-        this engine: an arrival, a sample, another engine's step). Each applied step's end is appended
-        to `ends`. Returns the step then in flight and its end, or None when `plan` needs the general
-        path (nothing applied). Without speculation, and unless a subclass prices steps itself, the
-        steps are applied in one loop: a plain decode keeps its batch (so its step price) and only the
-        decoding context grows, one token per sequence per step (integers, so every sum is exact)."""
-        if (self.spec is not None or type(self).step_time_s is not EngineCore.step_time_s
-                or type(self).kv_used_tokens is not EngineCore.kv_used_tokens):
-            return self._decode_steps_one_by_one(plan, end_s, bound_s, ends)
-        decodes = plan.decodes
-        step = plan.index
-        heap = self.finish_heap
-        finish = heap[0][0] if heap else math.inf  # the first step that ends a request
-        cfg = self.config
-        running = len(self.running)
-        if (plan.prefill_chunks or self.prefilling or not decodes or finish <= step
-                or (self.waiting and running < cfg.max_num_seqs)):
-            return None
-        price = self.cost.decode_pricer(decodes)
-        ctx = self.decode_ctx
-        # kv_used_tokens() beside the decoding context, and the step's own KV slots (next_decode's sum)
-        rest = self.kv_used_tokens() - ctx + decodes * self.decode_tokens
-        if price is None or type(rest) is not int or type(ctx) is not int:  # floats: sums not exact
-            return self._decode_steps_one_by_one(plan, end_s, bound_s, ends)
-        capacity = cfg.kv_capacity_tokens
-        used = -1
-        while step < finish:
-            grown = ctx + decodes
-            if grown + rest > capacity:  # the next step preempts: the general path does it
-                break
-            ctx, used = grown, grown + rest
-            step += 1
-            ends.append(end_s)
-            end_s += price(ctx, float(ctx + decodes))
-            if end_s >= bound_s:
-                break
-        if used < 0:
-            return None
-        self.decode_ctx = ctx
-        self.step_index = step
-        cache = self.cache
-        # One trim for the steps applied: the room only shrinks as the context grows (trim_later).
-        if cache is not None:
-            cache.trim_later(int((capacity - used) // self.cache_block))
-        return StepPlan(step, decodes, ctx, float(ctx + decodes), decodes, (), running), end_s
-
-    def _decode_steps_one_by_one(self, plan: StepPlan, end_s: float, bound_s: float,
-                                 ends: list[float]) -> tuple[StepPlan, float] | None:
-        """decode_steps through next_decode and step_time_s, step by step."""
-        nxt = self.next_decode(plan)
-        if nxt is None:
-            return None
-        while True:
-            ends.append(end_s)
-            plan, end_s = nxt, end_s + self.step_time_s(nxt)
-            if end_s >= bound_s:
-                return plan, end_s
-            nxt = self.next_decode(plan)
-            if nxt is None:
-                return plan, end_s
-
     def step_time_s(self, plan: StepPlan) -> float:
         """Cost-model time of the step (PP micro-batches included: `LayoutCost.round_s`)."""
         if plan.tokens == 0:
@@ -541,3 +411,6 @@ class EngineCore:
         self.held_kv -= seq.held * self.cache_block
         seq.held = 0
 
+
+
+__all__ = ["MIN_CACHE_BLOCK", "EngineConfig", "EngineCore", "Seq", "StepPlan"]  # Seq & co. live in sim/seq.py

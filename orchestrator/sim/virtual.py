@@ -24,6 +24,7 @@ from orchestrator.loadgen.columns import GapSet, RequestColumns
 from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.sim.decode_steps import decode_steps
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
 from orchestrator.sim.prefix_cache import CacheStats
 from orchestrator.sim.speculative import burst_sizes
@@ -252,7 +253,7 @@ class VirtualRun:
                 bound = min(next_in, busy[0][0]) if busy else next_in
                 if sampling and self.next_sample < bound:
                     bound = self.next_sample
-                ran = eng.decode_steps(plan, now, bound, step_ends[e])
+                ran = decode_steps(eng, plan, now, bound, step_ends[e])
                 if ran is not None:
                     plans[e] = ran[0]
                     push(busy, (ran[1], e))
