@@ -43,11 +43,16 @@ SIM_ARGS = ["--layouts", "tp8", "--rates", "8", "--json"]
 ENV = dict(os.environ)  # the processes' environment: main() sets the bytecode cache
 
 
-def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, int]:
+# A checkout to run: its processes' environment and working directory (`python -c` puts the working
+# directory first on sys.path, so each tree's processes run in that tree's root).
+Tree = tuple[dict[str, str], Path]
+
+
+def run(argv: list[str], tree: Tree | None = None) -> tuple[float, float, float, int]:
     """(CPU s, wall s, max RSS MB, exit code) of one process."""
+    env, cwd = tree or (ENV, ROOT)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
-                            env=env or ENV)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -57,7 +62,7 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, floa
 Result = tuple[float, float, float, int]
 
 
-def best(argv: list[str], repeats: int, envs: list[dict[str, str]]) -> list[Result]:
+def best(argv: list[str], repeats: int, envs: list[Tree]) -> list[Result]:
     """Best of `repeats` per environment (this tree, and the --against tree), runs interleaved so that
     both see the same load."""
     for env in envs:
@@ -86,10 +91,10 @@ print(time.process_time() - t0)
 """
 
 
-def core_cpu_s(n: int, env: dict[str, str]) -> float:
+def core_cpu_s(n: int, tree: Tree) -> float:
     """CPU seconds of the simulator core alone on the requests `orch simulate` sends."""
     out = subprocess.run([sys.executable, "-c", CORE, QWEN, str(n)], capture_output=True, text=True,
-                         check=True, cwd=ROOT, env=env)
+                         check=True, cwd=tree[1], env=tree[0])
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -112,12 +117,13 @@ def main() -> None:
         else:
             ENV.pop("PYTHONDONTWRITEBYTECODE", None)
             ENV["PYTHONPYCACHEPREFIX"] = str(Path(d, "pycache"))
-        envs = [ENV]
+        envs: list[Tree] = [(ENV, ROOT)]
         if a.against:
             other = str(Path(a.against).resolve())
             if not Path(other, "orchestrator", "__init__.py").is_file():
                 sys.exit(f"--against {a.against}: no orchestrator package there")
-            envs.append({**ENV, "PYTHONPATH": os.pathsep.join(filter(None, [other, ENV.get("PYTHONPATH")]))})
+            path = os.pathsep.join(filter(None, [other, ENV.get("PYTHONPATH")]))
+            envs.append(({**ENV, "PYTHONPATH": path}, Path(other)))
         deepseek = str(Path(d, "deepseek-1024.yaml"))
         Path(deepseek).write_text(DEEPSEEK_1024)
         base = best([sys.executable, "-c", "pass"], a.repeats, envs[:1])[0]
@@ -144,15 +150,15 @@ def main() -> None:
           f"{'CPU / sim core':>15}{against}  goal")
     for label, res, goal in rows:
         cpu, wall, rss, code = res[0]
-        n = next((k for k in core if f"{k:,} requests" in label), None)
-        vs_core = f"{cpu / core[n][0]:.2f}" if n else "-"
+        size = next((k for k in core if f"{k:,} requests" in label), None)
+        vs_core = f"{cpu / core[size][0]:.2f}" if size else "-"
         failed = f"  (exit {code})" if code not in (0, 3, 7) else ""
         side = f" {res[1][0]:>13.3f} {cpu / res[1][0]:>6.2f}" if a.against else ""
         print(f"{label:<36} {cpu:>7.3f} {wall:>7.3f} {rss:>11.0f} {cpu / base[0]:>13.1f} "
               f"{vs_core:>15}{side}  {goal}{failed}")
-    for n, c in core.items():
+    for count, c in core.items():
         side = f" (against: {c[1]:.2f}, ratio {c[0] / c[1]:.2f})" if a.against else ""
-        print(f"simulator core alone, {n:,} requests: {c[0]:.2f} CPU s{side}")
+        print(f"simulator core alone, {count:,} requests: {c[0]:.2f} CPU s{side}")
     if a.against:
         print(f"against: {a.against} (ratio = this tree's CPU s / that one's)")
     cache = "no bytecode cache" if a.cold else "bytecode cached"
