@@ -14,14 +14,8 @@ from orchestrator.cli import app, make_console
 from orchestrator.cli.flags import parse_ints
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
-from orchestrator.plan.experts import (
-    contiguous_placement,
-    imbalance_vs_batch,
-    load_expert_stats,
-    lognormal_popularity,
-    place_redundant,
-    zipf_popularity,
-)
+from orchestrator.plan.expert_stats import load_expert_stats, lognormal_popularity, zipf_popularity
+from orchestrator.plan.experts import contiguous_placement, imbalance_vs_batch, place_redundant
 from orchestrator.plan.moe import touched_fraction
 
 

@@ -91,7 +91,7 @@ def resolve_sim(request: SettingsRequest, gpu: GPUSpec, model: ModelConfig) -> E
 
 
 def settings_flags(settings: EngineSettings) -> list[str]:
-    """Every resolved setting as a flag of the simulated server (sim/server.py parses them)."""
+    """Every resolved setting as a flag of the simulated server (sim/server_flags.py parses them)."""
     return ["--max-model-len", str(settings.max_model_len),
             "--max-num-seqs", str(settings.max_num_seqs),
             "--max-num-batched-tokens", str(settings.max_num_batched_tokens),
@@ -104,7 +104,7 @@ def settings_flags(settings: EngineSettings) -> list[str]:
 class SimEngine:
     name = "sim"
     version = VERSION
-    # the simulated server speaks vLLM's names (sim/server.py); its PD roles count their KV handovers
+    # the simulated server speaks vLLM's names (sim/serving.py); its PD roles count their KV handovers
     metrics: Mapping[str, str] = {**VLLM_METRICS, "orch_sim_kv_transfers_total": "kv_transfers",
                                   "orch_sim_kv_transfer_seconds_sum": "kv_transfer_s"}
     simulated = True  # its hardware exists only in the cost model

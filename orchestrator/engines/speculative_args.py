@@ -93,8 +93,8 @@ def sglang_speculative_args(s: SpeculativeSettings) -> tuple[str, ...]:
 
 
 def sim_speculative_args(s: SpeculativeSettings) -> tuple[str, ...]:
-    """The simulated server's flags (sim/server.py): vLLM's JSON, the drafter's catalog name or config
-    for `model`, and the acceptance per position it assumes."""
+    """The simulated server's flags (sim/server_flags.py): vLLM's JSON, the drafter's catalog name or
+    config for `model`, and the acceptance per position it assumes."""
     config: dict[str, Any] = {"method": s.method, "num_speculative_tokens": s.num_speculative_tokens}
     if s.draft_config:
         config["model"] = s.draft_config

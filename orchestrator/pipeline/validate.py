@@ -12,7 +12,7 @@ from orchestrator.compile import engine_options, placement
 from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
-from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.expert_stats import load_expert_stats
 from orchestrator.plan.from_spec import engine_settings
 from orchestrator.plan.speculative import speculative_options, split_field
 from orchestrator.spec.load import LoadedSpec, load_spec_lines

@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from orchestrator.plan.disagg_search import output_tokens_per_s_per_gpu as output_tokens_per_s_per_gpu
     from orchestrator.plan.dtypes import kv_bytes_per_value as kv_bytes_per_value
     from orchestrator.plan.dtypes import weight_bytes_per_value as weight_bytes_per_value
+    from orchestrator.plan.expert_stats import load_expert_stats as load_expert_stats
+    from orchestrator.plan.expert_stats import lognormal_popularity as lognormal_popularity
+    from orchestrator.plan.expert_stats import zipf_popularity as zipf_popularity
     from orchestrator.plan.experts import contiguous_placement as contiguous_placement
     from orchestrator.plan.experts import imbalance_vs_batch as imbalance_vs_batch
-    from orchestrator.plan.experts import load_expert_stats as load_expert_stats
-    from orchestrator.plan.experts import lognormal_popularity as lognormal_popularity
     from orchestrator.plan.experts import place_redundant as place_redundant
-    from orchestrator.plan.experts import zipf_popularity as zipf_popularity
     from orchestrator.plan.from_spec import constants_line as constants_line
     from orchestrator.plan.from_spec import constants_used as constants_used
     from orchestrator.plan.from_spec import effective_constants as effective_constants
@@ -64,10 +64,8 @@ __getattr__, __all__ = lazy_face(__name__, {
     "checks": ("Cluster",),
     "cost": ("LayoutCost",),
     "dtypes": ("kv_bytes_per_value", "weight_bytes_per_value",),
-    "experts": (
-        "contiguous_placement", "imbalance_vs_batch", "load_expert_stats", "lognormal_popularity",
-        "place_redundant", "zipf_popularity",
-    ),
+    "expert_stats": ("load_expert_stats", "lognormal_popularity", "zipf_popularity",),
+    "experts": ("contiguous_placement", "imbalance_vs_batch", "place_redundant",),
     "from_spec": (
         "constants_line", "constants_used", "effective_constants", "engine_settings", "mean_tokens",
         "plan_inputs",

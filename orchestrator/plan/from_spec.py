@@ -13,7 +13,7 @@ from orchestrator.engines import EngineSettings, SettingsRequest, get_engine
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
-from orchestrator.plan.experts import load_expert_stats
+from orchestrator.plan.expert_stats import load_expert_stats
 from orchestrator.plan.memory import WeightFormat
 from orchestrator.plan.planner import PlanInputs
 from orchestrator.plan.settings_grid import base_request

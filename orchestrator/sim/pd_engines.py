@@ -1,7 +1,7 @@
 """Prefill-only and decode-only engines: vLLM v1's scheduler (sim/engine.py) with a KV handover.
 
 A prefill engine runs each request with max_tokens 1 (as vLLM's disaggregated proxy sends it), so the
-request finishes in the step that completes its prompt; its KV then stays allocated (`held_kv`) until
+request finishes in the step that completes its prompt; its KV then stays allocated (`handover_kv`) until
 the decode side has pulled it, as vLLM's NIXL connector frees the prefill blocks only once the decode
 engine reports the read (nixl/base_scheduler.py: `request_finished` delays the free, `_reqs_need_send`).
 
@@ -28,16 +28,19 @@ class PrefillCore(EngineCore):
 
     def __init__(self, cost: LayoutCost, config: EngineConfig) -> None:
         super().__init__(cost, config)
-        self.held_kv = 0  # tokens of finished prompts not yet pulled by a decode engine
+        # Tokens of finished prompts not yet pulled by a decode engine. Not EngineCore.held_kv (the running
+        # contexts in cached blocks, subtracted from the cache's count): sharing that name cancelled the
+        # handover out of kv_used_tokens whenever prefix caching was on.
+        self.handover_kv = 0
 
     def kv_used_tokens(self) -> float:
-        return super().kv_used_tokens() + self.held_kv
+        return super().kv_used_tokens() + self.handover_kv
 
     def hold(self, tokens: int) -> None:
-        self.held_kv += tokens
+        self.handover_kv += tokens
 
     def release(self, tokens: int) -> None:
-        self.held_kv -= tokens
+        self.handover_kv -= tokens
 
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
         """A prefill engine holds a prompt and the one token it samples."""

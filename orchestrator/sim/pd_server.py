@@ -17,7 +17,8 @@ SGLang's protocol works too: both servers get the request with `bootstrap_host`/
 `bootstrap_room` (the port being the prefill server's HTTP port here); the prefill role computes the
 prompt and one token, the decode role reserves KV, waits until the prefill holds the room's KV, pulls it.
 A request with neither is served whole, as a vLLM kv_producer or kv_consumer serves it.
-All other flags are those of `orchestrator.sim.server`. /metrics adds `orch_sim_kv_*` counters.
+All other flags are those of `orchestrator.sim.server` (sim/server_flags.py). /metrics adds
+`orch_sim_kv_*` counters.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from orchestrator.plan.dtypes import kv_bytes_per_value
 from orchestrator.plan.kv_transfer import transfer_time_fn
 from orchestrator.sim.engine import EngineCore, Seq
 from orchestrator.sim.pd_engines import DecodeCore, PrefillCore
-from orchestrator.sim.server import SimServer, build_app, parse_args, server_from_args
+from orchestrator.sim.server_flags import parse_args, server_from_args
+from orchestrator.sim.serving import SimServer, build_app
 
 KV_LEASE_S = 30.0  # vLLM 0.33 NixlConnector kv_lease_duration default (nixl/base_scheduler.py)
 KV_PATH = "/orch/kv"

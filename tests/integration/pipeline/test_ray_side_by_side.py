@@ -44,7 +44,7 @@ while time.monotonic() < deadline:
         if pg["state"] == "CREATED" and pg["name"].startswith("orch-")
     ]
     # Both layouts' groups alone are not the end: Ray may create tp4x2's second replica's group a poll
-    # later, so wait until the groups live together reserve every GPU (or all are gone, or the deadline passes).
+    # later, so wait until the groups live together reserve every GPU (or all are gone, or time is up).
     if len(live) > len(seen):
         seen = live
     if sum(b.get("GPU", 0) for g in seen for b in g["bundles"]) >= float(sys.argv[3]) or (seen and not live):

@@ -11,19 +11,21 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.plan.experts import (
+from orchestrator.plan.expert_stats import (
     ExpertStats,
-    contiguous_placement,
-    imbalance,
-    imbalance_vs_batch,
     load_expert_stats,
     lognormal_popularity,
-    place_redundant,
-    rank_loads,
-    simulate_routing,
     stats_to_csv,
     stats_to_json,
     zipf_popularity,
+)
+from orchestrator.plan.experts import (
+    contiguous_placement,
+    imbalance,
+    imbalance_vs_batch,
+    place_redundant,
+    rank_loads,
+    simulate_routing,
 )
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import Layout
+from orchestrator.loadgen.content import Content
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.planner import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, Seq
@@ -69,6 +70,26 @@ def test_prefill_keeps_kv_until_transfer_ends() -> None:
     records, _ = simulate_disagg(prefill, decode, _reqs(2, 0.0), lambda n: 2.0)
     first, second = sorted(records, key=lambda r: r.chunk_times_s[0])
     assert second.chunk_times_s[0] - first.chunk_times_s[0] >= 2.0
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_prefill_counts_the_kv_it_holds_for_the_handover(caching: bool) -> None:
+    # With prefix caching on, the engine's own cached-block bookkeeping must not swallow the handover KV.
+    config = EngineConfig(kv_capacity_tokens=200_000, prefix_caching=caching, **LIMITS)
+    prefill, decode = PrefillCore(COST, config), DecodeCore(COST, config)
+    held: list[float] = []
+    hold = prefill.hold
+
+    def watch(tokens: int) -> None:
+        hold(tokens)
+        held.append(prefill.kv_used_tokens())
+
+    prefill.hold = watch  # type: ignore[method-assign]
+    reqs = [SimRequest(f"r{i}", 0.0, 1000, 20, Content.of([(i + 1, 1000)])) for i in range(3)]
+    simulate_disagg([prefill], [decode], reqs, lambda n: 0.5)
+    # The three prompts finish in one step; the link hands them over one at a time, so all three are held.
+    assert held[-1] >= 3000 and held == sorted(held)
+    assert prefill.kv_used_tokens() == 0 and prefill.handover_kv == 0
 
 
 def test_decode_core_reservation_accounting() -> None:
