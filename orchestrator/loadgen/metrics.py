@@ -337,7 +337,10 @@ def _session_metrics(records: Sequence[RequestRecord], done: Sequence[RequestRec
         "ttft_later_turns_ms": summarize(r.ttft_s * 1e3 for r in later if r.ttft_s is not None),
         "itl_first_turn_ms": summarize(g * 1e3 for r in first for g in r.itl_chunk_s),
         "itl_later_turns_ms": summarize(g * 1e3 for r in later for g in r.itl_chunk_s),
-        "session_ms": summarize((spans[s][1] - spans[s][0]) * 1e3 for s in complete if s in inside),
+        # In the sessions' first-record order, not the set's (string hashing changes it from run to run,
+        # and with it the last digit of a float mean).
+        "session_ms": summarize((span[1] - span[0]) * 1e3 for s, span in spans.items()
+                                if s in complete and s in inside),
         "sessions_completed": len(complete),
         "sessions_failed": len(failed),
         "sessions_unfinished": len(set(spans) - ended - failed),

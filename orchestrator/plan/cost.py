@@ -3,12 +3,14 @@
 `LayoutCost` precomputes per-stage coefficients once, so a step costs a few float operations: the
 planner evaluates thousands of layouts and the simulator calls `step` once per engine iteration.
 A step's time on a stage is max(bytes read / effective HBM bandwidth, FLOPs / effective FLOP/s) plus
-the communication of that stage; a token visits every stage.
+the communication of that stage; a token visits every stage. The coefficients (`StageCost`) and a step's
+parts (`StepParts`) are defined in plan/stage_cost.py.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.catalog.types import LINEAR, MAMBA, GPUSpec, LinkSpec, ModelConfig
@@ -16,7 +18,7 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.comm import allreduce_time_s, p2p_time_s
-from orchestrator.plan.kv import KVCacheShape, kv_cache_shape
+from orchestrator.plan.kv import kv_cache_shape
 from orchestrator.plan.memory import (
     EMBEDDING_BYTES_PER_VALUE,
     WeightFormat,
@@ -31,70 +33,7 @@ from orchestrator.plan.moe import (
     touched_fraction,
 )
 from orchestrator.plan.params import ParamCounts
-
-
-@dataclass(frozen=True)
-class StepParts:
-    """One step of one micro-batch through every stage, split by cause. Seconds."""
-
-    weight_read_s: float
-    kv_read_s: float
-    compute_s: float
-    tp_comm_s: float
-    ep_comm_s: float
-    pp_comm_s: float
-    total_s: float  # sum over stages of max(read, compute) + communication + the step overhead
-    bound: str  # "memory" or "compute": what the slowest stage is limited by
-    overhead_s: float = 0.0  # fixed per-step cost (scheduling, sampling, launches)
-
-    def to_ms_dict(self) -> dict[str, float | str]:
-        return {
-            "weight_read_ms": self.weight_read_s * 1e3, "kv_read_ms": self.kv_read_s * 1e3,
-            "compute_ms": self.compute_s * 1e3, "tp_comm_ms": self.tp_comm_s * 1e3,
-            "ep_comm_ms": self.ep_comm_s * 1e3, "pp_comm_ms": self.pp_comm_s * 1e3,
-            "overhead_ms": self.overhead_s * 1e3, "total_ms": self.total_s * 1e3, "bound": self.bound,
-        }
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """Per-GPU coefficients of one PP stage."""
-
-    dense_weight_bytes: float  # held; read every step except the input embedding (a lookup)
-    expert_weight_bytes: float  # routed experts held; the touched fraction of them is read
-    kv_bytes_per_token: float  # per context token read
-    dense_flops_per_token: float  # 2 * non-routed flop params / tp
-    expert_flops_per_routed_token: float  # 2 * one expert * moe layers / (ranks sharing the experts)
-    attn_flops_per_pair: float  # per (new token, context token) pair, the form prefill runs
-    allreduces: int  # 2 per layer under TP
-    moe_layers: int
-    lookup_bytes: float = 0.0  # input embedding table on this GPU: held, but a step reads only B rows
-    lookup_row_bytes: float = 0.0  # one embedding row's share on this GPU (d * 2 / tp)
-    decode_attn_flops_per_pair: float = 0.0  # MLA decode runs the absorbed form: more FLOPs per pair
-    # Hybrid layers (plan/kv.py). kv_bytes_per_token and attn_flops_per_pair above are the full-attention
-    # layers'; window layers attend to at most their window; state layers update a fixed state.
-    kv_shape: KVCacheShape | None = None
-    has_side_kv: bool = False  # window or state layers: their reads are not per context token
-    window_attn_flops_per_pair: tuple[tuple[float, int], ...] = ()  # (FLOPs per pair, window) per kind
-    state_flops_per_token: float = 0.0
-    # The fused-MoE passes beside the GEMMs (plan/moe.py activation_bytes), all MoE layers of the stage:
-    # per routed (token, expert) row as _moe_tokens counts them, and per token.
-    expert_act_bytes_per_routed_token: float = 0.0
-    expert_act_bytes_per_token: float = 0.0
-    # MLA chunked prefill: a chunk that is not its prompt's first re-expands the cached latent of the
-    # chunks before it to keys and values (kv_b_proj) before attending to them. FLOPs per prefix token.
-    mla_expand_flops_per_prefix_token: float = 0.0
-
-    def side_read_bytes(self, kv_tokens: float, sequences: float) -> float:
-        """KV bytes beside the full layers': window layers' (at most their window per sequence) and
-        state layers' state."""
-        shape = self.kv_shape
-        if shape is None:
-            return 0.0
-        return shape.read_bytes(kv_tokens, sequences) - shape.full_bytes_per_token * kv_tokens
-
-    def window_attn_flops(self, tokens: float, attn_pairs: float) -> float:
-        return sum(f * min(attn_pairs, tokens * w) for f, w in self.window_attn_flops_per_pair)
+from orchestrator.plan.stage_cost import StageCost, StepParts
 
 
 def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
@@ -104,6 +43,9 @@ def _link_for(group: int, gpus_per_node: int, gpu: GPUSpec) -> LinkSpec:
 
 # (weight read, token GEMMs, routed experts, tp comm, ep comm) seconds: LayoutCost._token_part
 TokenPart = tuple[float, float, float, float, float]
+# Token counts whose parts are kept whatever they are: the planner prices a few dozen per layout
+# (decode batches, prefill chunks, prompts); the simulator's many prefill-chunk counts stop here.
+KEEP_ANY_TOKENS = 64
 
 @dataclass(frozen=True)
 class LayoutCost:
@@ -122,6 +64,8 @@ class LayoutCost:
     # prices a step per engine iteration, and a busy engine's batch size repeats while its context grows.
     _by_tokens: dict[float, tuple[TokenPart, ...]] = field(default_factory=dict, init=False, repr=False,
                                                            compare=False)
+    _decode_pricers: dict[int, Callable[[float, float], float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
     attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
     expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
@@ -139,13 +83,14 @@ class LayoutCost:
     def _token_parts(self, tokens: float, *, keep: bool = False) -> tuple[TokenPart, ...]:
         """Each stage's `_token_part`; kept (keep=True) for a decode step's token count, a batch size: few
         values that repeat. A prefill chunk's token counts are many, and thousands of small kept tuples
-        scattered over the heap held 25 MB more of a 100,000-request simulation at its peak."""
+        scattered over the heap held 25 MB more of a 100,000-request simulation at its peak: other
+        counts are kept only while fewer than KEEP_ANY_TOKENS are."""
         parts = self._by_tokens.get(tokens)
         if parts is None:
             moe_tokens, per_rank = self._moe_tokens(tokens)
             touched = self.touched_fraction(moe_tokens)
-            parts = tuple(self._token_part(st, tokens, touched, per_rank) for st in self.stages)
-            if keep:
+            parts = tuple([self._token_part(st, tokens, touched, per_rank) for st in self.stages])
+            if keep or len(self._by_tokens) < KEEP_ANY_TOKENS:
                 self._by_tokens[tokens] = parts
         return parts
 
@@ -292,6 +237,35 @@ class LayoutCost:
         # A round can be no shorter than one token's trip through every stage.
         return max(m * slowest + pp, total + pp) + self.step_overhead_s
 
+    def decode_pricer(self, decodes: int) -> Callable[[float, float], float] | None:
+        """`round_s` of a plain decode step of `decodes` sequences (one token each, no prefill), as a
+        function of (kv_tokens, attn_pairs), or None where the layout needs the general `round_s` (PP,
+        window or state layers). Kept per batch size: a busy engine decodes many steps at one batch size
+        while its context grows, and this skips the per-stage calls. The same operations in the same
+        order as `round_s` with one stage (m = 1, no prefill pairs: attention at the decode rate), so
+        bit-identical to it."""
+        pricer = self._decode_pricers.get(decodes)
+        if pricer is not None or len(self.stages) != 1:
+            return pricer
+        st = self.stages[0]
+        if st.has_side_kv or st.window_attn_flops_per_pair:
+            return None
+        w, gemms, experts, tp, ep = self._token_parts(decodes / 1, keep=True)[0]
+        kv_per_token, hbm = st.kv_bytes_per_token, self.hbm_bytes_per_s
+        per_pair = st.decode_attn_flops_per_pair or st.attn_flops_per_pair
+        attn_rate = self.attn_flops_per_s or self.flops_per_s
+        over = self.step_overhead_s
+
+        def price(kv_tokens: float, attn_pairs: float) -> float:
+            read = w + kv_per_token * kv_tokens / hbm
+            comp = gemms + per_pair * attn_pairs / attn_rate
+            if experts:
+                comp += experts
+            return (read if read > comp else comp) + tp + ep + over
+
+        self._decode_pricers[decodes] = price
+        return price
+
     def prefill(self, prompt_tokens: int) -> StepParts:
         """One prompt prefilled alone (TTFT without queueing): causal attention over T(T+1)/2 pairs."""
         pairs = prompt_tokens * (prompt_tokens + 1) / 2
@@ -406,3 +380,7 @@ def state_flops_per_token(cfg: ModelConfig, kind: str, tp: int) -> float:
     if kind == MAMBA and cfg.mamba is not None:
         return 6.0 * cfg.mamba.inner_size * cfg.mamba.state_size / tp
     return 0.0
+
+
+# StageCost and StepParts live in plan/stage_cost.py; importers of plan.cost keep finding them here.
+__all__ = ["LayoutCost", "StageCost", "StepParts", "build_layout_cost", "state_flops_per_token"]

@@ -21,88 +21,23 @@ sim/prefix_cache.py, and this module calls them at admission, after each prompt 
 request ends or is preempted (its blocks stay cached for its recompute).
 
 Bookkeeping is O(1) per decoding sequence per step on average: a decoding sequence's token count is
-implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast.
+implied by the step counter, and finishes come off a heap, so 100k-request runs stay fast. Runs of
+plain decode steps are applied in one loop by sim/decode_steps.py; the requests and step batches
+(`Seq`, `StepPlan`) and the engine's limits (`EngineConfig`) are defined in sim/seq.py.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from orchestrator.loadgen.content import Content, sim_answer_key
+from orchestrator.loadgen.content import sim_answer_key
 from orchestrator.plan.cost import LayoutCost
-from orchestrator.plan.speculative_cost import SpeculativeCost
 from orchestrator.sim.prefix_cache import PrefixCache
-from orchestrator.sim.speculative import phase_of, steps_to_emit, tokens_after
+from orchestrator.sim.seq import EngineConfig, Seq, StepPlan
+from orchestrator.sim.speculative import phase_of, steps_to_emit
 
 MIN_CACHE_BLOCK = 16  # the smallest block the prefix cache hashes (see EngineCore.__init__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """One simulated engine's limits: its KV capacity and the resolved settings (engines/settings.py)."""
-
-    kv_capacity_tokens: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_tokens: int  # paged-KV block size; on average half a block per sequence is allocated but empty
-    reserve_whole_kv: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT; vLLM v1 reserves nothing
-    prefix_caching: bool = False  # reuse cached prefix blocks (sim/prefix_cache.py)
-    # Hybrid models: a sequence's sliding-window/chunk/state blocks, in full-attention tokens, from its
-    # whole length (KVCapacity.side_tokens). Charged at admission, freed with the sequence.
-    side_kv_tokens: Callable[[int], int] | None = None
-    speculative: SpeculativeCost | None = None
-
-
-@dataclass
-class Seq:
-    """One request inside the engine. Token counts exclude nothing: `generated` counts emitted tokens."""
-
-    request_id: str
-    prompt_tokens: int
-    max_tokens: int
-    arrival_s: float
-    generated: int = 0  # tokens emitted, as of `decode_start_step` while decoding
-    computed: int = 0  # prefill progress over `prefill_target`
-    prefill_target: int = 0  # prompt (+ generated tokens when recomputing after preemption)
-    decode_start_step: int = -1  # first step this sequence decodes in; -1 while prefilling/waiting
-    segments: list[tuple[int, int]] = field(default_factory=list)  # (first, last) emitting steps
-    preemptions: int = 0
-    finished: bool = False
-    content: Content | None = None  # the prompt's segments (+ the answer once queued); None: unshared
-    hashes: Sequence[int] = ()  # block hashes of prompt + answer (prefix caching with content)
-    reserved: int = 0  # reserve_whole_kv: the KV reserved at admission
-    held: int = 0  # leading blocks this request holds in the prefix cache
-    cached_tokens: int = 0  # prompt tokens its first admission found cached
-    side_kv: int = 0  # window/state KV charged while running (EngineConfig.side_kv_tokens)
-    rate: float = 1.0  # tokens per decode step on average (speculative decoding: above 1)
-    phase: float = 0.0  # where in its burst pattern the sequence starts (sim/speculative.py)
-
-    def generated_at(self, step: int) -> int:
-        """Tokens emitted before `step` runs."""
-        if self.decode_start_step < 0:
-            return self.generated
-        steps = step - self.decode_start_step
-        if self.rate != 1.0:
-            return min(self.generated + tokens_after(steps, self.rate, self.phase), self.max_tokens)
-        return self.generated + steps
-
-
-@dataclass(slots=True)
-class StepPlan:  # not frozen: built once per engine step, and frozen dataclasses are slow to build
-    index: int
-    tokens: int  # new tokens computed (one per decode; speculation's drafts are priced apart)
-    kv_tokens: float  # context tokens whose KV is read
-    attn_pairs: float
-    decodes: int
-    prefill_chunks: tuple[tuple[Seq, int], ...]  # (sequence, tokens of its prompt computed now)
-    sequences: int  # running sequences in this step
-    # The part of attn_pairs that belongs to prefill chunks: MLA runs those in the cheaper
-    # non-absorbed form and the step's decodes in the absorbed one (LayoutCost._stage).
-    prefill_pairs: float = 0.0
-    prefix_tokens: int = 0  # prompt tokens computed before this step's chunks (MLA re-expands them)
 
 
 class EngineCore:
@@ -245,13 +180,15 @@ class EngineCore:
             decodes = len(self.decoding)
             budget = cfg.max_num_batched_tokens - decodes * self.decode_tokens
             chunks: list[tuple[Seq, int]] = []
+            chunked = 0  # tokens of the chunks (an integer sum: in any order)
             for seq in self.prefilling.values():
                 if budget <= 0:
                     break
                 chunk = min(seq.prefill_target - seq.computed, budget)
                 chunks.append((seq, chunk))
+                chunked += chunk
                 budget -= chunk
-            used = self.kv_used_tokens() + decodes * self.decode_tokens + sum(c for _, c in chunks)
+            used = self.kv_used_tokens() + decodes * self.decode_tokens + chunked
             if used <= capacity or not self.running:
                 break
             self._preempt_last()
@@ -261,15 +198,17 @@ class EngineCore:
         cache = self.cache
         if not chunks and (preempted or not self.waiting or len(self.running) >= cfg.max_num_seqs):
             # Pure decode step, the common case: nothing to admit or continue.
-            if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-                cache.trim(int((capacity - used) // self.cache_block))
+            if cache is not None:
+                cache.trim_later(int((capacity - used) // self.cache_block))
             return StepPlan(self.step_index, decodes, kv_tokens, pairs, decodes, (), len(self.running))
+        side_fn = cfg.side_kv_tokens
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
-            shared, hit, taken = self._lookup(seq) if cache is not None else (0, 0, 0)
+            # Only a request with content can hit (a random prompt shares nothing)
+            shared, hit, taken = self._lookup(seq) if cache is not None and seq.hashes else (0, 0, 0)
             chunk = min(seq.prefill_target - hit, budget)
-            side = self._side(seq.prompt_tokens + seq.max_tokens)
+            side = side_fn(seq.prompt_tokens + seq.max_tokens) if side_fn is not None else 0
             if used + taken + chunk + half_block + side > capacity:
                 break
             if cfg.reserve_whole_kv:
@@ -283,20 +222,24 @@ class EngineCore:
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
             if cache is not None:
-                self._take(seq, shared, hit)
+                if seq.hashes:
+                    self._take(seq, shared, hit)
+                else:  # the lookup counted, a miss (nothing else of _take applies)
+                    cache.record(seq.prefill_target, 0, seq.preemptions > 0)
             seq.side_kv = side
             self.side_kv += side
             chunks.append((seq, chunk))
+            chunked += chunk
             budget -= chunk
             used += taken + chunk + half_block + side
-        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-            cache.trim(int((capacity - used) // self.cache_block))
+        if cache is not None:
+            cache.trim_later(int((capacity - used) // self.cache_block))
         prefill_pairs = 0.0
         prefix = 0
         for seq, chunk in chunks:
             prefix += seq.computed
             prefill_pairs += chunk * (seq.computed + (chunk + 1) / 2)
-        tokens = decodes + sum(c for _, c in chunks)
+        tokens = decodes + chunked
         return StepPlan(self.step_index, tokens, kv_tokens + prefix, pairs + prefill_pairs, decodes,
                         tuple(chunks), len(self.running), prefill_pairs, prefix)
 
@@ -324,8 +267,8 @@ class EngineCore:
             return None
         self.step_index = step + 1
         cache = self.cache
-        if cache is not None and cache.free_blocks * self.cache_block > capacity - used:
-            cache.trim(int((capacity - used) // self.cache_block))
+        if cache is not None:
+            cache.trim_later(int((capacity - used) // self.cache_block))
         ctx = self.decode_ctx
         return StepPlan(step + 1, decodes, ctx, float(ctx + decodes), decodes, (), len(self.running))
 
@@ -337,6 +280,10 @@ class EngineCore:
             return self.spec.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
                                      decodes=plan.decodes, prefill_pairs=plan.prefill_pairs,
                                      prefix_tokens=plan.prefix_tokens)
+        if plan.sequences == plan.decodes == plan.tokens:  # a plain decode step: its batch size's pricer
+            price = self.cost.decode_pricer(plan.decodes)
+            if price is not None:
+                return price(plan.kv_tokens, plan.attn_pairs)
         return self.cost.round_s(plan.tokens, plan.kv_tokens, plan.attn_pairs, plan.sequences,
                                  prefill_pairs=plan.prefill_pairs, prefix_tokens=plan.prefix_tokens)
 
@@ -456,11 +403,14 @@ class EngineCore:
         if cache is None:
             return
         full = computed // self.cache_block
-        if seq.hashes:
-            cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)),
-                          seq.content if cache.partial_reuse else None)
-        else:
+        if not seq.hashes:  # nothing held (a request without content holds no cached block)
             cache.release_anonymous(full)
+            return
+        cache.release(seq.hashes, seq.held, min(full, len(seq.hashes)),
+                      seq.content if cache.partial_reuse else None)
         self.held_kv -= seq.held * self.cache_block
         seq.held = 0
 
+
+
+__all__ = ["MIN_CACHE_BLOCK", "EngineConfig", "EngineCore", "Seq", "StepPlan"]  # Seq & co. live in sim/seq.py

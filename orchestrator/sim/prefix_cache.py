@@ -44,6 +44,7 @@ one hash per extent (a block's hash covers every block before it).
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from orchestrator.loadgen.content import Content
 
 Spans = tuple[tuple[int, int, int], ...]
+NO_TRIM = sys.maxsize
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ class PrefixCache:
         self.partial_reuse = partial_reuse
         self.root = _Extent(None, 0, [], 1, None)
         self.runs: deque[_Run] = deque()  # oldest first
-        self.free_blocks = 0  # hashed + anonymous
+        self._free = 0  # free blocks, hashed + anonymous (as of the last trim: free_blocks)
+        self.trim_room = NO_TRIM  # a trim asked for (trim_later) and not applied yet
         self.free_hashed = 0  # free blocks with a hash (the others are anonymous runs)
         self.held_blocks = 0  # blocks some running request holds (each counted once)
         self.queries = self.hits = self.preempted_queries = self.preempted_hits = 0
@@ -183,6 +186,7 @@ class PrefixCache:
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> tuple[int, int]:
         """(leading blocks of `hashes` that are cached, within `num_tokens - 1` tokens (whole blocks);
         how many of those are free now: taking them costs that much memory)."""
+        self.settle()
         limit = min(len(hashes), (num_tokens - 1) // self.block_tokens)
         path, n = self._walk(hashes, limit)
         return n, sum(m for node, m in path if not node.refs)
@@ -190,6 +194,7 @@ class PrefixCache:
     def partial_tokens(self, hashes: Sequence[int], n: int, spans: Spans, limit: int) -> int:
         """partial_reuse: how many leading tokens of block `n` of `hashes` (its spans) some cached block
         after block n - 1 holds, at most `limit` (blocks before n are cached)."""
+        self.settle()
         size = self.block_tokens
         path, _ = self._walk(hashes, n)
         node = path[-1][0] if path else self.root
@@ -212,6 +217,7 @@ class PrefixCache:
             self.hits += hit_tokens
 
     def stats(self) -> CacheStats:
+        self.settle()
         return CacheStats(self.queries, self.hits, self.preempted_queries, self.preempted_hits,
                           self.evicted_blocks)
 
@@ -221,6 +227,7 @@ class PrefixCache:
         what they hold, for partial reuse). It holds blocks [0, start) already."""
         if stop <= start:
             return
+        self.settle()
         _, n = self._walk(hashes, stop)
         for node in self._cut(hashes, start, n):
             if not node.refs:  # free until now: it leaves its run
@@ -229,7 +236,7 @@ class PrefixCache:
                 assert run is not None
                 run.live -= count
                 node.run = None
-                self.free_blocks -= count
+                self._free -= count
                 self.free_hashed -= count
                 self.held_blocks += count
             node.refs += 1
@@ -260,6 +267,7 @@ class PrefixCache:
     def release(self, hashes: Sequence[int], held: int, full: int, content: Content | None = None) -> None:
         """A request ends or is preempted: it held blocks [0, held) and computed full blocks up to
         `full`; its own blocks [held, full) become cached too. Tail first (module docstring)."""
+        self.settle()
         run = _Run()
         bottom: _Extent | None = None
         mine = held  # blocks this request holds: its own new ones too, when they grew its extent
@@ -284,7 +292,7 @@ class PrefixCache:
                 else:
                     node.run = run
                     run.live += full - n
-                    self.free_blocks += full - n
+                    self._free += full - n
                     self.free_hashed += full - n
                     bottom = node
         for node in reversed(self._cut(hashes, 0, mine)):  # tail first
@@ -294,7 +302,7 @@ class PrefixCache:
             count = len(node.hashes)
             node.run = run
             run.live += count
-            self.free_blocks += count
+            self._free += count
             self.free_hashed += count
             self.held_blocks -= count
             if bottom is None:
@@ -304,21 +312,56 @@ class PrefixCache:
             self.runs.append(run)
 
     def release_anonymous(self, blocks: int) -> None:
-        """A request whose content nobody shares frees `blocks` full blocks: LRU room, never a hit."""
+        """A request whose content nobody shares frees `blocks` full blocks: LRU room, never a hit.
+        Anonymous blocks freed one after another are one run: nothing tells them apart, and eviction
+        takes them in order either way (so a workload without shared content keeps one run)."""
         if blocks > 0:
-            self.runs.append(_Run(blocks))
-            self.free_blocks += blocks
+            if self.trim_room != NO_TRIM:  # settle(), inline: once per request
+                self.trim(NO_TRIM)
+            runs = self.runs
+            if runs and runs[-1].anonymous:
+                runs[-1].anonymous += blocks
+            else:
+                runs.append(_Run(blocks))
+            self._free += blocks
+
+    @property
+    def free_blocks(self) -> int:
+        """Free cached blocks (hashed + anonymous), after any trim asked for."""
+        self.settle()
+        return self._free
+
+    def trim_later(self, room_blocks: int) -> None:
+        """`trim(room_blocks)` when the cache is next used: the engine asks for a trim after every step,
+        and most steps are decodes that use nothing else of the cache. Exact: trims in a row evict a
+        prefix of one order (least recently freed first), so they amount to the smallest one."""
+        if room_blocks < self.trim_room:
+            self.trim_room = room_blocks
+
+    def settle(self) -> None:
+        """Apply the trim asked for by trim_later, if any (every other method does this first)."""
+        if self.trim_room != NO_TRIM:
+            self.trim(NO_TRIM)
 
     def trim(self, room_blocks: int) -> None:
-        """Evict least recently freed blocks until the free cached ones fit in `room_blocks`."""
-        room = max(room_blocks, 0)
+        """Evict least recently freed blocks until the free cached ones fit in `room_blocks` (and in
+        the room a pending trim_later asked for)."""
+        room = max(min(room_blocks, self.trim_room), 0)
+        self.trim_room = NO_TRIM
         runs = self.runs
-        while self.free_blocks > room and runs:
+        if self._free > room and runs and runs[0].anonymous > self._free - room:
+            # The common case without shared content: part of the oldest run, an anonymous one.
+            take = self._free - room
+            runs[0].anonymous -= take
+            self._free = room
+            self.evicted_blocks += take
+            return
+        while self._free > room and runs:
             run = runs[0]
             if run.anonymous:
-                take = min(run.anonymous, self.free_blocks - room)
+                take = min(run.anonymous, self._free - room)
                 run.anonymous -= take
-                self.free_blocks -= take
+                self._free -= take
                 self.evicted_blocks += take
                 if not run.anonymous:
                     runs.popleft()
@@ -330,9 +373,9 @@ class PrefixCache:
             # The run's deepest extent, tail first; what followed it was evicted before (it was freed
             # earlier, or after it in this run).
             assert node.run is run and not node.children
-            take = min(len(node.hashes), self.free_blocks - room)
+            take = min(len(node.hashes), self._free - room)
             run.live -= take
-            self.free_blocks -= take
+            self._free -= take
             self.free_hashed -= take
             self.evicted_blocks += take
             if take < len(node.hashes):

@@ -24,6 +24,7 @@ from orchestrator.loadgen.columns import GapSet, RequestColumns
 from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.engine_metrics import EngineSample
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.sim.decode_steps import decode_steps
 from orchestrator.sim.engine import EngineCore, Seq, StepPlan
 from orchestrator.sim.prefix_cache import CacheStats
 from orchestrator.sim.speculative import burst_sizes
@@ -245,11 +246,17 @@ class VirtualRun:
                 eng = engines[e]
                 plan = plans[e]
                 assert plan is not None
-                nxt = eng.next_decode(plan)
-                if nxt is not None:  # a plain decode step after a plain decode step (hot path)
-                    step_ends[e].append(now)
-                    plans[e] = nxt
-                    push(busy, (now + eng.step_time_s(nxt), e))
+                # A plain decode step after a plain decode step (hot path), and the steps after it
+                # that end before anything else can happen: the next arrival or request past the
+                # front end, the next sample, another engine's step (whose end may send this engine a
+                # request). Ties go to the general order.
+                bound = min(next_in, busy[0][0]) if busy else next_in
+                if sampling and self.next_sample < bound:
+                    bound = self.next_sample
+                ran = decode_steps(eng, plan, now, bound, step_ends[e])
+                if ran is not None:
+                    plans[e] = ran[0]
+                    push(busy, (ran[1], e))
                     continue
                 finished = eng.complete(plan)[1]
                 step_ends[e].append(now)

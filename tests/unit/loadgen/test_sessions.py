@@ -42,3 +42,28 @@ def test_each_prompt_extends_the_one_before_with_its_answer() -> None:
         assert after.startswith(before + " served answer text")
     assert conversation_sessions(3, ConversationSpec(), 10, 5, seed=4).plans == \
         conversation_sessions(3, ConversationSpec(), 10, 5, seed=4).plans
+
+
+SESSION_MEAN = """
+from orchestrator.loadgen.metrics import compute_metrics
+from orchestrator.loadgen.records import RequestRecord
+recs = [RequestRecord(f"r{i}", i * 0.01, i * 0.01, i * 0.01 + 0.1 + (i % 97) * 0.0137,
+                      (i * 0.01 + 0.05,), (1,), output_tokens=1, prompt_tokens=8,
+                      extra={"session": f"s{i}", "turn": "0", "session_end": "1"}) for i in range(400)]
+print(repr(compute_metrics(recs).to_dict()["session_ms"]["mean"]))
+"""
+
+
+def test_session_durations_do_not_depend_on_string_hashing() -> None:
+    # The mean of 400 session spans was summed in a set's order, which PYTHONHASHSEED changes: reruns of
+    # one simulation differed in the last digit.
+    import os
+    import subprocess
+    import sys
+
+    means = {
+        subprocess.run([sys.executable, "-c", SESSION_MEAN], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(means) == 1, means
