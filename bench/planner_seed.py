@@ -12,6 +12,12 @@ Runs `orch sweep SPEC --json` (virtual time: the simulated engine, no servers) o
 per layout, the seed the capacity search started from, the SLO capacity it found, their ratio, whether
 the capacity lies within the GROWTH_FROM_PLANNER bracket of the seed (seed / g .. seed * g) and how
 many load points the search measured. Prints ratios, asserts nothing.
+
+Re-derive the divisors after a profile refit or a new example spec: run it with no SPEC (every
+searched sim spec in layouts/; session workloads included, their seeds priced per call on the whole
+history less its expected cached prefix) and with --closed; the last lines say whether the divisor in
+use is still within sqrt(GROWTH_FROM_PLANNER) of the one that centres the seeds, and the value to
+take when it is not.
 """
 
 from __future__ import annotations
@@ -121,6 +127,14 @@ def _run(specs: list[Path], closed: bool) -> None:
         undivided = statistics.geometric_mean(ratios) / div
         print(f"capacity / the planner's undivided figure (seed x {div:g}): geometric mean {undivided:.3f}, "
               f"so a divisor of {1 / undivided:.2f} would centre the seeds")
+        # The rule for the constant (pipeline/predict.py): the first bracket spans x g either side of
+        # the seed, so a divisor off centre by less than sqrt(g) leaves the typical seed's bracket
+        # holding the capacity; only a drift past that (a refit, a new kind of workload) is worth a change.
+        centre, slack = 1 / undivided, math.sqrt(g)
+        verdict = ("keep it" if div / slack <= centre <= div * slack
+                   else f"change it to {centre:.2f} (re-run over every example spec first)")
+        print(f"the centring divisor is {centre / div:.2f}x the one in use ({div:g}); within x{slack:.2f} "
+              f"(sqrt of the bracket's growth) either way: {verdict}")
         # the divisor that puts the most seeds inside the first bracket (ties: nearest the median)
         raw = [r / div for r in ratios]
         med = statistics.median(raw)

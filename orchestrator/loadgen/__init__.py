@@ -79,8 +79,9 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.spec_decode_metrics import acceptance_record as acceptance_record
     from orchestrator.loadgen.spec_decode_metrics import combined_acceptance as combined_acceptance
     from orchestrator.loadgen.spec_decode_metrics import scrape_counters as scrape_counters
+    from orchestrator.loadgen.spec_workload import CallShape as CallShape
+    from orchestrator.loadgen.spec_workload import call_shape as call_shape
     from orchestrator.loadgen.spec_workload import session_factory as session_factory
-    from orchestrator.loadgen.spec_workload import session_shape as session_shape
     from orchestrator.loadgen.spec_workload import slo_bounds as slo_bounds
     from orchestrator.loadgen.spec_workload import spec_workload_factory as spec_workload_factory
     from orchestrator.loadgen.spec_workload import workload_factory as workload_factory
@@ -138,7 +139,8 @@ __getattr__, __all__ = lazy_face(__name__, {
         "sharegpt_sessions",
     ),
     "spec_workload": (
-        "session_factory", "session_shape", "slo_bounds", "spec_workload_factory", "workload_factory",
+        "CallShape", "call_shape", "session_factory", "slo_bounds", "spec_workload_factory",
+        "workload_factory",
     ),
     "texts": ("PromptMaker", "Tokenizer", "load_tokenizer",),
     "traces": ("TRACE_FORMATS", "TraceFormat", "read_trace",),
