@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,6 +46,7 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec
+from tests.support.process_groups import stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MODEL_LEN = 1024
@@ -66,32 +67,23 @@ def _get(url: str) -> str | None:
         return None
 
 
-def _serve(model: Path, block_size: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _serve(model: Path, block_size: int, log: Path) -> tuple[subprocess.Popen[bytes], IO[bytes], str]:
+    """`vllm serve` in its own session, healthy; its output goes to `log` (closed by stop_group)."""
     port = _free_port()
     argv = [str(Path(sys.executable).parent / "vllm"), "serve", str(model), "--host", "127.0.0.1",
             "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN), "--block-size", str(block_size),
             "--enable-prefix-caching", "--enforce-eager"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    out = log.open("wb")
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + READY_TIMEOUT_S
     while _get(url + "/health") is None:
         if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc)
+            stop_group(proc, out)
             raise SystemExit(f"vllm did not become healthy:\n{log.read_text()[-3000:]}")
         time.sleep(2)
-    return proc, url
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    return proc, out, url
 
 
 def _counters(url: str) -> tuple[float, float]:
@@ -119,7 +111,7 @@ def main() -> None:
           f"{'predicted':>10} {'predicted first / later turns':>30}")
     with tempfile.TemporaryDirectory() as tmp:
         for block in (int(b) for b in args.block_sizes.split(",")):
-            proc, url = _serve(model, block, Path(tmp) / f"vllm-{block}.log")
+            proc, out, url = _serve(model, block, Path(tmp) / f"vllm-{block}.log")
             try:
                 cfg = ClientConfig(url, str(model), ignore_eos=True)
                 warm = conversation_sessions(1, conv, 40, 32, seed=999).plans  # other text: no hits later
@@ -130,7 +122,7 @@ def main() -> None:
                                                extra_body={"allowed_token_ids": maker.word_token_ids}))
                 hits1, queries1 = _counters(url)
             finally:
-                _stop(proc)
+                stop_group(proc, out)
             # vLLM's own settings for the model, at the block size it was started with
             request = SettingsRequest(block_size=block, max_model_len=MAX_MODEL_LEN)
             inputs = PlanInputs(cfg=config, gpu=cpu, cluster=Cluster(1, 2),

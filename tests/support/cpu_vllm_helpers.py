@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -14,18 +12,6 @@ from tests.support.cli import orch as run_orch
 from tests.support.paths import ROOT
 
 BUILD = Path(__file__).resolve().parent / "parsers" / "build_tiny_model.py"
-
-
-def stop_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str], log: IO[bytes] | IO[str]) -> None:
-    """Stop a server started in its own session (its workers with it): SIGTERM to the group, SIGKILL
-    after 30 s; then close its log."""
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    log.close()
 
 
 def vllm_python() -> str:

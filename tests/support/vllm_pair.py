@@ -42,9 +42,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.cpu_vllm_helpers import build_tiny_model, stop_group
+from tests.support.cpu_vllm_helpers import build_tiny_model
 from tests.support.paths import ROOT as REPO
 from tests.support.ports import free_port
+from tests.support.process_groups import stop_group
 
 READY_TIMEOUT_S = 420.0
 IN_LEN, OUT_LEN = 32, 32

@@ -20,7 +20,8 @@ import pytest
 from orchestrator.compile import prepare, to_shell
 from orchestrator.layout import parse_layout
 from orchestrator.spec import parse_spec
-from tests.support.cpu_vllm_helpers import build_tiny_model, stop_group, vllm_python
+from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
+from tests.support.process_groups import stop_group
 
 READY_TIMEOUT_S = 420.0
 

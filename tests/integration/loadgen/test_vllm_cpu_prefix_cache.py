@@ -28,8 +28,9 @@ from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec
-from tests.support.cpu_vllm_helpers import build_tiny_model, stop_group, vllm_python
+from tests.support.cpu_vllm_helpers import build_tiny_model, vllm_python
 from tests.support.ports import free_port
+from tests.support.process_groups import stop_group
 
 REPO = Path(__file__).resolve().parents[3]
 READY_TIMEOUT_S = 420.0
