@@ -83,10 +83,11 @@ def predicted_metrics(spec: SweepSpec, inputs: PlanInputs, what: Layout | Disagg
 #: sqrt(GROWTH_FROM_PLANNER) of it (the first bracket spans x2 either side), re-derived after a profile
 #: refit by `bench/planner_seed.py` (no SPEC: all of them), which prints both. Measured on the 28
 #: layouts of agentic, chat-multiturn, deepseek-v3, llama70b-h200, mixtral, qwen72b and
-#: qwen72b-long-prompt: capacity / seed 0.11-4.75, median 1.25, 21 within the first bracket; the
-#: centring divisor 1.19 (the four request-only specs alone asked for 0.94 in the README's earlier
-#: run: 1.33x off, within the same slack). The misses are mostly the planner's ITL tail (prefill chunks
-#: in a p99 it prices from the mean; agentic tp1x4's hit rate is as predicted), not the divisor.
+#: qwen72b-long-prompt, after the sampler reserve and the vLLM refit: capacity / seed 0.14-4.50,
+#: median 1.31, 20 within the first bracket; the centring divisor 1.16 (the four request-only specs
+#: alone asked for 0.94 in the README's earlier run: 1.33x off, within the same slack). The misses
+#: are mostly the planner's ITL tail (prefill chunks in a p99 it prices from the mean; agentic tp1x4's
+#: hit rate is as predicted), not the divisor.
 #: Before prefill was charged the decode-only figure was 4-18x too high and this divisor was 6.
 PLANNER_OVERESTIMATE = 1.25
 
