@@ -250,6 +250,7 @@ class LayoutCost:
         st = self.stages[0]
         if st.has_side_kv or st.window_attn_flops_per_pair:
             return None
+        # a float count, as round_s passes it: the parts are computed from the same value (bit-identical)
         w, gemms, experts, tp, ep = self._token_parts(decodes / 1, keep=True)[0]
         kv_per_token, hbm = st.kv_bytes_per_token, self.hbm_bytes_per_s
         per_pair = st.decode_attn_flops_per_pair or st.attn_flops_per_pair
