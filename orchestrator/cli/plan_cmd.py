@@ -16,6 +16,7 @@ from orchestrator.disagg import DisaggLayout, parse_any_layouts
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.pipeline.validate import load_checked_spec
+from orchestrator.plan.calls import SESSION_KINDS, CallPricer
 from orchestrator.plan.planner import PlanRow
 from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
 from orchestrator.spec.models import SweepSpec
@@ -49,7 +50,7 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wi
     console.print(
         f"[bold]{inp.cfg.name}[/] ({counts.total / 1e9:.1f}B params, {counts.active / 1e9:.1f}B active, "
         f"{inp.weight_dtype}) on {inp.cluster.nodes} x {inp.cluster.gpus_per_node} {inp.gpu.name}; "
-        f"context {result.context_tokens} tokens, prompt {result.prompt_tokens} tokens"
+        + result.call_text()
         + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), highlight=False)
     if inp.speculative is not None:
         sp = inp.speculative
@@ -96,6 +97,8 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wi
             f"[yellow]warning:[/] {escape(w)}" for w in row.warnings]
         if row.expert_imbalance is not None:
             notes.append(f"expert imbalance (busiest EP rank / mean) {row.expert_imbalance:.2f}")
+        if (call := result.call_note(str(row.layout))) is not None:
+            notes.append(call)
         lines.extend(f"  {row.layout}: {note}" for note in notes)
     if lines:  # one print: rich wraps each line alone, and a print costs (a 1,024-GPU plan has 150 notes)
         console.print("\n".join(lines), highlight=False)
@@ -142,11 +145,21 @@ def plan_command(
         return
     result = make_plan(spec, layouts=chosen, all_layouts=layouts is None,
                        batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES, context_tokens=context,
-                       prompt_tokens=prompt)
+                       prompt_tokens=prompt, calls=_session_calls(spec))
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
     print_plan(result, {str(lay) for lay in spec.layouts}, make_console(), wide=wide)
+
+
+def _session_calls(spec: SweepSpec) -> CallPricer | None:
+    """A session spec's calls priced on their whole history, as a sweep's plan rows are (the load
+    generator's sessions: imported only for such a spec)."""
+    if spec.workload.kind not in SESSION_KINDS:
+        return None
+    from orchestrator.loadgen.spec_workload import spec_call_pricer
+
+    return spec_call_pricer(spec)
 
 
 def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[DisaggLayout], batch: str | None,
@@ -160,7 +173,7 @@ def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[Disagg
     if chosen is None or chosen:  # None: every sensible layout, as without pairs
         agg = make_plan(spec, layouts=chosen, all_layouts=chosen is None,
                         batches=parse_ints(batch, "--batch") or DEFAULT_BATCHES,
-                        context_tokens=context, prompt_tokens=prompt)
+                        context_tokens=context, prompt_tokens=prompt, calls=_session_calls(spec))
     if as_json:
         data = {**(agg.to_dict() if agg else {}), "disaggregated": result.to_dict()}
         typer.echo(json.dumps(data, indent=2))

@@ -79,10 +79,15 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.spec_decode_metrics import acceptance_record as acceptance_record
     from orchestrator.loadgen.spec_decode_metrics import combined_acceptance as combined_acceptance
     from orchestrator.loadgen.spec_decode_metrics import scrape_counters as scrape_counters
-    from orchestrator.loadgen.spec_workload import CallShape as CallShape
+    from orchestrator.loadgen.spec_workload import CallShapes as CallShapes
     from orchestrator.loadgen.spec_workload import call_shape as call_shape
+    from orchestrator.loadgen.spec_workload import draw_sessions as draw_sessions
+    from orchestrator.loadgen.spec_workload import price_sessions as price_sessions
+    from orchestrator.loadgen.spec_workload import routes_by_prefix as routes_by_prefix
+    from orchestrator.loadgen.spec_workload import same_engine_share as same_engine_share
     from orchestrator.loadgen.spec_workload import session_factory as session_factory
     from orchestrator.loadgen.spec_workload import slo_bounds as slo_bounds
+    from orchestrator.loadgen.spec_workload import spec_call_pricer as spec_call_pricer
     from orchestrator.loadgen.spec_workload import spec_workload_factory as spec_workload_factory
     from orchestrator.loadgen.spec_workload import workload_factory as workload_factory
     from orchestrator.loadgen.texts import PromptMaker as PromptMaker
@@ -139,7 +144,8 @@ __getattr__, __all__ = lazy_face(__name__, {
         "sharegpt_sessions",
     ),
     "spec_workload": (
-        "CallShape", "call_shape", "session_factory", "slo_bounds", "spec_workload_factory",
+        "CallShapes", "call_shape", "draw_sessions", "price_sessions", "routes_by_prefix",
+        "same_engine_share", "session_factory", "slo_bounds", "spec_call_pricer", "spec_workload_factory",
         "workload_factory",
     ),
     "texts": ("PromptMaker", "Tokenizer", "load_tokenizer",),

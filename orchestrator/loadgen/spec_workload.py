@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
 from functools import partial
 
+from orchestrator.engines import EngineSettings
 from orchestrator.errors import SpecError
+from orchestrator.layout import Layout
 from orchestrator.loadgen.bench import WorkloadFactory
-from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions, sharegpt_sessions
+from orchestrator.loadgen.sessions import (
+    SessionSet,
+    agentic_sessions,
+    conversation_sessions,
+    sharegpt_sessions,
+)
 from orchestrator.loadgen.texts import PromptMaker, Tokenizer
 from orchestrator.loadgen.workloads import (
     Workload,
@@ -16,6 +23,7 @@ from orchestrator.loadgen.workloads import (
     sharegpt_workload,
     trace_workload,
 )
+from orchestrator.plan.calls import SESSION_KINDS, CallPricer, CallShape, request_call
 from orchestrator.spec.models import SLOSpec, SweepSpec
 from orchestrator.spec.workload import TokenDistribution, WorkloadSpec
 
@@ -35,7 +43,7 @@ def workload_factory(w: WorkloadSpec, max_model_len: int | None = None, *,
     if w.kind == "prefix":
         return partial(prefix_workload, prefix_len=w.prefix_tokens or 512, input_len=w.input_tokens,
                        output_len=w.output_tokens, seed=w.seed, text=text)
-    if w.kind in ("conversation", "agentic"):
+    if w.kind in SESSION_KINDS:
         return session_factory(w, max_model_len)
     assert w.dataset_path is not None  # WorkloadSpec guarantees it for sharegpt and trace
     if w.kind == "sharegpt":
@@ -78,50 +86,38 @@ def session_factory(w: WorkloadSpec, max_model_len: int | None, *, tokenizer: To
     return build
 
 
-def _mean(value: int | TokenDistribution) -> float:
-    return float(value.mean) if isinstance(value, TokenDistribution) else float(value)
-
-
 #: sessions drawn (from the workload's own seed) to average a session workload's calls over: the means
 #: of agentic.yaml and chat-multiturn.yaml move by at most 3% between seeds 0-3 (calls per session;
 #: prompt and uncached tokens 2%), at 20-90 ms of CPU per call; a seed needs no more
 SHAPE_SESSIONS = 400
 
 
-@dataclass(frozen=True)
-class CallShape:
-    """What one load unit (a request, or a session when the rate counts sessions) costs the engines,
-    as the planner prices it: calls sent, and per call (means) the whole prompt the engine is sent,
-    the part of it expected in the prefix cache, and the answer."""
-
-    calls: float
-    prompt_tokens: float  # a session's call: the whole history so far plus its own new text
-    cached_tokens: float  # expected prefix-cache hit (whole blocks, never the last prompt token)
-    output_tokens: float
-
-    @property
-    def uncached_tokens(self) -> float:
-        """What the engine prefills: the prompt minus its cached prefix."""
-        return self.prompt_tokens - self.cached_tokens
-
-
 def call_shape(w: WorkloadSpec, *, same_engine: float = 1.0, block_size: int = 16,
                prefix_caching: bool = True, max_model_len: int | None = None) -> CallShape:
-    """The workload's mean call. Request workloads: one call of `input_tokens` (a prefix workload's
-    shared prefix is not credited: seeds stay as before). Sessions: SHAPE_SESSIONS sessions drawn as
-    the load generator draws them (same seed, same cuts at max_model_len), each call's prompt the
-    whole history. The shared system prompt (tool definitions) is taken as cached on every engine;
-    a session's own history is cached where the engine that served one of its earlier steps serves
-    this one: with probability `same_engine` per step (1 for one engine; 1/DP ranks with prefix-aware
-    routing, which keeps a session on a replica but not on a rank; 1/engines otherwise), the latest
+    """The workload's mean call. Request workloads: one call of `input_tokens` (plan/calls.py
+    `request_call`). Sessions: SHAPE_SESSIONS sessions drawn as the load generator draws them (same
+    seed, same cuts at max_model_len), each call's prompt the whole history (`price_sessions`)."""
+    if w.kind not in SESSION_KINDS:
+        return request_call(w)
+    return price_sessions(draw_sessions(w, max_model_len), same_engine=same_engine, block_size=block_size,
+                          prefix_caching=prefix_caching)
+
+
+def draw_sessions(w: WorkloadSpec, max_model_len: int | None) -> SessionSet:
+    """The SHAPE_SESSIONS sessions a session workload's calls are averaged over (the costly part)."""
+    plans = session_factory(w, max_model_len)(SHAPE_SESSIONS).sessions
+    assert plans is not None  # a session workload's factory always makes sessions
+    return plans
+
+
+def price_sessions(plans: SessionSet, *, same_engine: float, block_size: int,
+                   prefix_caching: bool) -> CallShape:
+    """The mean call of these sessions. The shared system prompt (tool definitions) is taken as cached
+    on every engine; a session's own history is cached where the engine that served one of its earlier
+    steps serves this one: with probability `same_engine` per step (`same_engine_share`), the latest
     such step's history (prompt and answer) counting. Sub-calls of a fanned-out step append in turn,
     so an engine holds the next history up to its own call's part: credited as 1/width of the step.
     Eviction under memory pressure is not modelled: a seed, not a prediction."""
-    if w.kind not in ("conversation", "agentic"):
-        prompt = _mean(w.input_tokens)
-        return CallShape(1.0, prompt, 0.0, _mean(w.output_tokens))
-    plans = session_factory(w, max_model_len)(SHAPE_SESSIONS).sessions
-    assert plans is not None  # a session workload's factory always makes sessions
     p = min(max(same_engine, 0.0), 1.0)
 
     def whole_blocks(tokens: float) -> float:
@@ -148,6 +144,66 @@ def call_shape(w: WorkloadSpec, *, same_engine: float = 1.0, block_size: int = 1
     n = max(len(plans.plans), 1)
     per = max(calls, 1.0)
     return CallShape(calls / n, prompt / per, cached / per, output / per)
+
+
+def same_engine_share(layout: Layout, *, prefix_aware: bool) -> float:
+    """How likely a session's call reaches an engine that served one of its earlier steps: 1 for one
+    engine; 1/DP ranks with prefix-aware routing, which keeps a session on a replica but not on a rank;
+    1/engines otherwise."""
+    spread = layout.dp if prefix_aware else layout.replicas * layout.dp
+    return 1 / max(spread, 1)
+
+
+def routes_by_prefix(spec: SweepSpec) -> bool:
+    """Whether the spec's (first) routing policy keeps a session on the replica that holds its
+    history (a spec comparing policies is split per policy before it is run)."""
+    return spec.routing_policies()[0] == "prefix_aware"
+
+
+class CallShapes:
+    """A workload's call shapes, each computed once however often a sweep asks (its plan rows, planner
+    seeds and prune predictions ask 2-4 times per candidate, at 35-90 ms each on the example session
+    specs): the sessions drawn once per max_model_len, each (share, block size, caching) priced once.
+    Shared by a sweep's threads (a side-by-side wave): one computes, the others wait for it."""
+
+    def __init__(self, w: WorkloadSpec) -> None:
+        self.workload = w
+        self._lock = threading.Lock()
+        self._drawn: dict[int | None, SessionSet] = {}
+        self._shapes: dict[tuple[float, int, bool, int | None], CallShape] = {}
+
+    def of(self, layout: Layout, settings: EngineSettings, *, prefix_aware: bool) -> CallShape:
+        """The mean call on `layout`'s engines with `settings` (block size, prefix caching,
+        max_model_len) under the routing policy."""
+        if self.workload.kind not in SESSION_KINDS:
+            return request_call(self.workload)
+        share = same_engine_share(layout, prefix_aware=prefix_aware)
+        key = (share, settings.block_size, settings.enable_prefix_caching, settings.max_model_len)
+        with self._lock:
+            if (shape := self._shapes.get(key)) is None:
+                mml = settings.max_model_len
+                if (plans := self._drawn.get(mml)) is None:
+                    plans = self._drawn[mml] = draw_sessions(self.workload, mml)
+                shape = self._shapes[key] = price_sessions(
+                    plans, same_engine=share, block_size=settings.block_size,
+                    prefix_caching=settings.enable_prefix_caching)
+            return shape
+
+    def pricer(self, *, prefix_aware: bool) -> CallPricer:
+        """`orch plan`'s pricer (plan/calls.py): each layout's call under this routing."""
+
+        def price(layout: Layout, settings: EngineSettings) -> CallShape:
+            return self.of(layout, settings, prefix_aware=prefix_aware)
+
+        return price
+
+
+def spec_call_pricer(spec: SweepSpec) -> CallPricer | None:
+    """What `orch plan` prices a session spec's calls with (None: a request workload, which plan/
+    prices itself from the spec's token counts)."""
+    if spec.workload.kind not in SESSION_KINDS:
+        return None
+    return CallShapes(spec.workload).pricer(prefix_aware=routes_by_prefix(spec))
 
 
 def slo_bounds(slo: SLOSpec) -> dict[str, float]:

@@ -23,6 +23,7 @@ from orchestrator.engines import Engine, EngineSettings, get_engine, secret_valu
 from orchestrator.loadgen.bench import PointResult
 from orchestrator.loadgen.engine_metrics import DEFAULT_INTERVAL_S
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.spec_workload import CallShapes
 from orchestrator.pipeline.provenance import new_run_id
 from orchestrator.plan.candidates import candidate_of, check_pairs
 from orchestrator.plan.from_spec import plan_inputs
@@ -148,6 +149,10 @@ class SweepContext:
     side_by_side: bool
     scale: float  # wall seconds per measured second (a served simulator's time scale; else 1)
     resuming: bool
+    # The workload's mean call per engine shape, each computed once for the whole sweep (plan rows,
+    # planner seeds, prune predictions and every routing pass ask for it): pipeline/points.py
+    # `call_tokens`. Shared, like the tally, by every pass and thread of the sweep.
+    calls: CallShapes = field(compare=False)
     tally: Tally = field(default_factory=Tally, compare=False)
 
     @property
@@ -232,6 +237,7 @@ def open_context(spec: SweepSpec, store: RunStore, obs: Observer, options: Sweep
         served=served, side_by_side=side_by_side_on(spec, served, opts.side_by_side or "auto"),
         scale=spec.engine.time_scale if engine.simulated and served else 1.0,
         resuming=resuming,
+        calls=CallShapes(spec.workload),
     )
 
 

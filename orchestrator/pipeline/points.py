@@ -20,7 +20,7 @@ from orchestrator.loadgen.engine_metrics import metrics_url, series_to_dict, sum
 from orchestrator.loadgen.intervals import point_intervals, slo_margin
 from orchestrator.loadgen.metrics import finite
 from orchestrator.loadgen.spec_decode_metrics import acceptance_record, scrape_counters
-from orchestrator.loadgen.spec_workload import CallShape, call_shape, slo_bounds
+from orchestrator.loadgen.spec_workload import routes_by_prefix, slo_bounds
 from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.pipeline.capacity import (
     GROWTH_FROM_PLANNER,
@@ -42,6 +42,7 @@ from orchestrator.pipeline.predict import (
 )
 from orchestrator.pipeline.repeats import measure_point, reseeded
 from orchestrator.pipeline.serving import Served
+from orchestrator.plan.calls import CallShape
 from orchestrator.plan.disagg import DisaggRow, plan_pair
 from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
@@ -80,31 +81,26 @@ def plan_row(ctx: SweepContext, candidate: AnyCandidate) -> AnyRow:
     """The candidate's row of `orch plan`, priced on the workload's mean call (`call_tokens`: a
     session's call prefills its uncached history and holds all of it) (a pair: both pools, the
     transfer, which pool binds)."""
-    shape = call_tokens(ctx, candidate)
-    prompt, output = round(shape.uncached_tokens), round(shape.output_tokens)
+    call = call_tokens(ctx, candidate).planned()
     if isinstance(candidate, DisaggCandidate):
-        return plan_pair(ctx.inputs, candidate, prompt_tokens=prompt, output_tokens=output,
-                         itl_bound_ms=itl_bound_ms(ctx.spec))
+        return plan_pair(ctx.inputs, candidate, prompt_tokens=call.prefill_tokens,
+                         output_tokens=call.output_tokens, itl_bound_ms=itl_bound_ms(ctx.spec))
     return plan_layout(
-        ctx.inputs.with_settings(candidate.settings), candidate.layout, prompt_tokens=prompt,
-        context_tokens=round(shape.prompt_tokens) + output // 2, itl_bound_ms=itl_bound_ms(ctx.spec),
-        output_tokens=output,  # charge the prefill, as `orch plan` does
+        ctx.inputs.with_settings(candidate.settings), candidate.layout, prompt_tokens=call.prefill_tokens,
+        context_tokens=call.context_tokens, itl_bound_ms=itl_bound_ms(ctx.spec),
+        output_tokens=call.output_tokens,  # charge the prefill, as `orch plan` does
     )
 
 
 def call_tokens(ctx: SweepContext, candidate: AnyCandidate) -> CallShape:
-    """The workload's mean call on this candidate's engines: how likely a session's call finds its
-    history where its earlier calls went (prefix-aware routing keeps a session on its replica; other
-    policies, and a replica's DP ranks, spread it), with the engines' block size and caching."""
+    """The workload's mean call on this candidate's engines (loadgen/spec_workload.py `CallShapes`,
+    computed once per sweep however often it is asked): how likely a session's call finds its history
+    where its earlier calls went (prefix-aware routing keeps a session on its replica; other policies,
+    and a replica's DP ranks, spread it), with the engines' block size and caching."""
     if isinstance(candidate, DisaggCandidate):  # the prefill pool computes (and caches) the prompts
-        layout, settings = candidate.prefill.layout, candidate.prefill.settings
-        affine = False  # the pair's router balances by load
-    else:
-        layout, settings = candidate.layout, candidate.settings
-        affine = ctx.spec.routing_policies()[0] == "prefix_aware"
-    spread = layout.dp if affine else layout.replicas * layout.dp
-    return call_shape(ctx.spec.workload, same_engine=1 / max(spread, 1), block_size=settings.block_size,
-                      prefix_caching=settings.enable_prefix_caching, max_model_len=settings.max_model_len)
+        # the pair's router balances by load
+        return ctx.calls.of(candidate.prefill.layout, candidate.prefill.settings, prefix_aware=False)
+    return ctx.calls.of(candidate.layout, candidate.settings, prefix_aware=routes_by_prefix(ctx.spec))
 
 
 def sim_target(ctx: SweepContext, candidate: AnyCandidate) -> tuple[PlanInputs, Layout | DisaggCandidate]:
@@ -321,7 +317,7 @@ def planner_seed(ctx: SweepContext, candidate: AnyCandidate, row: AnyRow) -> tup
             return search.min_concurrency * 8, "search bounds", GROWTH_FROM_PLANNER
         return conc, "planner (best batch within the ITL bound, all engines)", GROWTH_FROM_PLANNER
     shape = call_tokens(ctx, candidate)  # a session workload's rate counts sessions
-    calls, planned = shape.calls, planned_capacity_rate(row, round(shape.output_tokens))
+    calls, planned = shape.calls, planned_capacity_rate(row, shape.planned().output_tokens)
     if planned is None:
         return search.min_rate_per_s * 10, "search bounds", GROWTH_FROM_PLANNER
     why = "planner (throughput within the ITL bound, prefill charged)"

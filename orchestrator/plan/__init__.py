@@ -8,6 +8,11 @@ from orchestrator.faces import lazy_face
 
 if TYPE_CHECKING:
     from orchestrator.plan.assumptions import Assumptions as Assumptions
+    from orchestrator.plan.calls import SESSION_KINDS as SESSION_KINDS
+    from orchestrator.plan.calls import CallPricer as CallPricer
+    from orchestrator.plan.calls import CallShape as CallShape
+    from orchestrator.plan.calls import PlannedCall as PlannedCall
+    from orchestrator.plan.calls import request_call as request_call
     from orchestrator.plan.candidates import candidate_of as candidate_of
     from orchestrator.plan.candidates import check_pairs as check_pairs
     from orchestrator.plan.candidates import disagg_candidate as disagg_candidate
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     from orchestrator.plan.planner import speculative_step_cost as speculative_step_cost
     from orchestrator.plan.run import DEFAULT_BATCHES as DEFAULT_BATCHES
     from orchestrator.plan.run import PlanResult as PlanResult
+    from orchestrator.plan.run import SessionCalls as SessionCalls
     from orchestrator.plan.run import itl_bound_ms as itl_bound_ms
     from orchestrator.plan.run import make_plan as make_plan
     from orchestrator.plan.settings_grid import settings_requests as settings_requests
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
 
 __getattr__, __all__ = lazy_face(__name__, {
     "assumptions": ("Assumptions",),
+    "calls": ("SESSION_KINDS", "CallPricer", "CallShape", "PlannedCall", "request_call",),
     "checks": ("Cluster",),
     "cost": ("LayoutCost",),
     "dtypes": ("kv_bytes_per_value", "weight_bytes_per_value",),
@@ -78,7 +85,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "PlanInputs", "PlanRow", "kv_capacity", "kv_capacity_tokens", "layout_cost", "plan_layout",
         "speculative_step_cost",
     ),
-    "run": ("DEFAULT_BATCHES", "PlanResult", "itl_bound_ms", "make_plan",),
+    "run": ("DEFAULT_BATCHES", "PlanResult", "SessionCalls", "itl_bound_ms", "make_plan",),
     "speculative_cost": ("SpeculativeCost",),
     "speculative": (
         "SpeculativeSettings", "single_speculative", "speculative_options", "split_field",
