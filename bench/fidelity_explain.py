@@ -51,6 +51,25 @@ def _parts(p: StepParts) -> str:
     return f"{p.total_s * 1e3:.1f} ms ({body}; {p.bound}-bound, {top} dominates)"
 
 
+def _round_up(x: int, k: int) -> int:
+    return -(-x // k) * k
+
+
+def marlin_padding_line(hidden: int, expert_width: int, tp: int, expert_bytes: float) -> str:
+    """The routed experts' bytes as vLLM's Marlin MXFP4 backend allocates them, beside orch's count.
+
+    Mxfp4MoEMethod.create_weights (vllm/model_executor/layers/quantization/mxfp4.py) rounds the
+    hidden size up to a multiple of 256 and each TP shard of the expert width up to 128 for Marlin
+    (n % 256, k % 128); the Triton backend pads inside triton_kernels' layout instead (not read).
+    Not in orch's memory model: which backend a build runs depends on what is installed."""
+    shard = expert_width // tp
+    ratio = _round_up(hidden, 256) * _round_up(shard, 128) / (hidden * shard)
+    return (f"MXFP4 experts per GPU: {expert_bytes / GIB:.2f} GiB as orch counts them, "
+            f"{expert_bytes * ratio / GIB:.2f} GiB as vLLM's Marlin backend pads them "
+            f"(hidden {hidden} -> {_round_up(hidden, 256)}, shard {shard} -> {_round_up(shard, 128)}; "
+            f"not modelled)")
+
+
 def explain(case: Case, source: dict[str, Any], calibration: str) -> list[str]:
     out = [f"{case.id}  ({case.source}, {case.model} {case.precision} {case.layout} on {case.gpu}, "
            f"{case.mode}, {case.requests} x {case.input_tokens}/{case.output_tokens}, "
@@ -71,6 +90,9 @@ def explain(case: Case, source: dict[str, Any], calibration: str) -> list[str]:
     cap = kv_capacity(inputs, cost)
     last = cost.stages[-1]
     per_request = case.input_tokens + case.output_tokens
+    if case.precision == "mxfp4" and inputs.cfg.moe_intermediate_size:
+        out.append("  " + marlin_padding_line(inputs.cfg.hidden_size, inputs.cfg.moe_intermediate_size,
+                                              layout.tp, last.expert_weight_bytes))
     out.append(f"  KV budget per GPU (GiB): {inputs.gpu.memory_bytes / GIB:.2f}"
                f" x {inputs.gpu_memory_utilization}"
                f" - weights ({last.dense_weight_bytes / GIB:.2f}"

@@ -49,3 +49,14 @@ def test_reserve_what_if_moves_the_room_by_the_difference(capsys: pytest.Capture
 def test_no_matching_case_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert EXPLAIN.main(["--only", "no-such-case"]) == 2
     assert "no case id contains" in capsys.readouterr().err
+
+
+def test_marlin_padding_follows_vllms_rounding() -> None:
+    # gpt-oss-120b: hidden 2,880 -> 3,072 (multiple of 256); expert width 2,880 -> 2,944 at TP1
+    # (multiple of 128), 1,440 -> 1,536 at TP2
+    line = EXPLAIN.marlin_padding_line(2880, 2880, 1, 2880 * 2880 * 1.0)
+    assert "hidden 2880 -> 3072" in line and "shard 2880 -> 2944" in line
+    assert EXPLAIN.marlin_padding_line(2880, 2880, 2, 1.0).count("1440 -> 1536") == 1
+    # a shape already aligned is not padded
+    same = EXPLAIN.marlin_padding_line(4096, 1536, 1, 4096 * 1536 * 1.0)
+    assert "hidden 4096 -> 4096" in same and "shard 1536 -> 1536" in same
