@@ -32,7 +32,8 @@ from orchestrator.catalog.profiles import NO_PROFILE
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.content import Content, text_key
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import kv_capacity, layout_cost
+from orchestrator.plan.capacity import kv_capacity
+from orchestrator.plan.inputs import layout_cost
 from orchestrator.plan.stage_cost import StepParts
 from orchestrator.sim.run import spec_engines
 from orchestrator.sim.virtual import SimRequest, simulate
