@@ -31,8 +31,8 @@ from typing import Any
 from orchestrator.catalog.profiles import NO_PROFILE
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.content import Content, text_key
-from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.capacity import kv_capacity
+from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.inputs import layout_cost
 from orchestrator.plan.stage_cost import StepParts
 from orchestrator.sim.run import spec_engines
