@@ -183,6 +183,7 @@ def test_sglang_parses_every_server_of_compiled_pairs(tmp_path: Path) -> None:
             assert res["args"]["disaggregation_bootstrap_port"] == res["args"]["port"] + 5
 
 
+@pytest.mark.sglang_parser
 def test_sglang_router_argv_parses_where_sglang_router_is_installed(tmp_path: Path) -> None:
     """SGLang's router (PyPI sglang-router 0.3.2) parses the PD router orch compiles, with its own parser
     (sglang_router.launch_router.parse_router_args), in the venv .ci/setup.d/31-sglang-router.sh builds."""
