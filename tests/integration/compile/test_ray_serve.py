@@ -50,20 +50,28 @@ def test_config_shape(layout: str) -> None:
 
 
 # Both checks in one Python: importing vLLM and Ray Serve LLM is most of the cost (about 10-20 s). Each
-# check reports its own result or error, so one failing does not hide the other.
+# check reports its own result or error, so one failing does not hide the other. Beyond LLMConfig's own
+# validation, VLLMEngineConfig.from_llm_config is the step a Ray Serve LLM replica takes before starting
+# vLLM: it sorts every engine kwarg into vLLM's AsyncEngineArgs or FrontendArgs fields and refuses any
+# other ("Unknown engine argument"), and gives the placement group the replica reserves. Nothing further:
+# AsyncEngineArgs itself resolves the model on the Hugging Face hub.
 CHECKS = """
 import json, sys
 from ray.serve.llm import LLMConfig
+from ray.llm._internal.serve.engines.vllm.vllm_models import VLLMEngineConfig
 from ray.llm._internal.serve.serving_patterns.prefill_decode.builder import PDServingArgs
 
+def engine(cfg):
+    eng = VLLMEngineConfig.from_llm_config(cfg)
+    return {"tp": eng.tensor_parallel_degree, "devices": eng.num_devices, "bundles": eng.placement_bundles}
+
 def config(cfg):
-    cfg = LLMConfig(**cfg)
-    return {"tp": cfg.engine_kwargs.get("tensor_parallel_size")}
+    return engine(LLMConfig(**cfg))
 
 def pd(args):
     args = PDServingArgs.model_validate(args)
-    return {"prefill": args.prefill_config.engine_kwargs["kv_transfer_config"]["kv_role"],
-            "decode": args.decode_config.engine_kwargs["kv_transfer_config"]["kv_role"]}
+    return {role: {"kv_role": c.engine_kwargs["kv_transfer_config"]["kv_role"], **engine(c)}
+            for role, c in (("prefill", args.prefill_config), ("decode", args.decode_config))}
 
 out = {}
 for name, check, arg in (("config", config, sys.argv[1]), ("pd", pd, sys.argv[2])):
@@ -104,11 +112,19 @@ def ray_serve_checks() -> dict[str, Any]:
 
 @pytest.mark.ray
 def test_ray_serve_llm_accepts_the_config(ray_serve_checks: dict[str, Any]) -> None:
-    assert ray_serve_checks["config"] == {"tp": 4}
+    got = ray_serve_checks["config"]
+    assert "error" not in got, got
+    # tp4x2: each of the 2 replicas reserves tp*pp = 4 GPUs, all on H100s
+    assert got["tp"] == 4 and got["devices"] == 4, got
+    assert [b["GPU"] for b in got["bundles"]] == [1] * 4, got
+    assert all("accelerator_type:H100" in b for b in got["bundles"]), got
 
 
 @pytest.mark.ray
 def test_ray_serve_llm_accepts_the_prefill_decode_app(ray_serve_checks: dict[str, Any]) -> None:
     """Ray 2.60's build_pd_openai_app validates its arguments with PDServingArgs (same model on both
     pools, kv_transfer_config on each); the pair's config passes it."""
-    assert ray_serve_checks["pd"] == {"prefill": "kv_producer", "decode": "kv_consumer"}
+    got = ray_serve_checks["pd"]
+    assert "error" not in got, got
+    assert {role: (c["kv_role"], c["devices"]) for role, c in got.items()} == {
+        "prefill": ("kv_producer", 4), "decode": ("kv_consumer", 4)}
