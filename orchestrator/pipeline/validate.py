@@ -14,6 +14,7 @@ from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
 from orchestrator.loadgen.traces import read_trace
+from orchestrator.plan.candidates import pool_settings
 from orchestrator.plan.expert_stats import load_expert_stats
 from orchestrator.plan.from_spec import engine_settings
 from orchestrator.plan.settings_grid import settings_requests
@@ -141,6 +142,13 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
     except SpecError as exc:
         field = str(exc).split(":", 1)[0] if str(exc).startswith("engine.") else "engine"
         raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
+    if any(isinstance(lay, DisaggLayout) for lay in spec.layouts):
+        for role, pool in (("prefill", spec.disagg.prefill), ("decode", spec.disagg.decode)):
+            try:
+                pool_settings(spec, pool, engine_settings(spec))  # each pool as its engine resolves it
+            except SpecError as exc:
+                field = str(exc).split(":", 1)[0] if str(exc).startswith("disagg.") else f"disagg.{role}"
+                raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
     for request, label in settings_requests(spec, cfg)[1:]:  # each other combination of the lists too
         try:
             engine_settings(spec, cfg=cfg, request=request)

@@ -197,3 +197,24 @@ def test_simulate_runs_a_closed_loop_spec_at_its_own_concurrency(
     path.write_text(spec(workload="{loop: closed, num_requests: 6}"))
     assert_one_line(*run_main(["simulate", str(path)], monkeypatch, capsys),
                     "workload.concurrency is not set (orch sweep searches capacity)")
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "simulate"])
+def test_a_pool_setting_the_engine_refuses_names_the_pool(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: validate named engine.max_num_batched_tokens, plan named no file, simulate "rejected" (exit 6).
+    path = tmp_path / "s.yaml"
+    path.write_text(spec(layouts="['p:tp1+d:tp1']", disagg="{prefill: {max_num_batched_tokens: 64}}"))
+    assert_one_line(*run_main([command, str(path)], monkeypatch, capsys),
+                    f"{path}:5: disagg.prefill.max_num_batched_tokens: 64 is below max_num_seqs 1024")
+
+
+def test_bench_sessions_that_could_send_nothing_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: every session was cut before its first turn, nothing was sent, "no request completed" (exit 6).
+    args = ["bench", "--base-url", URL, "--model", "m", "--rate", "1", "--num-requests", "2",
+            "--workload", "conversation", "--max-model-len", "0"]
+    assert_one_line(*run_main(args, monkeypatch, capsys),
+                    "max_model_len 0: every session is cut before its first call")
