@@ -184,7 +184,7 @@ SPEC_CASES: list[tuple[str, str, str]] = [
      "rounds: 20,000 is more than 10,000"),
     ("agentic-first-call-beyond-context",
      spec(workload=wl("kind: agentic, agentic: {system_prompt_tokens: 40000}")),
-     "workload.agentic.system_prompt_tokens: a session's first call needs at least 42,"),
+     "workload.agentic.system_prompt_tokens: a session's first call needs at least 43,074 tokens"),
     ("conversation-first-turn-beyond-context",
      spec(model="{name: qwen2.5-7b, max_model_len: 4096}",
           workload=wl("kind: conversation, conversation: {first_input_tokens: 8000}")),
