@@ -213,8 +213,8 @@ def test_a_pool_setting_the_engine_refuses_names_the_pool(
 def test_bench_sessions_that_could_send_nothing_are_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Before: every session was cut before its first turn, nothing was sent, "no request completed" (exit 6).
+    # Before: --max-model-len 0 cut every session before its first turn; nothing was sent, exit 6.
     args = ["bench", "--base-url", URL, "--model", "m", "--rate", "1", "--num-requests", "2",
             "--workload", "conversation", "--max-model-len", "0"]
     assert_one_line(*run_main(args, monkeypatch, capsys),
-                    "max_model_len 0: every session is cut before its first call")
+                    "Invalid value for '--max-model-len': Input should be greater than or equal to 1")
