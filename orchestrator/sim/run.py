@@ -22,18 +22,12 @@ from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.loadgen.workloads import Workload
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
+from orchestrator.sim.loops import closed_loop, closed_loop_columns, simulate, simulate_columns
 from orchestrator.sim.sessions import simulate_sessions
-from orchestrator.sim.virtual import (
-    SimRequest,
-    SimSummary,
-    closed_loop,
-    closed_loop_columns,
-    simulate,
-    simulate_columns,
-)
+from orchestrator.sim.virtual import SimRequest, SimSummary
 from orchestrator.spec.models import SweepSpec
 
 

@@ -9,9 +9,10 @@ from orchestrator.layout import parse_layout
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
-from orchestrator.sim.virtual import SimRequest, closed_loop, single_request_s
+from orchestrator.sim.loops import closed_loop, single_request_s
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("llama-3.1-70b"), gpu=load_gpu("h100"), cluster=Cluster(1, 8),

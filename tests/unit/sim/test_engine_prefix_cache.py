@@ -8,9 +8,10 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.content import Content
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.loops import simulate
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),

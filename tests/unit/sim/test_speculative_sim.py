@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost, speculative_step_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost, speculative_step_cost
 from orchestrator.plan.speculative import single_speculative
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan
+from orchestrator.sim.loops import closed_loop, simulate
 from orchestrator.sim.speculative import burst_sizes, steps_to_emit, tokens_after
-from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.speculative import SpeculativeSpec
 from tests.support.engines import LIMITS, fixed_settings
 
