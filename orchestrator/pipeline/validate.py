@@ -13,11 +13,8 @@ from orchestrator.disagg import DisaggLayout
 from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
-from orchestrator.loadgen.traces import read_trace
-from orchestrator.plan.candidates import pool_settings
 from orchestrator.plan.expert_stats import load_expert_stats
 from orchestrator.plan.from_spec import engine_settings
-from orchestrator.plan.settings_grid import settings_requests
 from orchestrator.plan.speculative import speculative_options, split_field
 from orchestrator.spec.load import LoadedSpec, load_spec_lines
 from orchestrator.spec.models import SweepSpec
@@ -71,6 +68,8 @@ def _check_dataset(loaded: LoadedSpec, must_exist: bool) -> None:
         raise loaded.error("workload.dataset_path", f"{path}: not a regular file; pass the dataset file")
     w = loaded.spec.workload
     if w.kind == "trace":
+        from orchestrator.loadgen.traces import read_trace  # numpy: only for a trace
+
         # The requests a load point sends, read now (streamed: only as far as those): a bad line is this
         # one line and exit 2 before anything runs, not a layout "rejected" mid-sweep.
         try:
@@ -142,6 +141,10 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
     except SpecError as exc:
         field = str(exc).split(":", 1)[0] if str(exc).startswith("engine.") else "engine"
         raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
+    # Imported here, as make_plan below: `orch validate` and `orch plan` start fast (bench/cli_speed.py).
+    from orchestrator.plan.candidates import pool_settings
+    from orchestrator.plan.settings_grid import settings_requests
+
     if any(isinstance(lay, DisaggLayout) for lay in spec.layouts):
         for role, pool in (("prefill", spec.disagg.prefill), ("decode", spec.disagg.decode)):
             try:
