@@ -138,8 +138,8 @@ class FitTable:
         if console.color_system is None and len(fixed) == len(widths):
             # No colour to draw (a pipe, a file, a CI log): the same text as rich's, drawn directly;
             # rich spends about 0.1 ms a cell, which for the 1,024-GPU plan's 3,000 cells was most of
-            # the command's time. Written as it is: even console.out would split the lines into
-            # segments again (0.03 s for that plan); a recording console (export_text) gets it through rich.
+            # the command's time. Written as it is: console.out would split the lines into segments
+            # again (about 0.01 s for that plan); a recording console (export_text) gets it through rich.
             text = "\n".join(plain_lines(cols, fixed))
             if console.record:
                 console.out(text, highlight=False)
