@@ -18,7 +18,8 @@ from orchestrator.errors import SpecError
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.disagg_search import SplitPlan, plan_splits
 from orchestrator.plan.enumerate import enumerate_layouts
-from orchestrator.plan.planner import PlanInputs, PlanRow, expert_imbalance, plan_layout, rank_rows
+from orchestrator.plan.inputs import PlanInputs, expert_imbalance
+from orchestrator.plan.planner import PlanRow, plan_layout, rank_rows
 
 GOAL_S = 1.0
 GPUS = 64

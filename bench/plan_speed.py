@@ -13,7 +13,8 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.engines import EngineSettings
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.enumerate import enumerate_layouts
-from orchestrator.plan.planner import PlanInputs, plan_layout, rank_rows
+from orchestrator.plan.inputs import PlanInputs
+from orchestrator.plan.planner import plan_layout, rank_rows
 
 
 def fixed_settings(max_model_len: int) -> EngineSettings:

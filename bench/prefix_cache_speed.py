@@ -33,7 +33,7 @@ from orchestrator.loadgen.client import arrival_offsets
 from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import weight_bytes_per_value
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
 from orchestrator.sim.sessions import simulate_sessions

@@ -28,7 +28,7 @@ from orchestrator.engines import EngineSettings
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.virtual import SimRequest, simulate
 

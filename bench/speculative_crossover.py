@@ -13,8 +13,10 @@ import argparse
 import time
 
 from orchestrator.layout import parse_layout
+from orchestrator.plan.capacity import kv_capacity_tokens
+from orchestrator.plan.decode import decode_estimate
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layout_cost, speculative_step_cost
+from orchestrator.plan.inputs import layout_cost, speculative_step_cost
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import parse_spec
 

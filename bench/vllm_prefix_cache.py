@@ -42,7 +42,7 @@ from orchestrator.loadgen.session_runner import run_sessions
 from orchestrator.loadgen.sessions import conversation_sessions
 from orchestrator.loadgen.texts import PromptMaker, load_tokenizer
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec

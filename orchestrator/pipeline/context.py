@@ -26,7 +26,7 @@ from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.provenance import new_run_id
 from orchestrator.plan.candidates import candidate_of, check_pairs
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.spec.models import KubernetesTarget, SweepSpec
 from orchestrator.store.extras import SideRecords, SweepMode
 from orchestrator.store.reads import LayoutRow, PointRow

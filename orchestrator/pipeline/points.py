@@ -43,7 +43,8 @@ from orchestrator.pipeline.predict import (
 from orchestrator.pipeline.repeats import measure_point, reseeded
 from orchestrator.pipeline.serving import Served
 from orchestrator.plan.disagg import DisaggRow, plan_pair
-from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout
+from orchestrator.plan.inputs import PlanInputs
+from orchestrator.plan.planner import PlanRow, plan_layout
 from orchestrator.plan.run import itl_bound_ms
 from orchestrator.selection import LayoutOutcome
 from orchestrator.sim.pd_run import DisaggSimPoint

@@ -11,7 +11,8 @@ from orchestrator.candidate import DisaggCandidate
 from orchestrator.errors import OrchError
 from orchestrator.layout import Layout
 from orchestrator.plan.disagg import DisaggRow
-from orchestrator.plan.planner import PlanInputs, PlanRow
+from orchestrator.plan.inputs import PlanInputs
+from orchestrator.plan.planner import PlanRow
 from orchestrator.sim.pd_run import DisaggSimPoint, simulate_pair_point
 from orchestrator.sim.run import SimPoint, simulate_point
 from orchestrator.spec.models import SweepSpec

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from orchestrator.plan.candidates import candidate_of as candidate_of
     from orchestrator.plan.candidates import check_pairs as check_pairs
     from orchestrator.plan.candidates import disagg_candidate as disagg_candidate
+    from orchestrator.plan.capacity import kv_capacity as kv_capacity
+    from orchestrator.plan.capacity import kv_capacity_tokens as kv_capacity_tokens
     from orchestrator.plan.checks import Cluster as Cluster
     from orchestrator.plan.cost import LayoutCost as LayoutCost
     from orchestrator.plan.disagg import DisaggRow as DisaggRow
@@ -36,18 +38,16 @@ if TYPE_CHECKING:
     from orchestrator.plan.from_spec import engine_settings as engine_settings
     from orchestrator.plan.from_spec import mean_tokens as mean_tokens
     from orchestrator.plan.from_spec import plan_inputs as plan_inputs
+    from orchestrator.plan.inputs import PlanInputs as PlanInputs
+    from orchestrator.plan.inputs import layout_cost as layout_cost
+    from orchestrator.plan.inputs import speculative_step_cost as speculative_step_cost
     from orchestrator.plan.kv_transfer import transfer_link as transfer_link
     from orchestrator.plan.kv_transfer import transfer_time_fn as transfer_time_fn
     from orchestrator.plan.memory import engine_sampler_profile as engine_sampler_profile
     from orchestrator.plan.moe import touched_fraction as touched_fraction
     from orchestrator.plan.params import count_params as count_params
-    from orchestrator.plan.planner import PlanInputs as PlanInputs
     from orchestrator.plan.planner import PlanRow as PlanRow
-    from orchestrator.plan.planner import kv_capacity as kv_capacity
-    from orchestrator.plan.planner import kv_capacity_tokens as kv_capacity_tokens
-    from orchestrator.plan.planner import layout_cost as layout_cost
     from orchestrator.plan.planner import plan_layout as plan_layout
-    from orchestrator.plan.planner import speculative_step_cost as speculative_step_cost
     from orchestrator.plan.run import DEFAULT_BATCHES as DEFAULT_BATCHES
     from orchestrator.plan.run import PlanResult as PlanResult
     from orchestrator.plan.run import itl_bound_ms as itl_bound_ms
@@ -74,10 +74,9 @@ __getattr__, __all__ = lazy_face(__name__, {
     "memory": ("engine_sampler_profile",),
     "moe": ("touched_fraction",),
     "params": ("count_params",),
-    "planner": (
-        "PlanInputs", "PlanRow", "kv_capacity", "kv_capacity_tokens", "layout_cost", "plan_layout",
-        "speculative_step_cost",
-    ),
+    "inputs": ("PlanInputs", "layout_cost", "speculative_step_cost",),
+    "capacity": ("kv_capacity", "kv_capacity_tokens",),
+    "planner": ("PlanRow", "plan_layout",),
     "run": ("DEFAULT_BATCHES", "PlanResult", "itl_bound_ms", "make_plan",),
     "speculative_cost": ("SpeculativeCost",),
     "speculative": (

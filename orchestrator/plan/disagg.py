@@ -29,17 +29,12 @@ from orchestrator.disagg import DisaggLayout, pool_problems
 from orchestrator.errors import SpecError
 from orchestrator.kv_handover import Handover, KVShape, handover
 from orchestrator.layout import Layout
+from orchestrator.plan.capacity import kv_capacity_tokens
 from orchestrator.plan.checks import layout_problems
+from orchestrator.plan.decode import DecodeEstimate, decode_estimate
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.plan.kv_transfer import kv_transfer_time_s, transfer_link, transfers_per_s
-from orchestrator.plan.planner import (
-    GB,
-    DecodeEstimate,
-    PlanInputs,
-    decode_estimate,
-    kv_capacity_tokens,
-    layout_cost,
-    search_batches,
-)
+from orchestrator.plan.planner import GB, search_batches
 
 LOAD_FOR_TTFT = 0.8  # TTFT is also reported at this fraction of the system's capacity
 

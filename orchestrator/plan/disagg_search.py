@@ -28,7 +28,8 @@ from orchestrator.plan.disagg import (
     shape_of,
 )
 from orchestrator.plan.enumerate import enumerate_layouts
-from orchestrator.plan.planner import PlanInputs, PlanRow, plan_layout
+from orchestrator.plan.inputs import PlanInputs
+from orchestrator.plan.planner import PlanRow, plan_layout
 
 AnyRow = PlanRow | DisaggRow
 

@@ -14,8 +14,8 @@ from orchestrator.plan.assumptions import Assumptions
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.expert_stats import load_expert_stats
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.plan.memory import WeightFormat, engine_sampler_profile
-from orchestrator.plan.planner import PlanInputs
 from orchestrator.plan.settings_grid import base_request
 from orchestrator.spec.models import ModelSpec, SweepSpec
 from orchestrator.spec.workload import TokenDistribution
@@ -163,7 +163,7 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
 
 def itl_tail_fraction(spec: SweepSpec) -> float:
     """1 - percentile/100 of the tightest per-token bound when it is an ITL percentile (itl_p99_ms:
-    0.01); 0 when it is on TPOT, which averages a request's gaps (plan/planner.py itl_within)."""
+    0.01); 0 when it is on TPOT, which averages a request's gaps (plan/decode.py itl_within)."""
     bounds = [(v, metric, pct) for (metric, pct), v in spec.slo.bounds_ms().items()
               if metric in ("itl", "tpot")]
     if not bounds:

@@ -10,9 +10,10 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.enumerate import enumerate_layouts
 from orchestrator.plan.from_spec import mean_tokens, plan_inputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.plan.kv import kv_bytes_per_sequence
 from orchestrator.plan.memory import kv_bytes_per_token
-from orchestrator.plan.planner import DEFAULT_BATCHES, PlanInputs, PlanRow, plan_layout, rank_rows
+from orchestrator.plan.planner import DEFAULT_BATCHES, PlanRow, plan_layout, rank_rows
 from orchestrator.spec.checks import MAX_TOKENS
 from orchestrator.spec.models import SweepSpec
 

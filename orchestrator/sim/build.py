@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-from orchestrator.plan.planner import PlanInputs, kv_capacity, layout_cost, speculative_step_cost
+from orchestrator.plan.capacity import kv_capacity
+from orchestrator.plan.inputs import PlanInputs, layout_cost, speculative_step_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 
 

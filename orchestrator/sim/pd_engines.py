@@ -18,7 +18,7 @@ from __future__ import annotations
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
 from orchestrator.plan.cost import LayoutCost
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 

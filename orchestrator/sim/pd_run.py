@@ -18,8 +18,8 @@ from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.plan.disagg import inputs_of, shape_of
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.plan.kv_transfer import transfer_link, transfer_time_fn
-from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.pd_engines import DecodeCore, PrefillCore, pool_engines
 from orchestrator.sim.pd_virtual import DisaggSummary, closed_loop_disagg, simulate_disagg
 from orchestrator.sim.run import sim_requests, sim_requests_from_specs

@@ -22,7 +22,7 @@ from orchestrator.loadgen.search import verdict
 from orchestrator.loadgen.spec_workload import slo_bounds, workload_factory
 from orchestrator.loadgen.window import point_warmup_s
 from orchestrator.loadgen.workloads import Workload
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
 from orchestrator.sim.sessions import simulate_sessions

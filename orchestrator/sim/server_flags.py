@@ -18,8 +18,8 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.plan.memory import engine_sampler_profile
-from orchestrator.plan.planner import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.serving import SimServer
 from orchestrator.sim.speculative import speculative_from_flags

@@ -20,7 +20,7 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.virtual import SimRequest, simulate
 from tests.support.engines import fixed_settings

@@ -24,7 +24,7 @@ from orchestrator.layout import parse_layout
 from orchestrator.loadgen.engine_metrics import parse_prometheus
 from orchestrator.loadgen.sessions import conversation_sessions
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs
+from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import ConversationSpec

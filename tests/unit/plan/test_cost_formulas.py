@@ -12,9 +12,9 @@ from orchestrator.catalog.types import LinkSpec
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.comm import allreduce_time_s
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.plan.memory import stage_layer_counts
 from orchestrator.plan.params import count_params
-from orchestrator.plan.planner import PlanInputs, layout_cost
 from tests.support.engines import fixed_settings
 
 DSV3 = load_model("deepseek-v3")

@@ -10,16 +10,18 @@ import pytest
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.disagg import DisaggLayout, parse_disagg
 from orchestrator.layout import Layout, parse_layout
+from orchestrator.plan.capacity import kv_capacity_tokens
 from orchestrator.plan.checks import Cluster
+from orchestrator.plan.decode import decode_estimate
 from orchestrator.plan.disagg import (
     decode_engine,
     plan_disagg,
     prefill_engine,
 )
 from orchestrator.plan.disagg_search import output_tokens_per_s_per_gpu, plan_splits, rank_key
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.plan.kv_transfer import kv_transfer_bytes_per_token, kv_transfer_time_s
 from orchestrator.plan.memory import kv_bytes_per_token
-from orchestrator.plan.planner import PlanInputs, decode_estimate, kv_capacity_tokens, layout_cost
 from tests.support.engines import fixed_settings
 
 QWEN = load_model("qwen2.5-72b")  # 80 layers, 8 KV heads of 128

@@ -8,7 +8,8 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.catalog.types import CheckpointQuant
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster, layout_problems
-from orchestrator.plan.planner import PlanInputs, plan_layout
+from orchestrator.plan.inputs import PlanInputs
+from orchestrator.plan.planner import plan_layout
 from tests.support.engines import fixed_settings
 
 

@@ -15,7 +15,7 @@ from orchestrator.compile import sim_options
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import layout_cost
+from orchestrator.plan.inputs import layout_cost
 from orchestrator.sim.server import parse_args, server_from_args
 from orchestrator.spec.load import parse_spec
 from tests.support.paths import ROOT

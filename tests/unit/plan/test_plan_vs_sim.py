@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.layout import parse_layout
+from orchestrator.plan.capacity import kv_capacity_tokens
+from orchestrator.plan.decode import decode_estimate
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens, layout_cost
+from orchestrator.plan.inputs import layout_cost
 from orchestrator.plan.run import make_plan
 from orchestrator.sim.run import simulate_point
 from orchestrator.spec.load import load_spec

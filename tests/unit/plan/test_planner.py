@@ -12,9 +12,10 @@ from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.comm import allreduce_time_s
 from orchestrator.plan.enumerate import enumerate_layouts
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.plan.memory import kv_bytes_per_token, stage_layer_counts
 from orchestrator.plan.params import count_params
-from orchestrator.plan.planner import PlanInputs, layout_cost, plan_layout
+from orchestrator.plan.planner import plan_layout
 from tests.support.engines import fixed_settings
 
 QWEN = load_model("qwen2.5-72b")

@@ -8,10 +8,11 @@ import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
+from orchestrator.plan.capacity import kv_capacity
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.from_spec import plan_inputs
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.plan.memory import SAMPLER_BYTES_PER_LOGIT, sampler_profile_bytes
-from orchestrator.plan.planner import PlanInputs, kv_capacity, layout_cost
 from orchestrator.spec.models import SweepSpec
 from tests.support.engines import fixed_settings
 

@@ -11,17 +11,12 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout, parse_layout
 from orchestrator.pipeline.validate import check_spec
+from orchestrator.plan.capacity import kv_capacity, kv_capacity_tokens
 from orchestrator.plan.checks import Cluster
+from orchestrator.plan.decode import decode_estimate
+from orchestrator.plan.inputs import PlanInputs, layout_cost, speculative_step_cost
 from orchestrator.plan.params import count_params
-from orchestrator.plan.planner import (
-    PlanInputs,
-    decode_estimate,
-    kv_capacity,
-    kv_capacity_tokens,
-    layout_cost,
-    plan_layout,
-    speculative_step_cost,
-)
+from orchestrator.plan.planner import plan_layout
 from orchestrator.plan.speculative import SpeculativeSettings, single_speculative, speculative_options
 from orchestrator.spec.load import load_spec_lines
 from orchestrator.spec.speculative import SpeculativeSpec

@@ -15,7 +15,7 @@ from orchestrator.loadgen.records import RequestRecord
 from orchestrator.pipeline.predict import predicted_metrics
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.run import simulate_point
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate

@@ -9,7 +9,7 @@ from orchestrator.layout import parse_layout
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.virtual import SimRequest, closed_loop, single_request_s
 from tests.support.engines import LIMITS, fixed_settings

@@ -11,7 +11,7 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan
 from orchestrator.sim.virtual import SimRequest, simulate
@@ -135,7 +135,8 @@ def test_littles_law_holds() -> None:
 
 
 def test_throughput_saturates_near_the_planned_capacity() -> None:
-    from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens
+    from orchestrator.plan.capacity import kv_capacity_tokens
+    from orchestrator.plan.decode import decode_estimate
 
     eng = _engine(max_num_seqs=64)
     recs, _ = simulate([eng], [SimRequest(str(i), 0.0, 512, 256) for i in range(512)])
@@ -221,7 +222,8 @@ def test_kv_bound_burst_keeps_the_planned_throughput_with_few_preemptions() -> N
     (before vLLM v1's rules: 10,169). The first wave alone preempts about output/(prompt+output) of
     the requests it admitted, since admission fills the cache with prompts that then grow.
     """
-    from orchestrator.plan.planner import decode_estimate, kv_capacity_tokens
+    from orchestrator.plan.capacity import kv_capacity_tokens
+    from orchestrator.plan.decode import decode_estimate
 
     inputs = PlanInputs(cfg=load_model("llama-3.1-70b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
                         settings=fixed_settings(8192))

@@ -9,7 +9,7 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore, StepPlan
 from orchestrator.sim.virtual import SimRequest, simulate
 from orchestrator.spec.models import SweepSpec

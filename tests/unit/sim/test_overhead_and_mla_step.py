@@ -17,7 +17,8 @@ from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.from_spec import plan_inputs
-from orchestrator.plan.planner import PlanInputs, layout_cost, plan_layout
+from orchestrator.plan.inputs import PlanInputs, layout_cost
+from orchestrator.plan.planner import plan_layout
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
 from orchestrator.sim.virtual import SimRequest, closed_loop, simulate

@@ -8,7 +8,7 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import Layout
 from orchestrator.loadgen.content import Content
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, Seq
 from orchestrator.sim.pd_engines import DecodeCore, PrefillCore, pool_engines
 from orchestrator.sim.pd_virtual import closed_loop_disagg, simulate_disagg
@@ -142,7 +142,7 @@ def test_closed_loop_keeps_concurrency() -> None:
 def test_pool_engines_follow_the_planner() -> None:
     engines = pool_engines(INPUTS, Layout(tp=4, dp=1), "decode", 3)
     assert len(engines) == 3 and all(isinstance(e, DecodeCore) for e in engines)
-    from orchestrator.plan.planner import kv_capacity_tokens
+    from orchestrator.plan.capacity import kv_capacity_tokens
 
     assert engines[0].config.kv_capacity_tokens == kv_capacity_tokens(INPUTS, COST)[0]
     from orchestrator.errors import SpecError

@@ -9,7 +9,7 @@ from orchestrator.loadgen.metrics import summarize
 from orchestrator.loadgen.records import RequestRecord
 from orchestrator.loadgen.sessions import agentic_sessions, conversation_sessions
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.sessions import simulate_sessions
 from orchestrator.spec.workload import AgenticSpec, ConversationSpec

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
+from orchestrator.plan.capacity import kv_capacity
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, kv_capacity, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import Seq
 from tests.support.engines import fixed_settings

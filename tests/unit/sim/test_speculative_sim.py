@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost, speculative_step_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost, speculative_step_cost
 from orchestrator.plan.speculative import single_speculative
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan

@@ -11,7 +11,7 @@ from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.layout import parse_layout
 from orchestrator.loadgen.metrics import Metrics, compute_metrics, metrics_of
 from orchestrator.plan.checks import Cluster
-from orchestrator.plan.planner import PlanInputs, layout_cost
+from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
 from orchestrator.sim.virtual import SimRequest, closed_loop, closed_loop_columns, simulate, simulate_columns
 from tests.support.engines import LIMITS, fixed_settings

@@ -1,0 +1,62 @@
+"""bench/fidelity_explain.py prints, per case, the terms behind a prediction: the KV budget it prints
+is the planner's, and the reserve what-if moves the room by exactly the difference."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+import pytest
+
+from tests.support.paths import ROOT
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+EXPLAIN = _load("fidelity_explain")
+
+
+def _room_gib(out: str) -> float:
+    line = next(x for x in out.splitlines() if "KV budget" in x)
+    return float(line.split("= room ")[1].split(";")[0])
+
+
+def test_explains_a_case_with_its_budget_and_step_parts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4"]) == 0
+    out = capsys.readouterr().out
+    assert "ttft_mean_ms" in out and "measured" in out and "predicted" in out
+    assert "KV budget per GPU" in out and "requests of 132 tokens" in out
+    assert "engine: mean running" in out
+    assert "dominates" in out
+
+
+def test_reserve_what_if_moves_the_room_by_the_difference(capsys: pytest.CaptureFixture[str]) -> None:
+    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4"]) == 0
+    base = _room_gib(capsys.readouterr().out)
+    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4", "--reserve-gib", "4.79"]) == 0
+    what_if = _room_gib(capsys.readouterr().out)
+    assert base - what_if == pytest.approx(2.0, abs=0.02)
+
+
+def test_no_matching_case_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert EXPLAIN.main(["--only", "no-such-case"]) == 2
+    assert "no case id contains" in capsys.readouterr().err
+
+
+def test_marlin_padding_follows_vllms_rounding() -> None:
+    # gpt-oss-120b: hidden 2,880 -> 3,072 (multiple of 256); expert width 2,880 -> 2,944 at TP1
+    # (multiple of 128), 1,440 -> 1,536 at TP2
+    line = EXPLAIN.marlin_padding_line(2880, 2880, 1, 2880 * 2880 * 1.0)
+    assert "hidden 2880 -> 3072" in line and "shard 2880 -> 2944" in line
+    assert EXPLAIN.marlin_padding_line(2880, 2880, 2, 1.0).count("1440 -> 1536") == 1
+    # a shape already aligned is not padded
+    same = EXPLAIN.marlin_padding_line(4096, 1536, 1, 4096 * 1536 * 1.0)
+    assert "hidden 4096 -> 4096" in same and "shard 1536 -> 1536" in same
