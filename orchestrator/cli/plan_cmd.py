@@ -162,14 +162,15 @@ def _plan(spec_path: str, layouts: str | None, disagg: int | None, batch: str | 
     print_plan(result, {str(lay) for lay in spec.layouts}, make_console(), wide=wide)
 
 
-def _session_calls(spec: SweepSpec) -> CallPricer | None:
+def _session_calls(spec: SweepSpec, *, pairs: bool = False) -> CallPricer | None:
     """A session spec's calls priced on their whole history, as a sweep's plan rows are (the load
-    generator's sessions: imported only for such a spec)."""
+    generator's sessions: imported only for such a spec). `pairs`: a pair's prefill pool, which its
+    router balances by load (pipeline/points.py `call_tokens`)."""
     if spec.workload.kind not in SESSION_KINDS:
         return None
     from orchestrator.loadgen.spec_workload import spec_call_pricer
 
-    return spec_call_pricer(spec)
+    return spec_call_pricer(spec, pairs=pairs)
 
 
 def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[DisaggLayout], batch: str | None,
@@ -178,7 +179,7 @@ def _plan_pairs(spec: SweepSpec, chosen: list[Layout] | None, pairs: list[Disagg
     from orchestrator.cli.plan_disagg import print_pairs
     from orchestrator.plan.disagg_run import make_disagg_plan
 
-    result = make_disagg_plan(spec, pairs, prompt_tokens=prompt)
+    result = make_disagg_plan(spec, pairs, prompt_tokens=prompt, calls=_session_calls(spec, pairs=True))
     agg = None
     if chosen is None or chosen:  # None: every sensible layout, as without pairs
         agg = make_plan(spec, layouts=chosen, all_layouts=chosen is None,
@@ -200,7 +201,8 @@ def _plan_splits(spec: SweepSpec, gpus: int, prompt: int | None, as_json: bool, 
 
     if gpus < 0:
         raise SpecError(f"--disagg {gpus}: give a number of GPUs (0 = the spec's hardware)")
-    plan = make_split_plan(spec, gpus or None, prompt_tokens=prompt)
+    plan = make_split_plan(spec, gpus or None, prompt_tokens=prompt, calls=_session_calls(spec),
+                           pair_calls=_session_calls(spec, pairs=True))
     if as_json:
         typer.echo(json.dumps(plan.to_dict(), indent=2))
         return

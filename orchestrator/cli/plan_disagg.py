@@ -31,8 +31,8 @@ def _pair_cells(row: DisaggRow) -> list[str]:
 
 
 def print_pairs(result: DisaggPlanResult, console: Console, *, wide: bool = False) -> None:
-    table = FitTable(f"plan, prefill/decode pairs: predicted by the cost model (not measured); prompt "
-                     f"{result.prompt_tokens}, output {result.output_tokens} tokens"
+    table = FitTable("plan, prefill/decode pairs: predicted by the cost model (not measured); "
+                     + result.call_text()
                      + (f", ITL bound {result.itl_bound_ms:g} ms" if result.itl_bound_ms else ""), wide=wide)
     # keep: 0 always shown, then 1, 2 ... as the terminal allows (fit_table.py)
     for col, keep in (("layout", 0), ("GPUs", 0), ("fits", 0), ("prefill req/s", 2), ("decode req/s", 2),
@@ -49,6 +49,8 @@ def print_pairs(result: DisaggPlanResult, console: Console, *, wide: bool = Fals
             ratio = row.decode_per_prefill_replica
             notes.append(f"P:D replicas {ratio:.2f}:1 balance the pools (one decode replica takes what "
                          f"{ratio:.2f} prefill replicas produce)")
+        if (call := result.sessions.note(str(row.layout)) if result.sessions else None) is not None:
+            notes.append(call)
         if row.fits and row.balanced is not None:
             notes.append(f"split the same {row.gpus} GPUs as {row.balanced}: "
                          f"{_rps(row.balanced_rps)} req/s instead of {_rps(row.capacity_rps)}")
@@ -80,7 +82,10 @@ def print_splits(plan: SplitPlan, console: Console, *, wide: bool = False) -> No
                      f"layouts of {plan.gpus} GPUs ({plan.cluster.nodes} x {plan.cluster.gpus_per_node}), "
                      f"ranked by predicted output tok/s per GPU"
                      + (f" within ITL {plan.itl_bound_ms:g} ms" if plan.itl_bound_ms else "")
-                     + f"; prompt {plan.prompt_tokens}, output {plan.output_tokens} tokens", wide=wide)
+                     + "; " + (plan.sessions.text(plan.sessions.call.planned().context_tokens)
+                               if plan.sessions is not None
+                               else f"prompt {plan.prompt_tokens}, output {plan.output_tokens} tokens"),
+                     wide=wide)
     for col, keep in (("#", 0), ("layout", 0), ("kind", 0), ("GPUs", 0), ("tok/s/GPU", 0), ("ITL ms", 1),
                       ("TTFT ms", 1), ("req/s", 2), ("binds", 2), ("KV transfer ms", 3)):
         table.column(col, justify="left" if col in ("layout", "kind") else "right", keep=keep)

@@ -198,12 +198,13 @@ class CallShapes:
         return price
 
 
-def spec_call_pricer(spec: SweepSpec) -> CallPricer | None:
+def spec_call_pricer(spec: SweepSpec, *, pairs: bool = False) -> CallPricer | None:
     """What `orch plan` prices a session spec's calls with (None: a request workload, which plan/
-    prices itself from the spec's token counts)."""
+    prices itself from the spec's token counts). `pairs`: on a pair's prefill pool, which the pair's
+    router balances by load (as pipeline/points.py `call_tokens`)."""
     if spec.workload.kind not in SESSION_KINDS:
         return None
-    return CallShapes(spec.workload).pricer(prefix_aware=routes_by_prefix(spec))
+    return CallShapes(spec.workload).pricer(prefix_aware=not pairs and routes_by_prefix(spec))
 
 
 def slo_bounds(slo: SLOSpec) -> dict[str, float]:

@@ -9,12 +9,14 @@ few additions: 64 GPUs plan in well under a second (bench/plan_disagg_speed.py m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.disagg import DisaggLayout, pool_problems
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
+from orchestrator.plan.calls import CallShape
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.disagg import (
     DecodeEngine,
@@ -30,8 +32,11 @@ from orchestrator.plan.disagg import (
 from orchestrator.plan.enumerate import enumerate_layouts
 from orchestrator.plan.inputs import PlanInputs
 from orchestrator.plan.planner import PlanRow, plan_layout
+from orchestrator.plan.run import SessionCalls
 
 AnyRow = PlanRow | DisaggRow
+#: a layout's mean call (an aggregated layout's, or a pair's prefill pool's): plan/calls.py
+LayoutCall = Callable[[Layout], CallShape]
 
 
 def output_tokens_per_s_per_gpu(row: AnyRow) -> float:
@@ -58,16 +63,20 @@ class SplitPlan:
     itl_bound_ms: float | None
     rows: tuple[AnyRow, ...]  # ranked, both kinds
     splits: int  # disaggregated candidates considered
+    sessions: SessionCalls | None = None  # a session workload: each row's call, by layout name
 
     def to_dict(self) -> dict[str, Any]:
         out = []
         for row in self.rows:
             d = row.to_dict()
+            if self.sessions is not None:
+                d.update(self.sessions.row_dict(str(row.layout)))
             d.setdefault("kind", "aggregated")
             d["output_tokens_per_s_per_gpu"] = output_tokens_per_s_per_gpu(row)
             out.append(d)
         return {"gpus": self.gpus, "nodes": self.cluster.nodes, "gpus_per_node": self.cluster.gpus_per_node,
                 "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                **({"call": self.sessions.to_dict()} if self.sessions is not None else {}),
                 "itl_bound_ms": self.itl_bound_ms, "disaggregated_candidates": self.splits, "rows": out}
 
 
@@ -81,44 +90,67 @@ def split_cluster(inputs: PlanInputs, gpus: int) -> Cluster:
 
 def plan_splits(inputs: PlanInputs, gpus: int, *, engine: str, prompt_tokens: int, output_tokens: int,
                 itl_bound_ms: float | None, connector: str | None = None,
-                batches: tuple[int, ...] = (1, 16, 64, 256)) -> SplitPlan:
+                batches: tuple[int, ...] = (1, 16, 64, 256), calls: LayoutCall | None = None,
+                pair_calls: LayoutCall | None = None, routing: str = "") -> SplitPlan:
+    """`calls` / `pair_calls`: a session workload's call on an aggregated layout / a pair's prefill
+    pool (whole history less its cached prefix, as a sweep prices its rows; `routing` names how they
+    spread a session); without them every row is priced on one request of `prompt_tokens`."""
     cluster = split_cluster(inputs, gpus)
     inputs = replace(inputs, cluster=cluster)
     every = sorted({shape_of(lay) for lay in enumerate_layouts(inputs.cfg, cluster)
                     if lay.gpus_per_replica <= gpus},
                    key=lambda s: (s.gpus_per_replica, s.tp, s.pp, s.dp, s.ep))
     shapes = [s for s in every if s.gpus_per_replica < gpus]  # a pool leaves GPUs for the other
-    context = prompt_tokens + output_tokens // 2
+    request = CallShape(1.0, float(prompt_tokens), 0.0, float(output_tokens))
+    priced: dict[str, CallShape] = {}
+
+    def call_of(lay: Layout | DisaggLayout, pricer: LayoutCall | None, on: Layout) -> CallShape:
+        shape = pricer(on) if pricer is not None else request
+        priced[str(lay)] = shape
+        return shape
+
     rows: list[AnyRow] = []
     for shape in every:
         if gpus % shape.gpus_per_replica == 0:
             lay = replace(shape, replicas=gpus // shape.gpus_per_replica)
+            call = call_of(lay, calls, lay).planned()
             try:
-                rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=context,
-                                        prompt_tokens=prompt_tokens, itl_bound_ms=itl_bound_ms,
-                                        output_tokens=output_tokens))
+                rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=call.context_tokens,
+                                        prompt_tokens=call.prefill_tokens, itl_bound_ms=itl_bound_ms,
+                                        output_tokens=call.output_tokens))
             except SpecError as exc:  # as make_plan: the layout is rejected, not the plan
                 rows.append(PlanRow(lay, lay.gpus, (str(exc),), ()))
-    prefills: dict[Layout, PrefillEngine] = {s: prefill_engine(inputs, s, prompt_tokens) for s in shapes}
-    decodes: dict[Layout, DecodeEngine] = {
-        s: decode_engine(inputs, s, prompt_tokens, output_tokens, itl_bound_ms) for s in shapes}
+    # Each engine and each pair's facts once per prompt it prefills (a session's cached prefix depends
+    # on how many prefill engines spread its calls, so on the split; a request workload: one prompt).
+    prefills: dict[tuple[Layout, int], PrefillEngine] = {}
+    decodes: dict[tuple[Layout, int], DecodeEngine] = {}
+    facts: dict[tuple[Layout, Layout, int], PairFacts] = {}
     splits = 0
-    for p_shape, pf in prefills.items():
-        for d_shape, dec in decodes.items():
-            facts: PairFacts | None = None
+    for p_shape in shapes:
+        for d_shape in shapes:
             g_p, g_d = p_shape.gpus_per_replica, d_shape.gpus_per_replica
             for n_p in range(1, gpus // g_p + 1):
                 rest = gpus - n_p * g_p
                 if rest < g_d or rest % g_d:
                     continue
-                if facts is None:
-                    facts = pair_facts(inputs, pf, dec, gpus=gpus, engine=engine, prompt_tokens=prompt_tokens,
-                                       connector=connector)
                 pd = DisaggLayout(Layout(p_shape.tp, p_shape.pp, p_shape.dp, p_shape.ep, n_p),
                                   Layout(d_shape.tp, d_shape.pp, d_shape.dp, d_shape.ep, rest // g_d))
+                call = call_of(pd, pair_calls, pd.prefill).planned()
+                prompt, output = call.prefill_tokens, call.output_tokens  # as a sweep's pair rows
+                if (pf := prefills.get((p_shape, prompt))) is None:
+                    pf = prefills[p_shape, prompt] = prefill_engine(inputs, p_shape, prompt)
+                if (dec := decodes.get((d_shape, prompt))) is None:
+                    dec = decodes[d_shape, prompt] = decode_engine(inputs, d_shape, prompt, output,
+                                                                   itl_bound_ms)
+                if (fact := facts.get((p_shape, d_shape, prompt))) is None:
+                    fact = facts[p_shape, d_shape, prompt] = pair_facts(
+                        inputs, pf, dec, gpus=gpus, engine=engine, prompt_tokens=prompt, connector=connector)
                 structural = pool_problems(pd, nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node)
-                rows.append(combine(inputs, pd, pf, dec, facts, prompt_tokens=prompt_tokens,
-                                    output_tokens=output_tokens, structural=structural))
+                rows.append(combine(inputs, pd, pf, dec, fact, prompt_tokens=prompt,
+                                    output_tokens=output, structural=structural))
                 splits += 1
     rows.sort(key=rank_key)
-    return SplitPlan(gpus, cluster, prompt_tokens, output_tokens, itl_bound_ms, tuple(rows), splits)
+    sent = next(iter(priced.values()), request).planned()
+    sessions = SessionCalls(routing, priced) if calls is not None or pair_calls is not None else None
+    return SplitPlan(gpus, cluster, sent.prompt_tokens, sent.output_tokens, itl_bound_ms, tuple(rows), splits,
+                     sessions)

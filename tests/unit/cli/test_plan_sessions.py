@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from orchestrator.disagg import parse_disagg
 from orchestrator.layout import parse_layout
 from orchestrator.pipeline.points import plan_row
 from orchestrator.pipeline.sweep import Sweep
@@ -72,3 +73,46 @@ def test_plan_of_a_request_spec_is_priced_as_before(orch: Orch) -> None:
     data = json.loads(out.stdout)
     assert "call" not in data and (data["prompt_tokens"], data["context_tokens"]) == (1024, 1024 + 128)
     assert data["prefill_tokens_per_output_token"] == 1024 / 256
+
+
+AGENTIC = ROOT / "layouts" / "agentic.yaml"
+
+
+def test_plan_disagg_prices_a_session_call_on_its_whole_history_as_the_sweep_does(orch: Orch) -> None:
+    """`--disagg N` priced the turn's new text (agentic: "prompt 300, output 500"); now each row's call:
+    an aggregated layout's under the spec's routing, a pair's on its prefill pool balanced by load."""
+    out = orch("plan", str(AGENTIC), "--disagg", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    call = data["call"]
+    assert call["prompt_tokens"] > 5500  # the system prompt and tool definitions at least, not 300
+    assert data["prompt_tokens"] == round(call["prompt_tokens"]) and data["output_tokens"] < 500
+    kinds = {r.get("kind", "aggregated") for r in data["rows"]}
+    assert kinds == {"aggregated", "disaggregated"}
+    for row in data["rows"]:
+        c = row["call"]
+        assert c["prefill_tokens"] == round(c["prompt_tokens"] - c["cached_tokens"]) > 300
+    pairs = [r for r in data["rows"] if r.get("kind") == "disaggregated"]
+    # a pair's router balances by load: more prefill engines, less of a session's history cached
+    by_engines = {r["layout"]: r["call"]["cached_tokens"] for r in pairs}
+    assert by_engines["p:tp1+d:tp1x3"] > by_engines["p:tp1x3+d:tp1"]
+
+    text = orch("plan", str(AGENTIC), "--disagg", "4")
+    assert text.returncode == 0, text.stderr
+    first = " ".join(text.stdout.split())
+    assert f"a call: {round(call['prompt_tokens']):,} prompt tokens (the whole history)" in first
+    assert "prompt 300, output 500" not in first
+
+
+def test_plan_pairs_price_a_session_call_as_the_sweeps_pair_rows(orch: Orch, tmp_path: Path) -> None:
+    out = orch("plan", str(AGENTIC), "--layouts", "p:tp1x2+d:tp1x2", "--json")
+    assert out.returncode == 0, out.stderr
+    pd = json.loads(out.stdout)["disaggregated"]
+    assert pd["call"]["routing"] == "load-balanced" and pd["prompt_tokens"] > 5500
+    (row,) = pd["rows"]
+    sweep = Sweep(load_spec(AGENTIC), Store(tmp_path / "r.db"), QuietObserver())
+    priced = plan_row(sweep.ctx, sweep.ctx.candidate(parse_disagg("p:tp1x2+d:tp1x2")))
+    assert {k: v for k, v in row.items() if k != "call"} == priced.to_dict()
+    text = orch("plan", str(AGENTIC), "--layouts", "p:tp1x2+d:tp1x2")
+    assert text.returncode == 0, text.stderr
+    assert "expected cached under load-balanced routing" in " ".join(text.stdout.split())
