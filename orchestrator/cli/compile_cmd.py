@@ -112,7 +112,10 @@ def compile_cmd(
                             "(orch plan shows every layout; --force emits the commands anyway)")
         err_line("warning:", "yellow", f"layout {chosen} is rejected by the planner, emitted because "
                  f"of --force: {why}")
-    addrs = tuple(a.strip() for a in nodes.split(",") if a.strip()) if nodes else None
+    addrs = tuple(a.strip() for a in nodes.split(",")) if nodes is not None else None
+    if addrs is not None and not all(addrs):  # '' or 'a,,b' is a typo, never "use the defaults"
+        raise SpecError(f"--nodes {nodes!r}: an empty node address; give comma-separated addresses, node 0 "
+                        "first, e.g. --nodes gpu1,gpu2 (or leave --nodes out for node0, node1, ...)")
     compiled = prepare(
         spec, candidate, engine=settings.engine, node_addrs=addrs,
         num_redundant_experts=redundant_experts, executor=executor.value if executor else None,

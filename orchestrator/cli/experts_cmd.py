@@ -12,6 +12,7 @@ from rich.table import Table
 from orchestrator.catalog.loader import load_model
 from orchestrator.cli import app, make_console
 from orchestrator.cli.flags import parse_ints
+from orchestrator.disagg import is_disagg_text, parse_disagg
 from orchestrator.errors import SpecError
 from orchestrator.layout import parse_layout
 from orchestrator.plan.expert_stats import load_expert_stats, lognormal_popularity, zipf_popularity
@@ -46,6 +47,13 @@ def experts_command(
     cfg = load_model(model)
     if not cfg.is_moe:
         raise SpecError(f"--model {model}: a dense model has no experts; pick an MoE preset (orch catalog)")
+    if is_disagg_text(layout):  # each pool places its own experts (disagg.<role>.num_redundant_experts)
+        pd = parse_disagg(layout)
+        pools = [(role, pool) for role, pool in (("decode", pd.decode), ("prefill", pd.prefill)) if pool.ep]
+        which = (" or ".join(f"--layout {pool} (the {role} pool)" for role, pool in pools) if pools
+                 else "one pool's layout with 'ep', e.g. --layout dp8ep")
+        raise SpecError(f"--layout {layout}: a prefill/decode pair; orch experts takes one pool's layout: "
+                        f"pass {which}")
     lay = parse_layout(layout)
     if not lay.ep:
         raise SpecError(f"--layout {layout}: not expert parallel; add 'ep', e.g. dp{lay.tp * lay.dp}ep")

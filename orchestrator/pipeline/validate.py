@@ -105,6 +105,15 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
             load_expert_stats(spec.model.expert_stats_path, num_experts=cfg.num_routed_experts)
         except SpecError as exc:
             raise loaded.error("model.expert_stats_path", str(exc)) from None
+    if not cfg.is_moe:  # redundant expert slots (EPLB) mean nothing without experts: never ignored
+        d = spec.disagg
+        for field, redundant in (("engine", spec.engine.num_redundant_experts),
+                                 ("disagg.prefill", d.prefill.num_redundant_experts),
+                                 ("disagg.decode", d.decode.num_redundant_experts)):
+            if redundant:
+                raise loaded.error(f"{field}.num_redundant_experts",
+                                   f"{redundant} redundant experts, but {cfg.name} is a dense model (no "
+                                   "experts to replicate); remove the field")
     if spec.engine.speculative is not None:
         try:
             speculative_options(spec.engine.speculative, cfg)  # MTP layers, the draft's vocabulary
