@@ -82,7 +82,8 @@ def print_splits(plan: SplitPlan, console: Console, *, wide: bool = False) -> No
                      f"layouts of {plan.gpus} GPUs ({plan.cluster.nodes} x {plan.cluster.gpus_per_node}), "
                      f"ranked by predicted output tok/s per GPU"
                      + (f" within ITL {plan.itl_bound_ms:g} ms" if plan.itl_bound_ms else "")
-                     + "; " + (plan.sessions.text(plan.sessions.call.planned().context_tokens)
+                     + "; " + (plan.sessions.text(plan.sessions.call.planned().context_tokens,
+                                                    per_layout="each row's in --json")
                                if plan.sessions is not None
                                else f"prompt {plan.prompt_tokens}, output {plan.output_tokens} tokens"),
                      wide=wide)

@@ -34,12 +34,12 @@ class SessionCalls:
         """One layout's call (sent and answered tokens, calls per session are every layout's)."""
         return next(iter(self.calls.values()))
 
-    def text(self, context_tokens: int) -> str:
-        """The call in words, for `orch plan`'s first line."""
+    def text(self, context_tokens: int, *, per_layout: str = "per layout below") -> str:
+        """The call in words, for `orch plan`'s first line (`per_layout`: where each layout's is)."""
         one, cached = self.call, sorted({round(c.cached_tokens) for c in self.calls.values()})
         held = f"{cached[0]:,}" if len(cached) == 1 else f"{cached[0]:,}-{cached[-1]:,}"
         return (f"a call: {round(one.prompt_tokens):,} prompt tokens (the whole history), {held} expected "
-                f"cached under {self.routing} routing{'' if len(cached) == 1 else ' (per layout below)'}, "
+                f"cached under {self.routing} routing{'' if len(cached) == 1 else f' ({per_layout})'}, "
                 f"{round(one.output_tokens):,} output tokens, {one.calls:.1f} calls per session; context "
                 f"{context_tokens:,} tokens")
 
