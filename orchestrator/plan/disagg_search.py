@@ -16,7 +16,7 @@ from typing import Any
 from orchestrator.disagg import DisaggLayout, pool_problems
 from orchestrator.errors import SpecError
 from orchestrator.layout import Layout
-from orchestrator.plan.calls import CallShape
+from orchestrator.plan.calls import CallShape, PlannedCall
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.disagg import (
     DecodeEngine,
@@ -102,18 +102,20 @@ def plan_splits(inputs: PlanInputs, gpus: int, *, engine: str, prompt_tokens: in
                    key=lambda s: (s.gpus_per_replica, s.tp, s.pp, s.dp, s.ep))
     shapes = [s for s in every if s.gpus_per_replica < gpus]  # a pool leaves GPUs for the other
     request = CallShape(1.0, float(prompt_tokens), 0.0, float(output_tokens))
+    one_request = request.planned()
     priced: dict[str, CallShape] = {}
 
-    def call_of(lay: Layout | DisaggLayout, pricer: LayoutCall | None, on: Layout) -> CallShape:
-        shape = pricer(on) if pricer is not None else request
-        priced[str(lay)] = shape
-        return shape
+    def call_of(lay: Layout | DisaggLayout, pricer: LayoutCall | None, on: Layout) -> PlannedCall:
+        if pricer is None:
+            return one_request
+        shape = priced[str(lay)] = pricer(on)
+        return shape.planned()
 
     rows: list[AnyRow] = []
     for shape in every:
         if gpus % shape.gpus_per_replica == 0:
             lay = replace(shape, replicas=gpus // shape.gpus_per_replica)
-            call = call_of(lay, calls, lay).planned()
+            call = call_of(lay, calls, lay)
             try:
                 rows.append(plan_layout(inputs, lay, batches=batches, context_tokens=call.context_tokens,
                                         prompt_tokens=call.prefill_tokens, itl_bound_ms=itl_bound_ms,
@@ -129,22 +131,27 @@ def plan_splits(inputs: PlanInputs, gpus: int, *, engine: str, prompt_tokens: in
     for p_shape in shapes:
         for d_shape in shapes:
             g_p, g_d = p_shape.gpus_per_replica, d_shape.gpus_per_replica
+            last: tuple[int, PrefillEngine, DecodeEngine, PairFacts] | None = None  # this pair's, by prompt
             for n_p in range(1, gpus // g_p + 1):
                 rest = gpus - n_p * g_p
                 if rest < g_d or rest % g_d:
                     continue
                 pd = DisaggLayout(Layout(p_shape.tp, p_shape.pp, p_shape.dp, p_shape.ep, n_p),
                                   Layout(d_shape.tp, d_shape.pp, d_shape.dp, d_shape.ep, rest // g_d))
-                call = call_of(pd, pair_calls, pd.prefill).planned()
+                call = call_of(pd, pair_calls, pd.prefill)
                 prompt, output = call.prefill_tokens, call.output_tokens  # as a sweep's pair rows
-                if (pf := prefills.get((p_shape, prompt))) is None:
-                    pf = prefills[p_shape, prompt] = prefill_engine(inputs, p_shape, prompt)
-                if (dec := decodes.get((d_shape, prompt))) is None:
-                    dec = decodes[d_shape, prompt] = decode_engine(inputs, d_shape, prompt, output,
-                                                                   itl_bound_ms)
-                if (fact := facts.get((p_shape, d_shape, prompt))) is None:
-                    fact = facts[p_shape, d_shape, prompt] = pair_facts(
-                        inputs, pf, dec, gpus=gpus, engine=engine, prompt_tokens=prompt, connector=connector)
+                if last is None or last[0] != prompt:
+                    if (pf := prefills.get((p_shape, prompt))) is None:
+                        pf = prefills[p_shape, prompt] = prefill_engine(inputs, p_shape, prompt)
+                    if (dec := decodes.get((d_shape, prompt))) is None:
+                        dec = decodes[d_shape, prompt] = decode_engine(inputs, d_shape, prompt, output,
+                                                                       itl_bound_ms)
+                    if (fact := facts.get((p_shape, d_shape, prompt))) is None:
+                        fact = facts[p_shape, d_shape, prompt] = pair_facts(
+                            inputs, pf, dec, gpus=gpus, engine=engine, prompt_tokens=prompt,
+                            connector=connector)
+                    last = (prompt, pf, dec, fact)
+                _, pf, dec, fact = last
                 structural = pool_problems(pd, nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node)
                 rows.append(combine(inputs, pd, pf, dec, fact, prompt_tokens=prompt,
                                     output_tokens=output, structural=structural))
