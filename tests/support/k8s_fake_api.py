@@ -79,12 +79,26 @@ class FakeApi:
         out = {p: [o["metadata"]["name"] for o in self.items(p)] for p in LISTS}
         return {k: v for k, v in out.items() if v}
 
-    def engines_alive(self) -> int:
-        """The fake's simulated engines still running (children of its process)."""
+    def engines_alive(self, wait_s: float = 30.0) -> int:
+        """The fake's simulated engines still running (children of its process), once those whose pods
+        were deleted have had up to wait_s to exit. Deleting a pod sends its engine SIGTERM and returns at
+        once, as a kubelet does; on a busy runner the engine can take seconds to exit after orch is done,
+        so a check made at once counted engines that were already on their way out (CI of 9e579c9)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            alive = self._engines_now()
+            if alive == 0 or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.2)
+
+    def _engines_now(self) -> int:
         alive = 0
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             for pid in (task / "children").read_text().split():
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:  # it exited between the two reads
+                    continue
                 alive += b"orchestrator.sim.server" in cmd
         return alive
 
