@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
+import pytest
+
 ORCH = (sys.executable, "-c", "from orchestrator.cli import main; main()")
 
 
@@ -25,3 +27,19 @@ class Orch(Protocol):
     def __call__(
         self, *args: str, timeout: float = ..., cwd: Path | str | None = ..., env: dict[str, str] | None = ...
     ) -> subprocess.CompletedProcess[str]: ...
+
+
+def main_in_process(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """`orch ARGS` through the real `main()` in this process: (exit code, stdout, stderr)."""
+    from orchestrator.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["orch", *args])
+    code: int | str | None = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return int(code or 0), captured.out, captured.err

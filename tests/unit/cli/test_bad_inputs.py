@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import main_in_process
 from tests.support.paths import ROOT
 
 BASE = {
@@ -194,20 +195,6 @@ SPEC_CASES: list[tuple[str, str, str]] = [
 CLI_COMMANDS = [["validate"], ["plan"], ["compile", "--layout", "tp1"]]
 
 
-def _run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-             ) -> tuple[int, str, str]:
-    from orchestrator.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["orch", *args])
-    code: int | str | None = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return int(code or 0), captured.out, captured.err
-
-
 def _assert_one_line(code: int, out: str, err: str, needle: str) -> None:
     assert code == 2, (code, out, err)
     assert "Traceback" not in out + err
@@ -225,7 +212,7 @@ def test_bad_spec_is_one_line(
 ) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
-    code, out, err = _run_cli([command[0], str(path), *command[1:]], monkeypatch, capsys)
+    code, out, err = main_in_process([command[0], str(path), *command[1:]], monkeypatch, capsys)
     _assert_one_line(code, out, err, needle)
     assert str(path) in err  # the line names the file
 
@@ -264,7 +251,7 @@ def test_bad_file_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = make(tmp_path / "spec.yaml")
-    code, out, err = _run_cli([command[0], str(path), *command[1:]], monkeypatch, capsys)
+    code, out, err = main_in_process([command[0], str(path), *command[1:]], monkeypatch, capsys)
     _assert_one_line(code, out, err, needle)
 
 
@@ -307,7 +294,8 @@ def test_validate_reports_a_missing_dataset(
 ) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(spec(workload=sharegpt("/no/x.json")))
-    _assert_one_line(*_run_cli(["validate", str(path)], monkeypatch, capsys), "/no/x.json: no such file")
+    _assert_one_line(*main_in_process(["validate", str(path)], monkeypatch, capsys),
+                     "/no/x.json: no such file")
 
 
 def test_markup_in_path_and_value_prints_literally(
@@ -316,7 +304,7 @@ def test_markup_in_path_and_value_prints_literally(
     path = tmp_path / "[bold]spec[red].yaml"
     path.write_text(spec(hardware="{gpu: '[red]h900[/]'}"))
     for command in CLI_COMMANDS:
-        code, out, err = _run_cli([command[0], str(path), *command[1:]], monkeypatch, capsys)
+        code, out, err = main_in_process([command[0], str(path), *command[1:]], monkeypatch, capsys)
         _assert_one_line(code, out, err, "[red]h900[/]")
         assert str(path) in err
 
@@ -333,7 +321,7 @@ def test_compile_refuses_odd_node_names(
     path = tmp_path / "s.yaml"
     path.write_text(spec(model="{name: qwen2.5-72b}", hardware="{gpu: h100-sxm, nodes: 2}",
                          layouts="[tp8pp2]"))
-    code, out, err = _run_cli(["compile", str(path), "--layout", "tp8pp2", "--nodes", nodes],
+    code, out, err = main_in_process(["compile", str(path), "--layout", "tp8pp2", "--nodes", nodes],
                               monkeypatch, capsys)
     _assert_one_line(code, out, err, needle)
 
@@ -350,7 +338,7 @@ def test_dates_in_metadata_become_iso_strings(
         "day": "2026-12-04", "at": "2026-12-04T10:00:00+00:00", "nested": ["2026-01-02"]
     }
     spec_hash(loaded)  # JSON-able
-    code, out, err = _run_cli(["validate", str(path)], monkeypatch, capsys)
+    code, out, err = main_in_process(["validate", str(path)], monkeypatch, capsys)
     assert code == 0 and ": ok;" in out, err
 
 
@@ -388,7 +376,7 @@ def test_a_stored_spec_that_no_longer_validates_is_one_line(
     args = [*command, "20260101-000000-abcdef", "--store", str(db)]
     if command[0] == "promote":
         args += ["--out", str(tmp_path / "out")]
-    code, out, err = _run_cli(args, monkeypatch, capsys)
+    code, out, err = main_in_process(args, monkeypatch, capsys)
     _assert_one_line(code, out, err, "the stored spec no longer validates (engine.env")
 
 
@@ -407,7 +395,7 @@ def test_command_line_overrides_keep_the_spec_bounds(
     path.write_text(spec())
     store = ["--store", str(tmp_path / "r.db"), "--workdir", str(tmp_path / "w")]
     extra = store if command == "sweep" else []
-    code, out, err = _run_cli([command, str(path), *flags, *extra], monkeypatch, capsys)
+    code, out, err = main_in_process([command, str(path), *flags, *extra], monkeypatch, capsys)
     _assert_one_line(code, out, err, needle)
     assert not (tmp_path / "w").exists()  # refused before anything started
 
@@ -439,7 +427,7 @@ FLAG_CASES: list[tuple[str, list[str], str]] = [
 def test_bad_flag_is_one_line(args: list[str], needle: str, monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(ROOT)
-    _assert_one_line(*_run_cli(args, monkeypatch, capsys), needle)
+    _assert_one_line(*main_in_process(args, monkeypatch, capsys), needle)
 
 
 def test_a_trace_line_with_nan_arrival_is_named(
@@ -451,7 +439,7 @@ def test_a_trace_line_with_nan_arrival_is_named(
     args = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--workload", "trace",
             "--dataset", str(trace)]
     needle = f"{trace}:2: timestamp nan must be a finite number"
-    _assert_one_line(*_run_cli(args, monkeypatch, capsys), needle)
+    _assert_one_line(*main_in_process(args, monkeypatch, capsys), needle)
 
 
 def test_validate_refuses_a_spec_whose_every_layout_the_planner_rejects(
@@ -459,12 +447,12 @@ def test_validate_refuses_a_spec_whose_every_layout_the_planner_rejects(
 ) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(spec(model="{name: qwen2.5-72b}", layouts="[tp1, tp2]"))
-    code, out, err = _run_cli(["validate", str(path)], monkeypatch, capsys)
+    code, out, err = main_in_process(["validate", str(path)], monkeypatch, capsys)
     _assert_one_line(code, out, err, ":4: layouts: the planner rejects every layout (tp1: weights")
     assert "ok" not in out
     # One rejected among fitting ones: ok, with a warning naming it.
     path.write_text(spec(model="{name: qwen2.5-72b}", hardware="{gpu: h100-sxm}", layouts="[tp1, tp4]"))
-    code, out, err = _run_cli(["validate", str(path)], monkeypatch, capsys)
+    code, out, err = main_in_process(["validate", str(path)], monkeypatch, capsys)
     assert code == 0 and ": ok;" in out, err
     assert "warning:" in err and "the planner rejects layout tp1:" in err
 
@@ -488,6 +476,6 @@ def test_the_k8s_extra_missing_is_one_line_naming_it(
     path = tmp_path / "s.yaml"
     path.write_text(spec(target="{kind: kubernetes, image: 'reg/orch:1.0'}"))
     args = [str(path) if a == "SPEC" else str(tmp_path / "r.db") if a == "STORE" else a for a in args]
-    code, out, err = _run_cli(args, monkeypatch, capsys)
+    code, out, err = main_in_process(args, monkeypatch, capsys)
     _assert_one_line(code, out, err, "needs the Kubernetes client (kubernetes is not installed): "
                                      "pip install 'orch[k8s]'")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ORCH
+from tests.support.cli import ORCH, main_in_process
 
 BASE = {
     "model": "{name: qwen2.5-7b}",
@@ -27,20 +26,6 @@ URL = "http://127.0.0.1:9"  # nothing listens: a request sent would be a connect
 
 def spec(**sections: str) -> str:
     return "".join(f"{k}: {v}\n" for k, v in (BASE | sections).items())
-
-
-def run_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-             ) -> tuple[int, str, str]:
-    from orchestrator.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["orch", *args])
-    code: int | str | None = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return int(code or 0), captured.out, captured.err
 
 
 def run_fresh(args: list[str]) -> tuple[int, str, str]:
@@ -66,13 +51,13 @@ def test_validate_refuses_overlapping_pools_as_simulate_does(
     path = tmp_path / "s.yaml"
     path.write_text(spec(layouts="['p:tp8+d:tp8']"))
     for command in ("validate", "simulate"):
-        code, out, err = run_main([command, str(path)], monkeypatch, capsys)
+        code, out, err = main_in_process([command, str(path)], monkeypatch, capsys)
         assert_one_line(code, out, err,
                         "the pools overlap: prefill 8 + decode 8 = 16 GPUs, the cluster has 8")
         assert str(path) in err or command == "simulate"
     # One pair that fits beside one that does not: ok, with a warning naming the one rejected.
     path.write_text(spec(layouts="['p:tp8+d:tp8', 'p:tp4+d:tp4']"))
-    code, out, err = run_main(["validate", str(path)], monkeypatch, capsys)
+    code, out, err = main_in_process(["validate", str(path)], monkeypatch, capsys)
     assert code == 0 and ": ok;" in out, err
     assert "the planner rejects layout p:tp8+d:tp8: the pools overlap" in err
 
@@ -155,7 +140,7 @@ def test_a_bad_trace_is_one_line_in_bench(
     trace = tmp_path / name
     trace.write_bytes(data)
     args = ["bench", "--base-url", URL, "--model", "m", "--workload", "trace", "--dataset", str(trace)]
-    assert_one_line(*run_main(args, monkeypatch, capsys), needle)
+    assert_one_line(*main_in_process(args, monkeypatch, capsys), needle)
 
 
 def test_a_trace_arrival_a_lifetime_away_is_refused_not_waited_for(tmp_path: Path) -> None:
@@ -176,7 +161,7 @@ def test_a_bad_trace_in_a_spec_is_one_line_before_anything_runs(
     trace.write_text(MOONCAKE + '{"timestamp": 5, "input_length": NaN, "output_length": 2}\n')
     path = tmp_path / "s.yaml"
     path.write_text(spec(workload=f"{{kind: trace, dataset_path: '{trace}', num_requests: 5}}"))
-    code, out, err = run_main([command, str(path)], monkeypatch, capsys)
+    code, out, err = main_in_process([command, str(path)], monkeypatch, capsys)
     assert_one_line(code, out, err, f"{path}:3: workload.dataset_path: {trace}:2: input_length must be a "
                                     "positive whole number of tokens, not nan")
 
@@ -190,12 +175,12 @@ def test_simulate_runs_a_closed_loop_spec_at_its_own_concurrency(
     path = tmp_path / "s.yaml"
     path.write_text(spec(workload="{loop: closed, concurrency: [2], num_requests: 6, "
                                   "input_tokens: 64, output_tokens: 8}"))
-    code, out, err = run_main(["simulate", str(path), "--json"], monkeypatch, capsys)
+    code, out, err = main_in_process(["simulate", str(path), "--json"], monkeypatch, capsys)
     assert code == 0, err[-2000:]
     points = json.loads(out)["points"] if "points" in json.loads(out) else json.loads(out)
     assert "concurrency" in json.dumps(points) and '"concurrency": 2' in json.dumps(points), out[:2000]
     path.write_text(spec(workload="{loop: closed, num_requests: 6}"))
-    assert_one_line(*run_main(["simulate", str(path)], monkeypatch, capsys),
+    assert_one_line(*main_in_process(["simulate", str(path)], monkeypatch, capsys),
                     "workload.concurrency is not set (orch sweep searches capacity)")
 
 
@@ -206,7 +191,7 @@ def test_a_pool_setting_the_engine_refuses_names_the_pool(
     # Before: validate named engine.max_num_batched_tokens, plan named no file, simulate "rejected" (exit 6).
     path = tmp_path / "s.yaml"
     path.write_text(spec(layouts="['p:tp1+d:tp1']", disagg="{prefill: {max_num_batched_tokens: 64}}"))
-    assert_one_line(*run_main([command, str(path)], monkeypatch, capsys),
+    assert_one_line(*main_in_process([command, str(path)], monkeypatch, capsys),
                     f"{path}:5: disagg.prefill.max_num_batched_tokens: 64 is below max_num_seqs 1024")
 
 
@@ -216,5 +201,5 @@ def test_bench_sessions_that_could_send_nothing_are_one_line(
     # Before: --max-model-len 0 cut every session before its first turn; nothing was sent, exit 6.
     args = ["bench", "--base-url", URL, "--model", "m", "--rate", "1", "--num-requests", "2",
             "--workload", "conversation", "--max-model-len", "0"]
-    assert_one_line(*run_main(args, monkeypatch, capsys),
+    assert_one_line(*main_in_process(args, monkeypatch, capsys),
                     "Invalid value for '--max-model-len': Input should be greater than or equal to 1")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from orchestrator.cli.fit_table import FitTable
+from tests.support.cli import main_in_process
 from tests.support.paths import ROOT
 
 SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
@@ -22,18 +22,9 @@ SPEC = str(ROOT / "layouts" / "qwen72b.yaml")
 
 def _main(args: list[str], width: int | None, monkeypatch: pytest.MonkeyPatch,
           capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from orchestrator.cli import main
-
     if width is not None:
         monkeypatch.setenv("COLUMNS", str(width))
-    monkeypatch.setattr(sys, "argv", ["orch", *args])
-    code: int | str | None = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return int(code or 0), out.out, out.err
+    return main_in_process(args, monkeypatch, capsys)
 
 
 def _table_lines(out: str) -> list[str]:
