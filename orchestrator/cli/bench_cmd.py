@@ -102,7 +102,9 @@ def _workload_factory(kind: str, input_len: str, output_len: str | None, prefix_
     n_out = given_out if given_out is not None else parse_length(DEFAULT_OUTPUT_LEN, "--output-len")
     if kind in ("sharegpt", "trace") and not dataset:
         raise SpecError(f"--workload {kind} needs --dataset FILE")
-    if kind in ("conversation", "agentic"):
+    from orchestrator.plan.calls import SESSION_KINDS
+
+    if kind in SESSION_KINDS:
         return _session_factory(kind, input_len, output_len, given_out, dataset, tok, seed, sessions or {})
     if kind == "random":
         return partial(random_workload, input_len=n_in, output_len=n_out, seed=seed, tokenizer=tok)

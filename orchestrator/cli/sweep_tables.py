@@ -15,6 +15,7 @@ from orchestrator.loadgen.metrics import finite
 from orchestrator.pipeline.capacity import UNIT, load_label, stored_capacity
 from orchestrator.pipeline.side_by_side import placement_lines
 from orchestrator.pipeline.sweep import SweepResult
+from orchestrator.plan.calls import SESSION_KINDS
 from orchestrator.report.pairs import pair_lines
 from orchestrator.report.speculative import comparison_lines, comparisons, curve
 from orchestrator.spec.models import SweepSpec
@@ -272,7 +273,7 @@ def capacity_heading(store: Store, run_id: str) -> str:
     closed = any(c.get("by") == "concurrency" for c in caps)
     what = "concurrency" if closed else "request rate"
     kind = ((store.spec_json(run_id) or {}).get("workload") or {}).get("kind")
-    if kind in ("conversation", "agentic"):  # the load counts sessions, and so does the capacity
+    if kind in SESSION_KINDS:  # the load counts sessions, and so does the capacity
         what = ("sessions in flight" if closed else "rate of sessions") + " (req/s below: sessions/s)"
     return f"SLO capacity (highest {what} meeting the SLO, by bracketing and bisection):"
 

@@ -13,6 +13,7 @@ from orchestrator.disagg import DisaggLayout
 from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
+from orchestrator.plan.calls import SESSION_KINDS
 from orchestrator.plan.expert_stats import load_expert_stats
 from orchestrator.plan.from_spec import engine_settings
 from orchestrator.plan.speculative import speculative_options, split_field
@@ -130,7 +131,7 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
             f"requests of up to {longest:,} tokens (prompt and output) exceed {where} of {context:,}; "
             "shorten them or raise model.max_model_len",
         )
-    if w.kind in ("conversation", "agentic") and w.dataset_path is None:
+    if w.kind in SESSION_KINDS and w.dataset_path is None:
         first, where = _first_call(spec)
         if first > context:  # every session would be cut before its first call: nothing to measure
             raise loaded.error(where, f"a session's first call needs at least {first:,} tokens (prompt and "
