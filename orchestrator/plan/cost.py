@@ -137,12 +137,15 @@ class LayoutCost:
                 + (st.decode_attn_flops_per_pair or st.attn_flops_per_pair) * decode_pairs)
         if st.window_attn_flops_per_pair:
             attn += st.window_attn_flops(tokens, attn_pairs)
-        comp = gemms + attn / (self.attn_flops_per_s or self.flops_per_s)
+        attn_s = attn / (self.attn_flops_per_s or self.flops_per_s)
+        comp = gemms + attn_s
         if experts:
             comp += experts
         if prefix_tokens and st.mla_expand_flops_per_prefix_token:
             comp += st.mla_expand_flops_per_prefix_token * prefix_tokens / self.flops_per_s
-        return w, kv, comp, tp, ep
+        lin = comp - attn_s
+        busy = (w if w > lin else lin) + (kv if kv > attn_s else attn_s)
+        return w, kv, comp, tp, ep, busy
 
     def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
                       prefill_pairs: float = 0.0, sequences: float | None = None,
@@ -151,9 +154,9 @@ class LayoutCost:
         seqs = tokens if sequences is None else sequences
         out = []
         for st, part in zip(self.stages, self._token_parts(tokens), strict=True):
-            w, kv, comp, tp, ep = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs, seqs,
-                                              prefix_tokens)
-            out.append(max(w + kv, comp) + tp + ep)
+            w, kv, comp, tp, ep, busy = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs,
+                                                    seqs, prefix_tokens)
+            out.append(busy + tp + ep)
         return tuple(out)
 
     def _moe_tokens(self, tokens: float) -> tuple[float, float]:
@@ -181,9 +184,9 @@ class LayoutCost:
         sw = skv = sc = stp = sep = total = 0.0
         slowest, bound = -1.0, "memory"
         for st, part in zip(self.stages, self._token_parts(tokens), strict=True):
-            w, kv, comp, tp, ep = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs, seqs,
-                                              prefix_tokens)
-            t = max(w + kv, comp) + tp + ep
+            w, kv, comp, tp, ep, busy = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs,
+                                                    seqs, prefix_tokens)
+            t = busy + tp + ep
             sw, skv, sc, stp, sep, total = sw + w, skv + kv, sc + comp, stp + tp, sep + ep, total + t
             if t > slowest:
                 slowest, bound = t, ("compute" if comp > w + kv else "memory")
@@ -226,8 +229,8 @@ class LayoutCost:
         total = slowest = 0.0
         seqs = sequences / m
         for st, part in zip(self.stages, self._token_parts(t, keep=tokens == sequences), strict=True):
-            w, k, comp, tp, ep = self._stage(st, part, t, kv, pairs, pf, seqs, pre)
-            s = (w + k if w + k > comp else comp) + tp + ep
+            _w, _k, _c, tp, ep, busy = self._stage(st, part, t, kv, pairs, pf, seqs, pre)
+            s = busy + tp + ep
             total += s
             if s > slowest:
                 slowest = s
@@ -258,11 +261,10 @@ class LayoutCost:
         over = self.step_overhead_s
 
         def price(kv_tokens: float, attn_pairs: float) -> float:
-            read = w + kv_per_token * kv_tokens / hbm
-            comp = gemms + per_pair * attn_pairs / attn_rate
-            if experts:
-                comp += experts
-            return (read if read > comp else comp) + tp + ep + over
+            kv = kv_per_token * kv_tokens / hbm
+            attn = per_pair * attn_pairs / attn_rate
+            lin = gemms + experts
+            return (w if w > lin else lin) + (kv if kv > attn else attn) + tp + ep + over
 
         self._decode_pricers[decodes] = price
         return price
