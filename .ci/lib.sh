@@ -57,3 +57,13 @@ orch_ci_hash() {
 orch_ci_apt_get() {
     flock -w 1800 /var/lock/orch-ci-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"
 }
+
+# orch_ci_pip PIP_COMMAND...: runs a pip command with the one warning per package that this machine's
+# empty local index folders print filtered out; returns pip's own status (the filter is part of the
+# pipeline, so PIPESTATUS[0] is pip's). Exported for builders. 20-vllm-cpu.sh and 30-sglang-parser.sh keep
+# copies of their own: editing them would change their cache keys and rebuild multi-GB venvs.
+orch_ci_pip() {
+    "$@" 2>&1 | { grep -v -e "is ignored: it is neither a file nor a directory" || true; }
+    return "${PIPESTATUS[0]}"
+}
+export -f orch_ci_pip

