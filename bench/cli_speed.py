@@ -80,7 +80,10 @@ from orchestrator.layout import parse_layout
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.sim.run import sim_requests, spec_engines
-from orchestrator.sim.virtual import simulate_columns
+try:  # sim/loops.py since sim/virtual.py was split; an older --against tree has it in sim/virtual.py
+    from orchestrator.sim.loops import simulate_columns
+except ImportError:
+    from orchestrator.sim.virtual import simulate_columns
 spec = load_checked_spec(sys.argv[1])
 n = int(sys.argv[2])
 reqs = sim_requests(spec, 8.0, n)

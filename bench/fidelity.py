@@ -52,8 +52,9 @@ from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.memory import SAMPLER_BYTES_PER_LOGIT
 from orchestrator.plan.params import count_params
+from orchestrator.sim.loops import closed_loop, simulate, single_request_s
 from orchestrator.sim.run import spec_engines
-from orchestrator.sim.virtual import SimRequest, closed_loop, simulate, single_request_s
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.models import HardwareSpec, SweepSpec
 
 sys.path.insert(0, str(Path(__file__).parent))  # bench/ is scripts, not a package

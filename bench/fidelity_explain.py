@@ -37,8 +37,9 @@ from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.inputs import layout_cost
 from orchestrator.plan.memory import MXFP4_LAYOUTS, mxfp4_expert_factor
 from orchestrator.plan.stage_cost import StepParts
+from orchestrator.sim.loops import simulate
 from orchestrator.sim.run import spec_engines
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.virtual import SimRequest
 
 sys.path.insert(0, str(Path(__file__).parent))  # bench/ is scripts, not a package
 from fidelity import Case, case_spec, default_calibration, load_cases, rel_error, run_case

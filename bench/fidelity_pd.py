@@ -18,9 +18,10 @@ from orchestrator.disagg import parse_disagg
 from orchestrator.plan.candidates import disagg_candidate
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.sim.engine import Seq
+from orchestrator.sim.loops import simulate
 from orchestrator.sim.pd_engines import DecodeCore
 from orchestrator.sim.pd_run import pd_engines
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.models import SweepSpec
 
 POOLS = ("prefill", "decode")

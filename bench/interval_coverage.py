@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.layout import parse_layout  # noqa: E402
 from orchestrator.loadgen.intervals import point_intervals  # noqa: E402
-from orchestrator.loadgen.metrics import compute_metrics, meets_slo  # noqa: E402
+from orchestrator.loadgen.metrics import compute_metrics  # noqa: E402
 from orchestrator.loadgen.records import RequestRecord  # noqa: E402
+from orchestrator.loadgen.slo import meets_slo  # noqa: E402
 from orchestrator.loadgen.spec_workload import slo_bounds  # noqa: E402
 from orchestrator.pipeline.repeats import reseeded  # noqa: E402
 from orchestrator.plan.from_spec import plan_inputs  # noqa: E402

@@ -36,8 +36,9 @@ from orchestrator.plan.dtypes import weight_bytes_per_value
 from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
+from orchestrator.sim.loops import simulate
 from orchestrator.sim.sessions import simulate_sessions
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

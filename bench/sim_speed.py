@@ -30,7 +30,8 @@ from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.loops import simulate
+from orchestrator.sim.virtual import SimRequest
 
 
 def fixed_settings(max_model_len: int) -> EngineSettings:

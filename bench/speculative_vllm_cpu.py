@@ -56,7 +56,8 @@ from orchestrator.loadgen.spec_decode_metrics import (
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.speculative import SpeculativeSettings
 from orchestrator.sim.build import replica_engines
-from orchestrator.sim.virtual import SimRequest, closed_loop
+from orchestrator.sim.loops import closed_loop
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.load import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -63,7 +63,7 @@ def _numbers(text: str, flag: str, *, integer: bool = False) -> list[float]:
 
 def parse_slo_flag(text: str | None) -> dict[str, float]:
     """'ttft_p99_ms=2000,itl_p99_ms=50' -> {"ttft_p99_ms": 2000.0, "itl_p99_ms": 50.0}."""
-    from orchestrator.loadgen.metrics import parse_slo
+    from orchestrator.loadgen.slo import parse_slo
 
     if not text:
         return {}

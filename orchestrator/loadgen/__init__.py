@@ -55,9 +55,7 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.metrics import Metrics as Metrics
     from orchestrator.loadgen.metrics import compute_metrics as compute_metrics
     from orchestrator.loadgen.metrics import finite as finite
-    from orchestrator.loadgen.metrics import meets_slo as meets_slo
     from orchestrator.loadgen.metrics import metrics_of as metrics_of
-    from orchestrator.loadgen.metrics import parse_slo as parse_slo
     from orchestrator.loadgen.metrics import slo_met as slo_met
     from orchestrator.loadgen.records import RequestRecord as RequestRecord
     from orchestrator.loadgen.search import SearchResult as SearchResult
@@ -75,6 +73,8 @@ if TYPE_CHECKING:
     from orchestrator.loadgen.sessions import agentic_sessions as agentic_sessions
     from orchestrator.loadgen.sessions import conversation_sessions as conversation_sessions
     from orchestrator.loadgen.sessions import sharegpt_sessions as sharegpt_sessions
+    from orchestrator.loadgen.slo import meets_slo as meets_slo
+    from orchestrator.loadgen.slo import parse_slo as parse_slo
     from orchestrator.loadgen.spec_decode_metrics import MeasuredAcceptance as MeasuredAcceptance
     from orchestrator.loadgen.spec_decode_metrics import acceptance_record as acceptance_record
     from orchestrator.loadgen.spec_decode_metrics import combined_acceptance as combined_acceptance
@@ -125,10 +125,8 @@ __getattr__, __all__ = lazy_face(__name__, {
         "MIN_REQUESTS_TO_SEPARATE", "point_intervals", "slo_margin",
         "straddled_bounds",
     ),
-    "metrics": (
-        "Distribution", "Metrics", "compute_metrics", "finite", "meets_slo", "metrics_of", "parse_slo",
-        "slo_met",
-    ),
+    "metrics": ("Distribution", "Metrics", "compute_metrics", "finite", "metrics_of", "slo_met",),
+    "slo": ("meets_slo", "parse_slo",),
     "records": ("RequestRecord",),
     "search": (
         "SearchResult", "bracket", "check_bounds", "next_concurrency", "next_rate", "search_rate", "verdict",

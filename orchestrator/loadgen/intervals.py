@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.loadgen.columns import columns_from_records
-from orchestrator.loadgen.metrics import parse_slo, request_scalar_s, slo_mask
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.slo import parse_slo, request_scalar_s, slo_mask
 from orchestrator.loadgen.window import Window, measurement_window, streamed_until
 
 BATCHES = 5

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.loadgen.metrics import Metrics, parse_slo, slo_violations
+from orchestrator.loadgen.metrics import Metrics, slo_violations
+from orchestrator.loadgen.slo import parse_slo
 
 RunFn = Callable[[float], Awaitable[Metrics]]
 #: (rate, metrics) -> "" when the point passes, else why not; replaces the SLO verdict when given.

@@ -324,7 +324,7 @@ def closed_loop_disagg(prefill: Sequence[PrefillCore], decode: Sequence[DecodeCo
                        duration_s: float | None = None, policy: Balance = "least_outstanding",
                        front_s: float = 0.0,
                        sample_interval_s: float | None = None) -> tuple[list[RequestRecord], DisaggSummary]:
-    """Closed loop of `concurrency` clients (sim/virtual.closed_loop's semantics); records in send order."""
+    """Closed loop of `concurrency` clients (sim/loops.closed_loop's semantics); records in send order."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     at_zero = [SimRequest(r.request_id, 0.0, r.prompt_tokens, r.max_tokens) for r in requests]

@@ -25,15 +25,9 @@ from orchestrator.loadgen.workloads import Workload
 from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineCore
+from orchestrator.sim.loops import closed_loop, closed_loop_columns, simulate, simulate_columns
 from orchestrator.sim.sessions import simulate_sessions
-from orchestrator.sim.virtual import (
-    SimRequest,
-    SimSummary,
-    closed_loop,
-    closed_loop_columns,
-    simulate,
-    simulate_columns,
-)
+from orchestrator.sim.virtual import SimRequest, SimSummary
 from orchestrator.spec.models import SweepSpec
 
 

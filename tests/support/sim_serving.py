@@ -22,7 +22,8 @@ from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs
 from orchestrator.sim.build import replica_engines
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.loops import simulate
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import fixed_settings
 from tests.support.ports import free_port
 

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.loadgen.columns import GapSet, columns_from_records, gaps_within, weighted_summary
-from orchestrator.loadgen.metrics import compute_metrics, slo_mask
+from orchestrator.loadgen.metrics import compute_metrics
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.slo import slo_mask
 from orchestrator.loadgen.window import measurement_window, streamed_until
 
 finite_ms = st.floats(min_value=0.0, max_value=200.0, allow_nan=False, allow_infinity=False)

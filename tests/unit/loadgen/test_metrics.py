@@ -2,8 +2,9 @@ import math
 
 import pytest
 
-from orchestrator.loadgen.metrics import compute_metrics, meets_slo, parse_slo, slo_met, summarize
+from orchestrator.loadgen.metrics import compute_metrics, slo_met, summarize
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.slo import meets_slo, parse_slo
 from orchestrator.loadgen.sse import SSEParser
 
 

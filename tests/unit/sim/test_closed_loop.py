@@ -17,8 +17,9 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
+from orchestrator.sim.loops import closed_loop, simulate
 from orchestrator.sim.run import simulate_point
-from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.load import load_spec
 from tests.support.cli import Orch
 from tests.support.engines import LIMITS, fixed_settings

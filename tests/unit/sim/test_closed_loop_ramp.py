@@ -11,7 +11,8 @@ from orchestrator.loadgen.window import closed_loop_warmup_s
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
-from orchestrator.sim.virtual import SimRequest, closed_loop, single_request_s
+from orchestrator.sim.loops import closed_loop, single_request_s
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("llama-3.1-70b"), gpu=load_gpu("h100"), cluster=Cluster(1, 8),

@@ -14,7 +14,8 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.loops import simulate
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),

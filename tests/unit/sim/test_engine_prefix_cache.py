@@ -10,7 +10,8 @@ from orchestrator.loadgen.content import Content
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.loops import simulate
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),

@@ -11,7 +11,8 @@ from orchestrator.loadgen.records import RequestRecord
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore, StepPlan
-from orchestrator.sim.virtual import SimRequest, simulate
+from orchestrator.sim.loops import simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.models import SweepSpec
 from tests.support.engines import LIMITS, fixed_settings
 

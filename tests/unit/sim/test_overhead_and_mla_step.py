@@ -21,7 +21,8 @@ from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.plan.planner import plan_layout
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq
-from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
+from orchestrator.sim.loops import closed_loop, simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.load import load_spec
 from tests.support.engines import LIMITS, fixed_settings
 from tests.support.paths import ROOT

@@ -16,8 +16,9 @@ from orchestrator.plan.inputs import PlanInputs, layout_cost, speculative_step_c
 from orchestrator.plan.speculative import single_speculative
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.engine import EngineConfig, EngineCore, Seq, StepPlan
+from orchestrator.sim.loops import closed_loop, simulate
 from orchestrator.sim.speculative import burst_sizes, steps_to_emit, tokens_after
-from orchestrator.sim.virtual import SimRequest, closed_loop, simulate
+from orchestrator.sim.virtual import SimRequest
 from orchestrator.spec.speculative import SpeculativeSpec
 from tests.support.engines import LIMITS, fixed_settings
 

@@ -13,7 +13,8 @@ from orchestrator.loadgen.metrics import Metrics, compute_metrics, metrics_of
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.inputs import PlanInputs, layout_cost
 from orchestrator.sim.engine import EngineConfig, EngineCore
-from orchestrator.sim.virtual import SimRequest, closed_loop, closed_loop_columns, simulate, simulate_columns
+from orchestrator.sim.loops import closed_loop, closed_loop_columns, simulate, simulate_columns
+from orchestrator.sim.virtual import SimRequest
 from tests.support.engines import LIMITS, fixed_settings
 
 INPUTS = PlanInputs(cfg=load_model("qwen2.5-72b"), gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8),
