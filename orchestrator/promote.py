@@ -36,6 +36,7 @@ from orchestrator.engines import ENGINES, EngineSettings, get_engine
 from orchestrator.errors import NoLayoutMeetsSLO, SpecError
 from orchestrator.kv_handover import backend_problem, default_backend
 from orchestrator.layout import Layout, parse_layout
+from orchestrator.outputs import make_out_dir
 from orchestrator.pipeline.provenance import orch_version
 from orchestrator.plan.candidates import disagg_candidate
 from orchestrator.plan.from_spec import engine_settings
@@ -282,7 +283,7 @@ def promote(store: Store, run_ref: str, out_dir: str | Path, opts: PromoteOption
     out = Path(out_dir)
     check_out_dir(out, opts.overwrite)
     notes += clear_promotion(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     texts: dict[str, str] = {}
     for fmt in opts.formats:
         text = render(fmt, compiled, spec, k8s_opts)

@@ -40,6 +40,9 @@ def _first(d: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return None
 
 
+MAX_LAYERS = 1024  # decoder layers; Llama-3.1-405B has 126, DeepSeek-V3 61
+
+
 def _int_field(d: dict[str, Any], where: str, keys: tuple[str, ...], *, required: bool, default: int = 0,
                allow_zero: bool = False) -> int:
     value = _first(d, keys)
@@ -92,6 +95,9 @@ def model_from_hf_config(d: dict[str, Any], name: str, where: str | None = None)
         return _int_field(text, where, keys, required=False, default=default, allow_zero=True)
 
     num_layers = req("num_hidden_layers", "n_layer", "num_layers")
+    if num_layers > MAX_LAYERS:  # the cost model walks the layers: 1e9 of them would never finish
+        raise SpecError(f"{where}: field 'num_hidden_layers' is {num_layers:,}; orch reads models of up to "
+                        f"{MAX_LAYERS:,} layers (the largest published have about 130): check the config")
     hidden = req("hidden_size", "n_embd", "d_model")
     heads = req("num_attention_heads", "n_head")
     kv_heads = _int_field(text, where, ("num_key_value_heads", "num_kv_heads"), required=False, default=heads)

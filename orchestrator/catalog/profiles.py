@@ -16,7 +16,7 @@ prompt and output lengths); a spec outside it gets a warning (plan/from_spec.py)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +105,33 @@ def _acceptance(raw: Any, path: Path) -> dict[str, tuple[float, ...]]:
     return out
 
 
+# Bundled profiles are named <engine>-<GPU preset> (bench/fit_profiles.py --write names them so), with
+# these engines' shorter names; a default is found by its name, so a command reads that one file only.
+BUNDLED_ENGINE_NAMES = {"tensorrt-llm": "trtllm"}
+
+
+def bundled_profile_name(gpu: str, engine: str) -> str:
+    """The name of the bundled profile for this GPU (preset name or alias) and engine, bundled or not."""
+    return f"{BUNDLED_ENGINE_NAMES.get(engine, engine)}-{canonical_gpu(gpu)}"
+
+
 def default_profile(gpu: str, engine: str) -> Profile | None:
     """The bundled profile fitted on this GPU for this engine, or None. Engines match exactly (a
     profile fitted on TensorRT-LLM measurements is not a vLLM one)."""
-    canonical = canonical_gpu(gpu)
-    found = [p for p in _bundled() if p.gpu == canonical and p.engine == engine]
-    if len(found) > 1:  # a packaging bug, pinned by a test
-        raise SpecError(f"bundled profiles {', '.join(p.name for p in found)} are all for {canonical} + "
-                        f"{engine}; keep one")
-    return found[0] if found else None
+    name = bundled_profile_name(gpu, engine)
+    if not (_PROFILES_DIR / f"{name}.yaml").is_file():
+        return None
+    prof = _bundled(name)
+    if (prof.gpu, prof.engine) != (canonical_gpu(gpu), engine):  # a packaging bug, pinned by a test
+        raise SpecError(f"bundled profile {name} was fitted on {prof.gpu} + {prof.engine}, not what its name "
+                        f"says; name it {bundled_profile_name(prof.gpu, prof.engine)}")
+    return prof
 
 
-@lru_cache(maxsize=1)
-def _bundled() -> tuple[Profile, ...]:
-    """Every bundled profile, read once per process (every prediction looks its default up)."""
-    return tuple(load_profile(name) for name in profile_names())
+@cache
+def _bundled(name: str) -> Profile:
+    """A bundled profile, read once per process (every prediction looks its default up)."""
+    return load_profile(name)
 
 
 # The engine whose profile stands in where an engine has none bundled (said where it is used).

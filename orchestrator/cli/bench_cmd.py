@@ -215,7 +215,7 @@ def bench(
     system_prompt_len: Annotated[int, typer.Option(
         help="conversation: tokens of a system prompt every session shares.")] = 0,
     max_model_len: Annotated[int | None, typer.Option(
-        help="Sessions are cut where a turn would pass it (the cut is reported).")] = None,
+        min=1, help="Sessions are cut where a turn would pass it (the cut is reported).")] = None,
     reencodable_answers: Annotated[bool, typer.Option(
         "--reencodable-answers", help="conversation, agentic, with --tokenizer: answers made only of tokens "
         "of a space and a word (vLLM's allowed_token_ids), so a turn's history re-encodes to the tokens the "

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from orchestrator.cli import app, make_console
-from orchestrator.cli.fit_table import FitTable
+from orchestrator.cli import app, make_console, one_blas_thread
 from orchestrator.cli.flags import parse_ints
 from orchestrator.disagg import DisaggLayout, parse_any_layouts
 from orchestrator.errors import SpecError
@@ -19,6 +16,9 @@ from orchestrator.pipeline.validate import load_checked_spec
 from orchestrator.plan.planner import PlanRow
 from orchestrator.plan.run import DEFAULT_BATCHES, PlanResult, make_plan
 from orchestrator.spec.models import SweepSpec
+
+if TYPE_CHECKING:  # rich is imported when a table is printed: `orch plan --json` never needs it
+    from rich.console import Console
 
 GB = 1e9
 
@@ -44,6 +44,10 @@ def _row_cells(row: PlanRow, candidates: set[str], n_batches: int) -> list[str]:
 
 
 def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wide: bool = False) -> None:
+    from rich.markup import escape
+
+    from orchestrator.cli.fit_table import FitTable
+
     inp = result.inputs
     counts = inp.counts
     console.print(
@@ -128,6 +132,12 @@ def plan_command(
         "--wide", help="Every column, however narrow the terminal (default: the columns that fit).")] = False,
 ) -> None:
     """Predict memory fit, KV capacity, decode and prefill times per layout, with rejections and warnings."""
+    with one_blas_thread():
+        _plan(spec_path, layouts, disagg, batch, context, prompt, as_json, wide)
+
+
+def _plan(spec_path: str, layouts: str | None, disagg: int | None, batch: str | None, context: int | None,
+          prompt: int | None, as_json: bool, wide: bool) -> None:
     spec = load_checked_spec(spec_path)
     if disagg is not None:
         _plan_splits(spec, disagg, prompt, as_json, wide)

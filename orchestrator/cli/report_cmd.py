@@ -4,7 +4,6 @@ changed between two runs."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -51,10 +50,11 @@ def report_command(
     result = SweepResult(run.run_id, select(outcomes, spec.objective), tuple(outcomes))
     if html_out is not None:
         # Plotly is imported only here: `orch bench` also runs from engine venvs that have no plotly.
+        from orchestrator.outputs import write_text_out
         from orchestrator.report.html import render_html
 
         page = render_html(load_report(store, run.run_id, result.selection, outcomes))
-        Path(html_out).write_text(page, encoding="utf-8")
+        write_text_out(html_out, page, "--html")
         err_console().print(f"wrote {html_out}", markup=False)
     if as_json:
         typer.echo(json.dumps({**json.loads(json_out(result, store)), "consistency": checks}, indent=2))

@@ -52,6 +52,8 @@ def simulate_command(
     if concurrency is not None and rates is not None:
         raise SpecError("give --rates (open loop) or --concurrency (closed loop), not both")
     levels = parse_ints(concurrency, "--concurrency")
+    if levels is None and rates is None and spec.workload.loop == "closed" and spec.workload.concurrency:
+        levels = tuple(spec.workload.concurrency)  # a closed-loop spec's own grid, as sweep measures it
     if levels is not None and min(levels) < 1:
         raise SpecError("--concurrency: give requests in flight >= 1, e.g. --concurrency 8,32")
     rate_list = parse_rates(rates) or list(spec.workload.rates_per_s or ())
@@ -62,7 +64,8 @@ def simulate_command(
         rate_list = [0.0]  # one point at the trace's timestamps
     if levels is None and not rate_list:
         raise SpecError(
-            f"{spec_path}: workload.rates_per_s is not set (orch sweep searches capacity); "
+            f"{spec_path}: workload.{'concurrency' if spec.workload.loop == 'closed' else 'rates_per_s'} "
+            "is not set (orch sweep searches capacity); "
             "give --rates R[,R...] or --concurrency N[,M...]"
         )
     loads: list[tuple[float | None, int | None]] = (

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli import app, err_line
+from orchestrator.cli import app, err_line, one_blas_thread
 from orchestrator.pipeline.validate import check_spec
 from orchestrator.spec import spec_hash, spec_json_schema
 from orchestrator.spec.load import load_spec_lines
@@ -29,7 +29,9 @@ def validate(
 ) -> None:
     """Check a spec as plan, compile and sweep would; print its layouts and hash, or the one-line error."""
     loaded = load_spec_lines(spec_path)
-    for warning in check_spec(loaded):
+    with one_blas_thread():
+        warnings = check_spec(loaded)
+    for warning in warnings:
         err_line("warning:", "yellow", warning)
     spec = loaded.spec
     layouts = ", ".join(str(x) for x in spec.layouts)

@@ -83,6 +83,19 @@ def batch_defaults(gpu: GPUSpec) -> tuple[int, int, str]:
     return seqs, tokens, f"vllm {VERSION} default for {gpu.name} ({band}; {where})"
 
 
+def check_scheduler(seqs: int, tokens: int, max_len: int, chunked: bool) -> None:
+    """What vLLM refuses to start with (SchedulerConfig.verify_max_model_len, vllm/config/scheduler.py,
+    the same in 0.32 and 0.33): refused here in one line rather than as an engine that never came up."""
+    if tokens < seqs:
+        raise SpecError(f"engine.max_num_batched_tokens: {tokens} is below max_num_seqs {seqs}; vLLM "
+                        "refuses it (a step must hold one token per running sequence): raise "
+                        "max_num_batched_tokens or lower max_num_seqs")
+    if tokens < max_len and not chunked:
+        raise SpecError(f"engine.max_num_batched_tokens: {tokens} is below max_model_len {max_len} without "
+                        "chunked prefill; vLLM refuses it (a whole prompt is one step): raise it, lower "
+                        "model.max_model_len, or enable chunked prefill")
+
+
 def resolve_vllm(request: SettingsRequest, gpu: GPUSpec, model: ModelConfig,
                  engine: str = "vllm", version: str = VERSION) -> EngineSettings:
     """vLLM's own values where the request is silent (module docstring; docs/compile.md)."""
@@ -100,11 +113,14 @@ def resolve_vllm(request: SettingsRequest, gpu: GPUSpec, model: ModelConfig,
     if request.max_num_batched_tokens is None and not chunked:
         # _set_default_max_num_seqs_and_batched_tokens_args: without chunking a whole prompt is one step.
         tokens, rule = max(max_len, tokens), rule + ", raised to max_model_len without chunked prefill"
+    seqs = chosen(request, "max_num_seqs", seqs, rule, src)
+    tokens = chosen(request, "max_num_batched_tokens", tokens, rule, src)
+    check_scheduler(seqs, tokens, max_len, chunked)
     return EngineSettings(
         engine=engine,
         engine_version=version,
-        max_num_seqs=chosen(request, "max_num_seqs", seqs, rule, src),
-        max_num_batched_tokens=chosen(request, "max_num_batched_tokens", tokens, rule, src),
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
         gpu_memory_utilization=chosen(request, "gpu_memory_utilization", GPU_MEMORY_UTILIZATION, cache, src),
         block_size=chosen(request, "block_size", block, block_rule, src),
         enable_chunked_prefill=chunked,

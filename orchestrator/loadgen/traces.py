@@ -21,7 +21,9 @@ read in milliseconds (bench/trace_stream.py measures it).
 Bad input is one line and exit 2, raised before anything is sent (the requests used are read before
 the load point starts, so nothing measured is lost): a malformed line (its line number), a negative
 or non-finite timestamp, token counts that are not positive, hash ids without an input length (or
-too few or too many of them for it), and timestamps that go backwards. Out-of-order timestamps are
+too few or too many of them for it), and timestamps that go backwards; token counts above MAX_TOKENS
+(a 1e9-token length would build gigabytes of prompt), an arrival more than MAX_DURATION_S after the
+first (the load generator would wait for it), and bytes that are not UTF-8 text. Out-of-order timestamps are
 refused, not sorted: sorting would need the whole file, and a trace's order is its arrival order.
 """
 
@@ -43,6 +45,7 @@ from orchestrator.errors import SpecError
 from orchestrator.loadgen.client import RequestSpec
 from orchestrator.loadgen.content import Content
 from orchestrator.loadgen.texts import PromptMaker, Tokenizer
+from orchestrator.spec.checks import MAX_DURATION_S, MAX_TOKENS
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "orch"]
 TRACE_FORMATS: tuple[TraceFormat, ...] = ("auto", "mooncake", "azure", "burstgpt", "orch")
@@ -73,15 +76,29 @@ class TraceRead:
 
 def _open(path: Path) -> io.TextIOWrapper:
     try:
-        return path.open(encoding="utf-8", newline="")
+        return path.open(encoding="utf-8", errors="surrogateescape", newline="")
     except OSError as exc:
         raise SpecError(f"dataset_path: cannot read {str(path)!r}: {exc.strerror}") from None
+
+
+def _utf8_lines(path: Path, f: io.TextIOWrapper) -> Iterator[str]:
+    """The file's lines; bytes that are not UTF-8 (a binary file, a wrong encoding) end in one line
+    naming the file, the line and the byte, not a UnicodeDecodeError (_open keeps them as surrogates,
+    so the line number is the line's own, not that of the chunk the decoder was reading)."""
+    for lineno, line in enumerate(f, 1):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            byte = ord(line[exc.start]) - 0xDC00
+            raise SpecError(f"{path}:{lineno}: not UTF-8 text (byte 0x{byte:02x}); a trace is JSON lines or "
+                            "a CSV with a header, in UTF-8") from None
+        yield line
 
 
 def detect_format(path: Path) -> TraceFormat:
     """The format of a trace file from its first non-empty line."""
     with _open(path) as f:
-        for line in f:
+        for line in _utf8_lines(path, f):
             text = line.strip()
             if not text:
                 continue
@@ -136,6 +153,10 @@ def read_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None
             offset = (t - t0) / time_scale
             if until_s is not None and offset >= until_s:
                 break
+            if offset > MAX_DURATION_S:  # the load generator would wait that long for it
+                raise SpecError(f"{p}:{lineno}: arrives {offset:.4g} s after the first request, more than "
+                                f"the {MAX_DURATION_S:,.0f} s (a week) orch waits; check the timestamp's "
+                                "unit, or cut the trace (workload.duration_s)")
             out.append(TraceRequest(offset, n_in, n_out, ids))
             if limit is not None and len(out) >= limit:
                 break
@@ -148,13 +169,17 @@ Row = tuple[int, float, int | None, int, tuple[int, ...]]
 
 
 def _positive(p: Path, lineno: int, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 1:
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or value != int(value) or value < 1):
         raise SpecError(f"{p}:{lineno}: {name} must be a positive whole number of tokens, not {value!r}")
+    if value > MAX_TOKENS:
+        raise SpecError(f"{p}:{lineno}: {name} {value:.4g} is more than {MAX_TOKENS:,} tokens, longer than "
+                        "any model's context; check the column")
     return int(value)
 
 
 def _json_lines(p: Path, f: io.TextIOWrapper, fmt: str, example: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for lineno, line in enumerate(f, 1):
+    for lineno, line in enumerate(_utf8_lines(p, f), 1):
         if not line.strip():
             continue
         try:
@@ -203,7 +228,7 @@ def _orch(p: Path, f: io.TextIOWrapper) -> Iterator[Row]:
 
 
 def _csv_rows(p: Path, f: io.TextIOWrapper, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    reader = csv.reader(f)
+    reader = csv.reader(_utf8_lines(p, f))
     header = [h.strip() for h in next(reader, [])]
     missing = [c for c in needed if c not in header]
     if missing:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.compile import engine_options, placement
+from orchestrator.disagg import DisaggLayout
 from orchestrator.engines import check_extra_args
 from orchestrator.errors import SpecError
 from orchestrator.extras import require_for_target
@@ -28,6 +29,28 @@ def _longest(value: int | TokenDistribution) -> int:
     return value.max if value.max is not None else round(value.mean)
 
 
+def _shortest(value: int | TokenDistribution) -> int:
+    return value if isinstance(value, int) else value.min
+
+
+def _first_call(spec: SweepSpec) -> tuple[int, str]:
+    """(the fewest tokens a session's first call can take, the field that sets most of them)."""
+    w = spec.workload
+    if w.kind == "agentic":
+        a = w.agentic_or_default()
+        answer = min(_shortest(a.tool_call_tokens), _shortest(w.output_tokens))
+        shared = a.system_prompt_tokens + a.tool_definitions_tokens
+        larger = a.system_prompt_tokens >= a.tool_definitions_tokens
+        bigger = "system_prompt" if larger else "tool_definitions"
+        field = f"workload.agentic.{bigger}_tokens"
+        return shared + _shortest(w.input_tokens) + answer, field
+    c = w.conversation_or_default()
+    first = c.first_input_tokens if c.first_input_tokens is not None else w.input_tokens
+    field = "workload.conversation.first_input_tokens" if c.first_input_tokens is not None \
+        else "workload.input_tokens"
+    return c.system_prompt_tokens + _shortest(first) + _shortest(w.output_tokens), field
+
+
 def _check_dataset(loaded: LoadedSpec, must_exist: bool) -> None:
     path = loaded.spec.workload.dataset_path
     if path is None:
@@ -43,6 +66,17 @@ def _check_dataset(loaded: LoadedSpec, must_exist: bool) -> None:
     if not stat.S_ISREG(mode):
         # Reading a FIFO would block the sweep; a directory is a typo.
         raise loaded.error("workload.dataset_path", f"{path}: not a regular file; pass the dataset file")
+    w = loaded.spec.workload
+    if w.kind == "trace":
+        from orchestrator.loadgen.traces import read_trace  # numpy: only for a trace
+
+        # The requests a load point sends, read now (streamed: only as far as those): a bad line is this
+        # one line and exit 2 before anything runs, not a layout "rejected" mid-sweep.
+        try:
+            read_trace(Path(path).expanduser(), fmt=w.trace_format, limit=w.num_requests,
+                       until_s=w.duration_s, time_scale=w.time_scale)
+        except SpecError as exc:
+            raise loaded.error("workload.dataset_path", str(exc).removeprefix("dataset_path: ")) from None
 
 
 def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
@@ -87,6 +121,12 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
             f"requests of up to {longest:,} tokens (prompt and output) exceed {where} of {context:,}; "
             "shorten them or raise model.max_model_len",
         )
+    if w.kind in ("conversation", "agentic") and w.dataset_path is None:
+        first, where = _first_call(spec)
+        if first > context:  # every session would be cut before its first call: nothing to measure
+            raise loaded.error(where, f"a session's first call needs at least {first:,} tokens (prompt and "
+                               f"answer), more than the context of {context:,}; every session would be cut "
+                               "before it starts: shorten it or raise model.max_model_len")
     _check_dataset(loaded, must_exist=full)
     try:
         check_extra_args(tuple(spec.engine.extra_args))
@@ -101,6 +141,24 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
     except SpecError as exc:
         field = str(exc).split(":", 1)[0] if str(exc).startswith("engine.") else "engine"
         raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
+    # Imported here, as make_plan below: `orch validate` and `orch plan` start fast (bench/cli_speed.py).
+    from orchestrator.plan.candidates import pool_settings
+    from orchestrator.plan.settings_grid import settings_requests
+
+    if any(isinstance(lay, DisaggLayout) for lay in spec.layouts):
+        for role, pool in (("prefill", spec.disagg.prefill), ("decode", spec.disagg.decode)):
+            try:
+                pool_settings(spec, pool, engine_settings(spec))  # each pool as its engine resolves it
+            except SpecError as exc:
+                field = str(exc).split(":", 1)[0] if str(exc).startswith("disagg.") else f"disagg.{role}"
+                raise loaded.error(field, str(exc).removeprefix(f"{field}: ")) from None
+    for request, label in settings_requests(spec, cfg)[1:]:  # each other combination of the lists too
+        try:
+            engine_settings(spec, cfg=cfg, request=request)
+        except SpecError as exc:
+            field = str(exc).split(":", 1)[0] if str(exc).startswith("engine.") else "engine"
+            raise loaded.error(field, f"in the combination {label}: "
+                               + str(exc).removeprefix(f"{field}: ")) from None
     if not full:
         return []
     try:
@@ -118,7 +176,17 @@ def check_spec(loaded: LoadedSpec, *, full: bool = True) -> list[str]:
     except SpecError as exc:
         raise SpecError(f"{loaded.source}: plan: {exc}") from None
     rejected = [f"{row.layout}: {'; '.join(row.rejected_because)}" for row in rows if row.rejected_because]
-    if rejected and len(rejected) == len(rows):  # a sweep would deploy nothing
+    pairs = [lay for lay in spec.layouts if isinstance(lay, DisaggLayout)]
+    if pairs:  # prefill/decode pairs are planned apart (overlapping pools, the engine's handover rules)
+        from orchestrator.plan.disagg_run import make_disagg_plan
+
+        try:
+            pair_rows = make_disagg_plan(spec, pairs).rows
+        except SpecError as exc:
+            raise SpecError(f"{loaded.source}: plan: {exc}") from None
+        rejected += [f"{row.layout}: {'; '.join(row.rejected_because)}"
+                     for row in pair_rows if row.rejected_because]
+    if rejected and len(rejected) == len(rows) + len(pairs):  # a sweep would deploy nothing
         raise loaded.error("layouts", "the planner rejects every layout (" + " | ".join(rejected) + "); "
                            "orch plan SPEC shows the layouts that fit (sweep --force deploys them anyway)")
     return [f"{loaded.source}: the planner rejects layout {why}" for why in rejected]

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from orchestrator.plan.candidates import candidate_of as candidate_of
     from orchestrator.plan.candidates import check_pairs as check_pairs
     from orchestrator.plan.candidates import disagg_candidate as disagg_candidate
+    from orchestrator.plan.candidates import pool_settings as pool_settings
     from orchestrator.plan.capacity import kv_capacity as kv_capacity
     from orchestrator.plan.capacity import kv_capacity_tokens as kv_capacity_tokens
     from orchestrator.plan.checks import Cluster as Cluster
@@ -85,7 +86,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "uniform_acceptance",
     ),
     "settings_grid": ("settings_requests",),
-    "candidates": ("candidate_of", "check_pairs", "disagg_candidate",),
+    "candidates": ("candidate_of", "check_pairs", "disagg_candidate", "pool_settings",),
     "disagg": ("DisaggRow", "inputs_of", "plan_pair", "shape_of",),
     "disagg_run": ("DisaggPlanResult", "make_disagg_plan", "make_split_plan",),
     "disagg_search": ("SplitPlan", "output_tokens_per_s_per_gpu",),

@@ -73,7 +73,12 @@ def pool_settings(spec: SweepSpec, pool: PoolSpec, base: EngineSettings) -> Engi
         return base
     cfg = load_model(spec.model.name or spec.model.config_path or "")
     request = settings_request(spec, cfg)  # the first of each value a settings search lists
-    return engine_settings(spec, cfg=cfg, engine=base.engine, request=replace(request, **changes))
+    try:
+        return engine_settings(spec, cfg=cfg, engine=base.engine, request=replace(request, **changes))
+    except SpecError as exc:  # name the pool's own section, where the value that fails was set
+        role = "prefill" if pool is spec.disagg.prefill else "decode"
+        raise SpecError(f"disagg.{role}.{str(exc).removeprefix('engine.')} (the pool's settings over the "
+                        "engine section's)") from None
 
 
 def disagg_candidate(spec: SweepSpec, pd: DisaggLayout, base: EngineSettings) -> DisaggCandidate:

@@ -245,7 +245,10 @@ def pair_facts(inputs: PlanInputs, pf: PrefillEngine, dec: DecodeEngine, *, gpus
                          same_node=gpus <= inputs.cluster.gpus_per_node)
     transfer_s = kv_transfer_time_s(cfg, inputs.kv_bytes_per_value, pf.shape, dec.shape, prompt_tokens, link)
     balanced, balanced_rps = (None, 0.0)
-    if not (rules.rejections or pf.rejected_because or dec.rejected_because):
+    # A pair larger than the cluster is rejected (pool_problems); balancing its GPUs would only cost
+    # time, one step per prefill replica count (`p:tp1x99999999999+d:tp1` would never finish).
+    fits = gpus <= inputs.cluster.gpus
+    if fits and not (rules.rejections or pf.rejected_because or dec.rejected_because):
         balanced, balanced_rps = balance(pf, dec, gpus, prompt_tokens, transfer_s)
     return PairFacts(rules, link, transfer_s, balanced, balanced_rps)
 

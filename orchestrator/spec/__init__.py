@@ -9,6 +9,7 @@ from orchestrator.faces import lazy_face
 if TYPE_CHECKING:
     from orchestrator.spec.checks import ENV_NAME as ENV_NAME
     from orchestrator.spec.checks import MAX_COUNT as MAX_COUNT
+    from orchestrator.spec.checks import MAX_DURATION_S as MAX_DURATION_S
     from orchestrator.spec.checks import MAX_TOKENS as MAX_TOKENS
     from orchestrator.spec.checks import is_host as is_host
     from orchestrator.spec.disagg import PoolSpec as PoolSpec
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from orchestrator.spec.workload import WorkloadSpec as WorkloadSpec
 
 __getattr__, __all__ = lazy_face(__name__, {
-    "checks": ("ENV_NAME", "MAX_COUNT", "MAX_TOKENS", "is_host",),
+    "checks": ("ENV_NAME", "MAX_COUNT", "MAX_DURATION_S", "MAX_TOKENS", "is_host",),
     "files": ("MAX_DATA_FILE_BYTES", "read_user_text",),
     "load": (
         "LoadedSpec", "load_spec", "load_spec_lines", "parse_spec", "revalidated", "spec_from_json",

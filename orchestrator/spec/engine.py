@@ -4,6 +4,7 @@ spec/models.py holds the whole spec and names these too."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -42,6 +43,7 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 #: Engine settings a spec may list (a sweep searches their combinations); the rest take one value.
 SETTING_LISTS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
                  "enable_chunked_prefill", "enable_prefix_caching")
+MAX_SETTING_COMBINATIONS = 256  # engine setting combinations per layout (each one a searched candidate)
 ONE_VALUE = ("name", "version", "enforce_eager", "time_scale", "sim_scheduler", "num_redundant_experts",
              "runtime_reserve_bytes", "startup_s")
 
@@ -151,4 +153,19 @@ class EngineSpec(SpecModel):
     @model_validator(mode="after")
     def _secrets(self) -> EngineSpec:
         check_secret_refs(self.env_from_secret, self.env)
+        return self
+
+    @model_validator(mode="after")
+    def _few_combinations(self) -> EngineSpec:
+        # Every combination is a candidate with its own capacity search: a grid of thousands would run
+        # for days (and is a typo more often than a plan).
+        sizes = {name: len(v) for name in SETTING_LISTS if isinstance(v := getattr(self, name), list)}
+        if self.speculative is not None:
+            sizes["speculative.num_speculative_tokens"] = len(self.speculative.token_counts)
+        total = math.prod(sizes.values())
+        if total > MAX_SETTING_COMBINATIONS:
+            parts = " x ".join(f"{n} {name}" for name, n in sizes.items() if n > 1)
+            raise ValueError(f"the settings lists make {total:,} combinations ({parts}), more than "
+                             f"{MAX_SETTING_COMBINATIONS}; each is a candidate searched per layout: "
+                             "list fewer values")
         return self

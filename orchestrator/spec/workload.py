@@ -60,6 +60,20 @@ class SecondsDistribution(SpecModel):
 
 Seconds = Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | SecondsDistribution
 Count = Annotated[int, Field(gt=0, le=MAX_COUNT)] | TokenDistribution
+# A session's turns (rounds) and a round's parallel sub-calls are drawn per session up front: ten million
+# of them would hang the workload's construction (and no model's context holds that many turns).
+MAX_TURNS = 10_000
+MAX_PARALLEL_CALLS = 1_024
+
+
+def _check_count(name: str, value: int | TokenDistribution, bound: int) -> None:
+    """Refuse a count (or a distribution's max, else its mean) above `bound`."""
+    if isinstance(value, int):
+        top: float = value
+    else:
+        top = value.max if value.max is not None else value.mean
+    if top > bound:
+        raise ValueError(f"{name}: {top:,.0f} is more than {bound:,}; give at most {bound:,}")
 
 
 class ConversationSpec(SpecModel):
@@ -77,6 +91,11 @@ class ConversationSpec(SpecModel):
     think_time_s: Seconds = Field(
         0.0, description="Time between an answer and the next turn: seconds or a distribution."
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ConversationSpec:
+        _check_count("turns", self.turns, MAX_TURNS)
+        return self
 
 
 class AgenticSpec(SpecModel):
@@ -97,6 +116,12 @@ class AgenticSpec(SpecModel):
         1, description="Sub-calls a round fans out into (1: none); they share the history and join."
     )
     tool_time_s: Seconds = Field(0.5, description="Time the tools take between rounds.")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> AgenticSpec:
+        _check_count("rounds", self.rounds, MAX_TURNS)
+        _check_count("parallel_calls", self.parallel_calls, MAX_PARALLEL_CALLS)
+        return self
 
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "orch"]

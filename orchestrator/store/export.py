@@ -9,11 +9,11 @@ import io
 import json
 import re
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchError, SpecError
 from orchestrator.extras import require
+from orchestrator.outputs import make_out_dir, write_text_out
 from orchestrator.store.db import Store
 
 FORMATS = ("json", "jsonl", "csv", "parquet", "vllm")
@@ -134,8 +134,7 @@ def export_run(
     if fmt == "vllm":
         if out is None:
             raise SpecError("--format vllm writes one JSON file per load point: give --out DIRECTORY")
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_out_dir(out)
         for name, result in vllm_results(store, run_id).items():
             path = folder / name
             if path.resolve().parent != folder.resolve():  # file_name makes this impossible; kept as a guard
@@ -163,6 +162,6 @@ def export_run(
         pd.DataFrame(rows).to_parquet(out)
         return out
     if out is not None:
-        Path(out).write_text(text, encoding="utf-8")
+        write_text_out(out, text)
         return out
     return text

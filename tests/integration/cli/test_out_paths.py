@@ -54,3 +54,29 @@ def test_promote_does_not_overwrite_an_existing_folder(run: tuple[Path, str], or
     assert forced.returncode == 0, forced.stderr
     assert "also holds notes.txt, not written by orch promote; left as is" in forced.stderr
     assert (target / "PROVENANCE.json").exists() and (target / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["export", "--out", "DIR"], "--out DIR: is a directory; give a file path inside it"),
+    (["export", "--out", "FILE/x.csv"], "--out FILE/x.csv: a part of the path is a file, not a folder"),
+    (["export", "--format", "vllm", "--out", "FILE"], "--out FILE: exists and is not a folder"),
+    (["promote", "--out", "FILE/p"], "--out FILE/p: a part of the path is a file, not a folder"),
+    (["report", "--html", "DIR"], "--html DIR: is a directory; give a file path inside it"),
+    (["report", "--html", "FILE/r.html"], "--html FILE/r.html: a part of the path is a file, not a folder"),
+], ids=["export-into-dir", "export-under-file", "export-vllm-onto-file", "promote-under-file",
+        "report-html-into-dir", "report-html-under-file"])
+def test_an_output_path_that_cannot_be_written_is_one_line(
+    run: tuple[Path, str], orch: Orch, args: list[str], needle: str
+) -> None:
+    # Before: IsADirectoryError / NotADirectoryError / FileExistsError tracebacks (exit 1).
+    db, run_id = run
+    folder, afile = db.parent / "adir", db.parent / "afile"
+    folder.mkdir()
+    afile.write_text("mine")
+    real = [a.replace("DIR", str(folder)).replace("FILE", str(afile)) for a in args]
+    out = orch(real[0], run_id, "--store", str(db), *real[1:])
+    expected = needle.replace("DIR", str(folder)).replace("FILE", str(afile))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and expected in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert afile.read_text() == "mine" and not any(folder.iterdir())  # nothing written or replaced

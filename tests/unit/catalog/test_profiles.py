@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.catalog.loader import load_gpu
-from orchestrator.catalog.profiles import default_profile, load_profile, profile_names
+from orchestrator.catalog.profiles import bundled_profile_name, default_profile, load_profile, profile_names
 from orchestrator.compile import sim_options
 from orchestrator.plan.from_spec import constants_line, effective_constants, plan_inputs, resolved_profile
 from orchestrator.plan.run import make_plan
@@ -104,6 +104,7 @@ def test_bundled_profiles_are_unique_per_gpu_and_engine_and_sourced() -> None:
         prof = load_profile(name)
         assert (prof.gpu, prof.engine) not in seen, name
         seen.add((prof.gpu, prof.engine))
+        assert name == bundled_profile_name(prof.gpu, prof.engine)  # a default is found by its name
         assert default_profile(prof.gpu, prof.engine) == prof
         assert "fidelity_cases.yaml" in prof.source, name  # fitted to published, cited cases
     assert default_profile("h100-sxm", "vllm") != default_profile("h100-sxm", "tensorrt-llm")

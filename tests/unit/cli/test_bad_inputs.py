@@ -156,6 +156,39 @@ SPEC_CASES: list[tuple[str, str, str]] = [
     ("target-kind-typo", spec(target="{kind: locl}"),
      ":5: target.kind: 'locl' is not one of local, ray, kubernetes; did you mean 'local'?"),
     ("target-kind-missing", spec(target="{host: 127.0.0.1}"), "target: 'kind' is missing"),
+    # the third hardening round's features (h-hostile4): settings grid, sessions, model configs
+    ("grid-too-many-combinations",
+     spec(engine=eng("max_num_seqs: [" + ",".join(str(i) for i in range(1, 41)) + "], "
+                     "max_num_batched_tokens: [" + ",".join(str(2048 * i) for i in range(1, 11)) + "]")),
+     "engine: the settings lists make 400 combinations (40 max_num_seqs x 10 max_num_batched_tokens), "
+     "more than 256"),
+    ("vllm-tokens-below-seqs", spec(engine=eng("name: vllm, max_num_seqs: 1024, max_num_batched_tokens: 64")),
+     "engine.max_num_batched_tokens: 64 is below max_num_seqs 1024; vLLM refuses it"),
+    ("sim-tokens-below-seqs", spec(engine=eng("max_num_seqs: 1024, max_num_batched_tokens: 64")),
+     "engine.max_num_batched_tokens: 64 is below max_num_seqs 1024"),
+    ("grid-one-combination-vllm-refuses",
+     spec(engine=eng("name: vllm, max_num_seqs: [64, 1024], max_num_batched_tokens: [512, 8192]")),
+     "engine.max_num_batched_tokens: in the combination max_num_seqs=1024 max_num_batched_tokens=512: 512 "
+     "is below max_num_seqs 1024"),
+    ("vllm-no-chunking-short-budget",
+     spec(engine=eng("name: vllm, enable_chunked_prefill: false, max_num_batched_tokens: 2048")),
+     "2048 is below max_model_len 32768 without chunked prefill"),
+    ("conversation-turns-huge",
+     spec(workload=wl("kind: conversation, conversation: {turns: 10000000}")),
+     "workload.conversation: turns: 10,000,000 is more than 10,000"),
+    ("agentic-fan-out-huge",
+     spec(workload=wl("kind: agentic, agentic: {parallel_calls: 10000000}")),
+     "workload.agentic: parallel_calls: 10,000,000 is more than 1,024"),
+    ("agentic-rounds-dist-huge",
+     spec(workload=wl("kind: agentic, agentic: {rounds: {kind: uniform, mean: 5, min: 1, max: 20000}}")),
+     "rounds: 20,000 is more than 10,000"),
+    ("agentic-first-call-beyond-context",
+     spec(workload=wl("kind: agentic, agentic: {system_prompt_tokens: 40000}")),
+     "workload.agentic.system_prompt_tokens: a session's first call needs at least 43,074 tokens"),
+    ("conversation-first-turn-beyond-context",
+     spec(model="{name: qwen2.5-7b, max_model_len: 4096}",
+          workload=wl("kind: conversation, conversation: {first_input_tokens: 8000}")),
+     "workload.conversation.first_input_tokens: a session's first call needs at least 8,"),
 ]
 
 CLI_COMMANDS = [["validate"], ["plan"], ["compile", "--layout", "tp1"]]
