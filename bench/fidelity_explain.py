@@ -4,7 +4,8 @@ For each case of bench/fidelity_cases.yaml matching --only, with the constants o
 (`default`: the bundled profile of the case's GPU and engine; `preset`: the GPU preset), prints
 - predicted vs measured, per measured metric;
 - the KV budget of one GPU of the last stage: memory x gpu_memory_utilization, weights (non-expert +
-  routed experts), the runtime reserve, the start-up sampler peak, the room left for KV, and how
+  routed experts as the engine's MXFP4 backend holds them), the runtime reserve, the start-up
+  profile peak (the larger of the forward's activations and the sampler run), the room left for KV, and how
   many of the case's requests (prompt + answer tokens each) that room holds;
 - what the simulator's engine ran: mean running and waiting requests, preemptions, mean KV use;
 - a decode step at that mean batch and the step that also carries a prefill chunk, split by cause
@@ -34,6 +35,7 @@ from orchestrator.loadgen.content import Content, text_key
 from orchestrator.plan.capacity import kv_capacity
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.inputs import layout_cost
+from orchestrator.plan.memory import MXFP4_LAYOUTS, mxfp4_expert_factor
 from orchestrator.plan.stage_cost import StepParts
 from orchestrator.sim.loops import simulate
 from orchestrator.sim.run import spec_engines
@@ -53,23 +55,17 @@ def _parts(p: StepParts) -> str:
     return f"{p.total_s * 1e3:.1f} ms ({body}; {p.bound}-bound, {top} dominates)"
 
 
-def _round_up(x: int, k: int) -> int:
-    return -(-x // k) * k
-
-
-def marlin_padding_line(hidden: int, expert_width: int, tp: int, expert_bytes: float) -> str:
-    """The routed experts' bytes as vLLM's Marlin MXFP4 backend allocates them, beside orch's count.
-
-    Mxfp4MoEMethod.create_weights (vllm/model_executor/layers/quantization/mxfp4.py) rounds the
-    hidden size up to a multiple of 256 and each TP shard of the expert width up to 128 for Marlin
-    (n % 256, k % 128); the Triton backend pads inside triton_kernels' layout instead (not read).
-    Not in orch's memory model: which backend a build runs depends on what is installed."""
-    shard = expert_width // tp
-    ratio = _round_up(hidden, 256) * _round_up(shard, 128) / (hidden * shard)
-    return (f"MXFP4 experts per GPU: {expert_bytes / GIB:.2f} GiB as orch counts them, "
-            f"{expert_bytes * ratio / GIB:.2f} GiB as vLLM's Marlin backend pads them "
-            f"(hidden {hidden} -> {_round_up(hidden, 256)}, shard {shard} -> {_round_up(shard, 128)}; "
-            f"not modelled)")
+def mxfp4_line(backend: str, hidden: int, shard: int, stored_bytes: float) -> str:
+    """The routed experts' bytes per GPU as the checkpoint stores them and as the engine's MXFP4
+    backend holds them (plan/memory.py MXFP4_LAYOUTS: padding and kept scale copies), the latter
+    being what the KV budget below subtracts."""
+    shard_multiple, hidden_multiple, copies = MXFP4_LAYOUTS[backend]
+    factor = mxfp4_expert_factor(backend, hidden, shard)
+    padded_hidden = -(-hidden // hidden_multiple) * hidden_multiple
+    padded_shard = -(-shard // shard_multiple) * shard_multiple
+    return (f"MXFP4 experts per GPU: {stored_bytes / GIB:.2f} GiB as stored, "
+            f"{stored_bytes * factor / GIB:.2f} GiB in vLLM's {backend} layout (hidden {hidden} -> "
+            f"{padded_hidden}, shard {shard} -> {padded_shard}, scales x{copies})")
 
 
 def explain(case: Case, source: dict[str, Any], calibration: str) -> list[str]:
@@ -93,14 +89,17 @@ def explain(case: Case, source: dict[str, Any], calibration: str) -> list[str]:
     last = cost.stages[-1]
     per_request = case.input_tokens + case.output_tokens
     if case.precision == "mxfp4" and inputs.cfg.moe_intermediate_size:
-        out.append("  " + marlin_padding_line(inputs.cfg.hidden_size, inputs.cfg.moe_intermediate_size,
-                                              layout.tp, last.expert_weight_bytes))
+        shard = inputs.cfg.moe_intermediate_size // (1 if layout.ep else layout.tp)
+        out.append("  " + mxfp4_line(inputs.mxfp4_backend, inputs.cfg.hidden_size, shard,
+                                     last.expert_weight_bytes))
     out.append(f"  KV budget per GPU (GiB): {inputs.gpu.memory_bytes / GIB:.2f}"
                f" x {inputs.gpu_memory_utilization}"
                f" - weights ({last.dense_weight_bytes / GIB:.2f}"
-               f" + experts {last.expert_weight_bytes / GIB:.2f})"
+               f" + experts {last.expert_weight_bytes * cap.expert_factor / GIB:.2f})"
                f" - reserve {inputs.assumptions.runtime_reserve_bytes / GIB:.2f}"
-               f" - sampler {cap.sampler_bytes / GIB:.2f} = room {cap.rooms[-1] / GIB:.2f};"
+               f" - start-up peak {cap.startup_peak_bytes / GIB:.2f} (larger of forward"
+               f" {cap.forward_bytes / GIB:.2f}, sampler {cap.sampler_bytes / GIB:.2f})"
+               f" = room {cap.rooms[-1] / GIB:.2f};"
                f" {cap.tokens:,} KV tokens = {cap.tokens / per_request:.1f} requests of {per_request} tokens")
     engines = spec_engines(spec, inputs, layout)
     n = case.requests

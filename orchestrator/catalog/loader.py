@@ -161,6 +161,7 @@ def _gpu_from_entry(name: str, entry: dict[str, Any], where: str) -> GPUSpec:
         inter_node=_link(entry["inter_node"], f"{where}.inter_node"),
         source=str(entry.get("source", "vendor datasheet")),
         profile=str(entry.get("profile", "")),
+        compute_capability=str(entry.get("compute_capability", "")),
         **nums,
     )
 

@@ -172,6 +172,9 @@ class GPUSpec:
     # Dense FP4 (NVFP4) tensor-core FLOP/s, Blackwell on; 0: no FP4 tensor cores or not stated, and
     # NVFP4 weights then run dequantized to bf16 (as vLLM's Marlin FP4 path does before Blackwell).
     fp4_flops_per_s: float = 0.0
+    # CUDA compute capability ("9.0"); where engines pick kernels by it (vLLM's MXFP4 MoE backend,
+    # plan/memory.py mxfp4_moe_backend). Empty for GPUs that have none (ROCm, CPU).
+    compute_capability: str = ""
 
 
 # Constants a spec may override (hardware.overrides) or a calibration profile may set.

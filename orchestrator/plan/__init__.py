@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from orchestrator.plan.kv_transfer import transfer_link as transfer_link
     from orchestrator.plan.kv_transfer import transfer_time_fn as transfer_time_fn
     from orchestrator.plan.memory import engine_sampler_profile as engine_sampler_profile
+    from orchestrator.plan.memory import mxfp4_moe_backend as mxfp4_moe_backend
     from orchestrator.plan.moe import touched_fraction as touched_fraction
     from orchestrator.plan.params import count_params as count_params
     from orchestrator.plan.planner import PlanRow as PlanRow
@@ -79,7 +80,7 @@ __getattr__, __all__ = lazy_face(__name__, {
         "constants_line", "constants_used", "effective_constants", "engine_settings", "mean_tokens",
         "plan_inputs",
     ),
-    "memory": ("engine_sampler_profile",),
+    "memory": ("engine_sampler_profile", "mxfp4_moe_backend",),
     "moe": ("touched_fraction",),
     "params": ("count_params",),
     "inputs": ("PlanInputs", "layout_cost", "speculative_step_cost",),

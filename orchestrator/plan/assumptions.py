@@ -9,13 +9,13 @@ from dataclasses import asdict, dataclass
 class Assumptions:
     """Constants that are not measured. Override them in the spec; calibrate them from measurements."""
 
-    # Memory an engine keeps per GPU beyond weights and KV: activations of the largest step, CUDA
-    # graphs, the CUDA context, NCCL buffers. vLLM profiles this at start; 3 GB is a typical H100 figure.
-    # The start-up sampler run's peak, which grows with max_num_seqs x vocabulary, is modelled apart
-    # (plan/memory.py sampler_profile_bytes) and comes on top on the last PP stage. It runs after the
-    # forward's activations are freed, so vLLM's peak is the larger of the two, not their sum: adding
-    # it counts the forward's share of this guess twice (at most that share, ~1 GB at 8k tokens).
-    runtime_reserve_bytes: float = 3.0e9
+    # Memory an engine keeps per GPU beyond weights, KV and its start-up profile run: CUDA graphs, NCCL
+    # and cuBLAS buffers, the allocator's slack (vLLM measures them at start as non-torch memory and,
+    # since v0.21, a CUDA-graph estimate, PR #30515). The profile run's peak, the larger of the
+    # forward's activations and the sampler run's logits, is computed per model and settings
+    # (plan/memory.py startup_peak_bytes). This was a 3 GB guess for everything, of which the
+    # activations of an 8k-token step were ~1 GB; with those computed the rest is a 2 GB guess.
+    runtime_reserve_bytes: float = 2.0e9
     # Activations travel between GPUs in bf16 (all-reduce, all-to-all, PP send/recv).
     activation_bytes_per_value: float = 2.0
     # Expert popularity when no statistics are given: seeded lognormal with this sigma (0 = uniform).

@@ -1,5 +1,6 @@
-"""The KV cache one engine rank holds: each PP stage's room after weights, the runtime reserve and the
-start-up sampler's peak, filled as the hybrid allocator fills it (plan/kv.py)."""
+"""The KV cache one engine rank holds: each PP stage's room after weights (as the engine's kernels lay
+them out), the runtime reserve and the start-up profile run's peak, filled as the hybrid allocator
+fills it (plan/kv.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from dataclasses import dataclass
 from orchestrator.plan.cost import LayoutCost
 from orchestrator.plan.inputs import PlanInputs
 from orchestrator.plan.kv import KVCacheShape
-from orchestrator.plan.memory import sampler_profile_bytes
+from orchestrator.plan.memory import (
+    forward_profile_bytes,
+    mxfp4_expert_factor,
+    sampler_profile_bytes,
+    startup_peak_bytes,
+)
 from orchestrator.plan.speculative_cost import SpeculativeCost
 
 
@@ -29,7 +35,14 @@ class KVCapacity:
     heaviest_weight_bytes: float
     usable_bytes: float
     draft_kv_bytes_per_token: float = 0.0
-    sampler_bytes: float = 0.0  # the last stage's start-up sampler peak (plan/memory.py), out of its room
+    sampler_bytes: float = 0.0  # the last stage's start-up sampler peak (plan/memory.py)
+    forward_bytes: float = 0.0  # the start-up forward's activation peak (plan/memory.py)
+    expert_factor: float = 1.0  # routed experts' resident bytes over the checkpoint's (MXFP4 backend)
+
+    @property
+    def startup_peak_bytes(self) -> float:
+        """The last stage's start-up profile peak, out of its room: the larger of forward and sampler."""
+        return startup_peak_bytes(self.forward_bytes, self.sampler_bytes)
 
     def _kv_rooms(self) -> tuple[float, ...]:
         """Each stage's room for the model's own KV: the last stage's less its drafter's share."""
@@ -72,21 +85,31 @@ def kv_capacity(inputs: PlanInputs, cost: LayoutCost, spec: SpeculativeCost | No
     """The rank's KV capacity; a drafter (`spec`) adds its weights and its KV on the last stage."""
     reserve = inputs.assumptions.runtime_reserve_bytes
     usable = inputs.gpu.memory_bytes * inputs.gpu_memory_utilization - reserve
-    # Only the last PP stage samples, so only its GPUs hold the sampler run's peak.
-    sampler = sampler_profile_bytes(inputs.cfg.vocab_size, inputs.max_num_seqs, inputs.max_num_batched_tokens,
+    layout, cfg = cost.layout, inputs.cfg
+    expert_tp = 1 if layout.ep else layout.tp
+    # Every stage runs the profile forward; only the last samples, so only its GPUs hold the sampler
+    # run, and each stage's peak is the larger of the two runs it makes (plan/memory.py).
+    forward = forward_profile_bytes(cfg, tp=layout.tp, expert_tp=expert_tp,
+                                    tokens=inputs.max_num_batched_tokens,
+                                    bytes_per_value=inputs.assumptions.activation_bytes_per_value)
+    sampler = sampler_profile_bytes(cfg.vocab_size, inputs.max_num_seqs, inputs.max_num_batched_tokens,
                                     inputs.sampler_profile)
+    factor = 1.0
+    if inputs.mxfp4_backend != "unpadded" and cfg.is_moe:
+        factor = mxfp4_expert_factor(inputs.mxfp4_backend, cfg.hidden_size,
+                                     cfg.moe_intermediate_size // expert_tp)
     rooms, shapes, heaviest = [], [], 0.0
     last = len(cost.stages) - 1
     for i, st in enumerate(cost.stages):
-        weights = st.dense_weight_bytes + st.expert_weight_bytes
+        weights = st.dense_weight_bytes + st.expert_weight_bytes * factor
         if spec is not None and i == last:
             weights += spec.draft_weight_bytes_per_gpu
         heaviest = max(heaviest, weights)
-        rooms.append(usable - weights - (sampler if i == last else 0.0))
+        rooms.append(usable - weights - startup_peak_bytes(forward, sampler if i == last else 0.0))
         assert st.kv_shape is not None  # build_layout_cost always sets it
         shapes.append(st.kv_shape)
     draft_kv = spec.draft_kv_bytes_per_token_per_gpu if spec is not None else 0.0
-    return KVCapacity(tuple(rooms), tuple(shapes), heaviest, usable, draft_kv, sampler)
+    return KVCapacity(tuple(rooms), tuple(shapes), heaviest, usable, draft_kv, sampler, forward, factor)
 
 
 def kv_capacity_tokens(inputs: PlanInputs, cost: LayoutCost,

@@ -15,7 +15,7 @@ from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.expert_stats import load_expert_stats
 from orchestrator.plan.inputs import PlanInputs
-from orchestrator.plan.memory import WeightFormat, engine_sampler_profile
+from orchestrator.plan.memory import WeightFormat, engine_sampler_profile, mxfp4_moe_backend
 from orchestrator.plan.settings_grid import base_request
 from orchestrator.spec.models import ModelSpec, SweepSpec
 from orchestrator.spec.workload import TokenDistribution
@@ -157,6 +157,8 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
         num_redundant_experts=spec.engine.num_redundant_experts,
         engine=spec.engine.name,
         sampler_profile=engine_sampler_profile(spec.engine.name, spec.engine.sim_scheduler),
+        mxfp4_backend=(mxfp4_moe_backend(spec.engine.name, spec.engine.sim_scheduler, gpu.compute_capability)
+                       if dtype == "mxfp4" else "unpadded"),
         itl_tail_fraction=itl_tail_fraction(spec),
     )
 

@@ -51,6 +51,9 @@ class PlanInputs:
     # How the engine's start-up sampler run, counted out of the KV pool, holds its logits: a key of
     # plan/memory.py SAMPLER_BYTES_PER_LOGIT ("no-sort": the vLLM we target; "none": no such run).
     sampler_profile: str = "no-sort"
+    # The engine's MXFP4 MoE backend, whose layout sets the routed experts' resident bytes (a key of
+    # plan/memory.py MXFP4_LAYOUTS; "unpadded": as the checkpoint stores them).
+    mxfp4_backend: str = "unpadded"
     # The ITL bound's tail: 1 - percentile/100 of the binding ITL bound (0.01 for itl_p99_ms), 0 when the
     # binding bound is on TPOT (a per-request mean). Steps that carry a prompt chunk are the ITL tail.
     itl_tail_fraction: float = 0.0

@@ -165,3 +165,84 @@ def engine_sampler_profile(engine: str, sim_scheduler: str = "vllm") -> str:
     (guaranteed-no-evict) stands in for an engine whose KV fraction is of the memory left; vLLM and
     the simulator under vLLM's scheduler run the vLLM we target."""
     return "none" if engine == "sglang" or sim_scheduler == "guaranteed-no-evict" else "no-sort"
+
+
+def startup_peak_bytes(forward_bytes: float, sampler_bytes: float) -> float:
+    """The start-up profile run's peak on one GPU, counted out of the KV pool: vLLM's profile_run
+    (v1/worker/gpu_model_runner.py) runs the forward on max_num_batched_tokens, which frees its
+    activations when it returns (only the last hidden states stay), and then `_dummy_sampler_run`; the
+    pool is sized from torch's peak over both (gpu_worker.py determine_available_memory: weights +
+    torch_peak_increase + non_torch_increase), so the peak is the larger of the two runs, not their sum."""
+    return max(forward_bytes, sampler_bytes)
+
+
+def forward_profile_bytes(cfg: ModelConfig, *, tp: int, expert_tp: int, tokens: int,
+                          bytes_per_value: float) -> float:
+    """Activations alive at the peak of the profile forward on `tokens` tokens, per GPU: the residual
+    stream and the layer input (2 H) beside the widest block's outputs: attention's fused QKV and its
+    output; a dense MLP's fused gate_up (2 I) and activation (I); a routed MoE's fused_experts caches
+    (fused_moe.py fused_experts_impl: intermediate_cache1 top_k x 2 I_shard, cache2 top_k x I_shard,
+    cache3 top_k x H) and its router logits. Attention's own workspace (flash-attention keeps no
+    tokens x tokens scores) and the allocator's slack are not counted."""
+    h = cfg.hidden_size
+    if cfg.is_mla:
+        d_qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+        attn = cfg.num_heads * (2 * d_qk + 2 * cfg.v_head_dim) / tp  # q, expanded k and v, output
+    else:
+        attn = (2 * cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim / tp  # q, k, v, output
+    dense = 3 * cfg.intermediate_size / tp if cfg.intermediate_size else 0.0
+    moe = 0.0
+    if cfg.is_moe:
+        shard = cfg.moe_intermediate_size / expert_tp
+        moe = cfg.num_experts_per_token * (3 * shard + h) + cfg.num_routed_experts
+    return float(tokens) * (2 * h + max(attn, dense, moe)) * bytes_per_value
+
+
+# vLLM's MXFP4 MoE backends and how each lays out the routed experts (read in vllm-project/vllm at
+# commit 007d50058a06dec0f82472d63c819244d460c40d, model_executor/layers/quantization/mxfp4.py):
+# (multiple the expert width's shard is rounded up to, multiple the hidden size is rounded up to,
+# copies of the E8M0 scales kept). `Mxfp4MoEMethod.create_weights` pads per backend: Marlin needs
+# n % 256 and k % 128 (shard to 128, hidden to 256); FlashInfer's SM100 TRT-LLM kernels pad both to
+# 256; FlashInfer's CUTLASS (SM90 BF16, SM100 MXFP8) both to 128; Triton (CUDA) the shard to 64 and
+# not the hidden size. Triton's `process_weights_after_loading` swizzles the weights and scales into
+# triton_kernels' layout (HopperMXValueLayout: a permutation, same size), deletes the original
+# weights but keeps the original `w13_weight_scale` / `w2_weight_scale` on the layer beside the
+# swizzled ones in its PrecisionConfig: the scales are held twice. ROCm pads by
+# `get_padding_alignment()` (not read here): counted unpadded.
+MXFP4_LAYOUTS: dict[str, tuple[int, int, int]] = {
+    "marlin": (128, 256, 1),
+    "flashinfer-trtllm": (256, 256, 1),
+    "flashinfer-cutlass": (128, 128, 1),
+    "triton": (64, 1, 2),
+    "unpadded": (1, 1, 1),
+}
+
+
+def mxfp4_moe_backend(engine: str, sim_scheduler: str, compute_capability: str) -> str:
+    """The MXFP4 MoE backend vLLM picks for a GPU (mxfp4.py `get_mxfp4_backend`, no LoRA, environment
+    defaults): FlashInfer's SM90 BF16 path only with VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 (off), so
+    Hopper (9.0) runs Triton (`triton_kernels`, vendored in the vLLM wheel we target, torch >= 2.8,
+    9.0 <= capability < 11.0); the SM100 family (10.x) with FlashInfer installed (a dependency of the
+    CUDA wheel) runs FlashInfer's BF16 TRT-LLM kernels; every other CUDA GPU (Ampere 8.0, Ada 8.9,
+    Blackwell workstation 12.0) Marlin. SGLang's MXFP4 path, the simulator standing in for
+    TensorRT-LLM and GPUs with no capability in the catalog (ROCm, CPU) count the checkpoint as stored
+    ("unpadded")."""
+    if engine == "sglang" or sim_scheduler == "guaranteed-no-evict" or not compute_capability:
+        return "unpadded"
+    major = int(compute_capability.split(".")[0])
+    if major == 10:
+        return "flashinfer-trtllm"
+    if major == 9:
+        return "triton"
+    return "marlin"
+
+
+def mxfp4_expert_factor(backend: str, hidden_size: int, shard_width: int) -> float:
+    """Bytes the backend holds for MXFP4 routed experts over the checkpoint's count (0.5 byte a weight
+    + one E8M0 scale per 32): both matrices of an expert (gate_up: 2 x shard x hidden, down:
+    hidden x shard) scale with padded shard x padded hidden; the scales with their copies."""
+    shard_multiple, hidden_multiple, scale_copies = MXFP4_LAYOUTS[backend]
+    padded = (-(-shard_width // shard_multiple) * shard_multiple) * (-(-hidden_size // hidden_multiple)
+                                                                     * hidden_multiple)
+    per_weight = 0.5 + 1.0 / 32
+    return padded / (shard_width * hidden_size) * (0.5 + scale_copies / 32) / per_weight

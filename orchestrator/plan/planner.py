@@ -88,7 +88,7 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     kv_tokens, weights, usable = cap.tokens, cap.heaviest_weight_bytes, cap.usable_bytes
     stage0 = cost.stages[0]
     if kv_tokens < 0:
-        reserve = inputs.assumptions.runtime_reserve_bytes + cap.sampler_bytes
+        reserve = inputs.assumptions.runtime_reserve_bytes + cap.startup_peak_bytes
         reject.append(f"weights {weights / GB:.1f} GB per GPU + reserve "
                       f"{reserve / GB:.1f} GB exceed the usable "
                       f"{(usable + inputs.assumptions.runtime_reserve_bytes) / GB:.1f} GB "

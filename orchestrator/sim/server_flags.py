@@ -19,7 +19,7 @@ from orchestrator.layout import parse_layout
 from orchestrator.plan.checks import Cluster
 from orchestrator.plan.dtypes import kv_bytes_per_value, weight_bytes_per_value
 from orchestrator.plan.inputs import PlanInputs
-from orchestrator.plan.memory import engine_sampler_profile
+from orchestrator.plan.memory import engine_sampler_profile, mxfp4_moe_backend
 from orchestrator.sim.build import replica_engines
 from orchestrator.sim.serving import SimServer
 from orchestrator.sim.speculative import speculative_from_flags
@@ -125,6 +125,8 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         assumptions=assumptions,
         fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
         sampler_profile=engine_sampler_profile("sim", args.scheduler),
+        mxfp4_backend=(mxfp4_moe_backend("sim", args.scheduler, gpu.compute_capability)
+                       if args.weight_dtype == "mxfp4" else "unpadded"),
     )
     engines = replica_engines(inputs, layout, reserve_whole_kv=args.scheduler == "guaranteed-no-evict")
     if args.time_scale <= 0:

@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.paths import ROOT
 
+GIB = 1024.0 ** 3
+
 
 def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
@@ -39,9 +41,9 @@ def test_explains_a_case_with_its_budget_and_step_parts(capsys: pytest.CaptureFi
 
 
 def test_reserve_what_if_moves_the_room_by_the_difference(capsys: pytest.CaptureFixture[str]) -> None:
-    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4"]) == 0
+    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4", "--reserve-gib", "1.5"]) == 0
     base = _room_gib(capsys.readouterr().out)
-    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4", "--reserve-gib", "4.79"]) == 0
+    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4", "--reserve-gib", "3.5"]) == 0
     what_if = _room_gib(capsys.readouterr().out)
     assert base - what_if == pytest.approx(2.0, abs=0.02)
 
@@ -51,12 +53,11 @@ def test_no_matching_case_is_an_error(capsys: pytest.CaptureFixture[str]) -> Non
     assert "no case id contains" in capsys.readouterr().err
 
 
-def test_marlin_padding_follows_vllms_rounding() -> None:
-    # gpt-oss-120b: hidden 2,880 -> 3,072 (multiple of 256); expert width 2,880 -> 2,944 at TP1
-    # (multiple of 128), 1,440 -> 1,536 at TP2
-    line = EXPLAIN.marlin_padding_line(2880, 2880, 1, 2880 * 2880 * 1.0)
+def test_mxfp4_line_names_the_backends_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    # gpt-oss-120b on an H100 at TP2: vLLM's Triton backend rounds the expert shard 1,440 up to 1,472
+    # (a multiple of 64), leaves the hidden size, and keeps the scales twice
+    assert EXPLAIN.main(["--only", "gs-oss120b-h100-tp2-128-4"]) == 0
+    out = capsys.readouterr().out
+    assert "triton layout (hidden 2880 -> 2880, shard 1440 -> 1472, scales x2)" in out
+    line = EXPLAIN.mxfp4_line("marlin", 2880, 2880, 1.0 * GIB)
     assert "hidden 2880 -> 3072" in line and "shard 2880 -> 2944" in line
-    assert EXPLAIN.marlin_padding_line(2880, 2880, 2, 1.0).count("1440 -> 1536") == 1
-    # a shape already aligned is not padded
-    same = EXPLAIN.marlin_padding_line(4096, 1536, 1, 4096 * 1536 * 1.0)
-    assert "hidden 4096 -> 4096" in same and "shard 1536 -> 1536" in same
