@@ -2,9 +2,13 @@
 
 `LayoutCost` precomputes per-stage coefficients once, so a step costs a few float operations: the
 planner evaluates thousands of layouts and the simulator calls `step` once per engine iteration.
-A step's time on a stage is max(bytes read / effective HBM bandwidth, FLOPs / effective FLOP/s) plus
-the communication of that stage; a token visits every stage. The coefficients (`StageCost`) and a step's
-parts (`StepParts`) are defined in plan/stage_cost.py.
+A step's time on a stage is the sum of two rooflines, max(weights read, GEMM FLOPs) for the
+weight-streaming GEMMs (dense and routed experts) and max(KV read, attention FLOPs) for attention, each
+at the effective HBM bandwidth and FLOP/s, plus the communication of that stage; a token visits every
+stage. Two sums, not one max over all bytes and all FLOPs: on one CUDA stream a layer's GEMMs and its
+attention kernel run one after another, so a large decode batch's GEMM math does not hide its KV
+stream. The coefficients (`StageCost`) and a step's parts (`StepParts`) are defined in
+plan/stage_cost.py.
 """
 
 from __future__ import annotations
@@ -123,10 +127,12 @@ class LayoutCost:
     def _stage(self, st: StageCost, part: TokenPart, tokens: float,
                kv_tokens: float, attn_pairs: float, prefill_pairs: float, sequences: float,
                prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
-        """(weight read, kv read, compute, tp comm, ep comm) seconds of one stage; `part` is its
+        """(weight read, kv read, compute, tp comm, ep comm, busy) seconds of one stage; `part` is its
         `_token_part` for `tokens`. Compute is every kernel beside the weight and KV stream: GEMMs and
         attention at their FLOP rate, and the fused-MoE activation passes at the HBM rate (they run
-        between the GEMMs, not under them)."""
+        between the GEMMs, not under them). `busy` is the stage's time before communication:
+        max(weight read, GEMM compute) + max(KV read, attention compute), the GEMMs and the attention
+        kernel one after another on the stream."""
         w, gemms, experts, tp, ep = part
         kv_bytes = st.kv_bytes_per_token * kv_tokens
         if st.has_side_kv:
@@ -138,14 +144,13 @@ class LayoutCost:
         if st.window_attn_flops_per_pair:
             attn += st.window_attn_flops(tokens, attn_pairs)
         attn_s = attn / (self.attn_flops_per_s or self.flops_per_s)
-        comp = gemms + attn_s
+        lin = gemms  # the weight-streaming kernels' compute: dense GEMMs, routed experts, MLA's expansion
         if experts:
-            comp += experts
+            lin += experts
         if prefix_tokens and st.mla_expand_flops_per_prefix_token:
-            comp += st.mla_expand_flops_per_prefix_token * prefix_tokens / self.flops_per_s
-        lin = comp - attn_s
+            lin += st.mla_expand_flops_per_prefix_token * prefix_tokens / self.flops_per_s
         busy = (w if w > lin else lin) + (kv if kv > attn_s else attn_s)
-        return w, kv, comp, tp, ep, busy
+        return w, kv, lin + attn_s, tp, ep, busy
 
     def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
                       prefill_pairs: float = 0.0, sequences: float | None = None,
@@ -263,7 +268,9 @@ class LayoutCost:
         def price(kv_tokens: float, attn_pairs: float) -> float:
             kv = kv_per_token * kv_tokens / hbm
             attn = per_pair * attn_pairs / attn_rate
-            lin = gemms + experts
+            lin = gemms
+            if experts:
+                lin += experts
             return (w if w > lin else lin) + (kv if kv > attn else attn) + tp + ep + over
 
         self._decode_pricers[decodes] = price

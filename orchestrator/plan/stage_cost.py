@@ -18,7 +18,9 @@ class StepParts:
     tp_comm_s: float
     ep_comm_s: float
     pp_comm_s: float
-    total_s: float  # sum over stages of max(read, compute) + communication + the step overhead
+    # sum over stages of max(weight read, GEMMs) + max(KV read, attention) + communication, + the step
+    # overhead
+    total_s: float
     bound: str  # "memory" or "compute": what the slowest stage is limited by
     overhead_s: float = 0.0  # fixed per-step cost (scheduling, sampling, launches)
 

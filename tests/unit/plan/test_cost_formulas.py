@@ -139,10 +139,13 @@ def test_fixed_step_overhead_beside_the_bandwidth_term() -> None:
     inp = PlanInputs(cfg=QWEN, gpu=gpu, cluster=Cluster(1, 8), settings=fixed_settings(8192))
     cost = layout_cost(inp, parse_layout("tp8"))
     for batch in (8, 500):
-        p = cost.step(batch, batch * 1000, batch * 1000)
+        # no attention pairs: the compute is the GEMMs', beside the weight stream; the KV read follows
+        p = cost.step(batch, batch * 1000, 0.0)
         assert p.overhead_s == 2e-3
-        busy = max(p.weight_read_s + p.kv_read_s, p.compute_s)
+        busy = max(p.weight_read_s, p.compute_s) + p.kv_read_s
         assert p.total_s == pytest.approx(busy + p.tp_comm_s + 2e-3)
+        assert cost.round_s(batch, batch * 1000, 0.0, batch) == pytest.approx(p.total_s)
+        p = cost.step(batch, batch * 1000, batch * 1000)
         assert cost.round_s(batch, batch * 1000, batch * 1000, batch) == pytest.approx(p.total_s)
     # Under PP it is paid once per round, not per micro-batch: tp4pp2 at batch 2 runs 2 micro-batches.
     pp = layout_cost(inp, parse_layout("tp4pp2"))
@@ -158,3 +161,24 @@ def test_allreduce_latency_per_collective() -> None:
     assert allreduce_time_s(size, 8, ring) * 1e6 == pytest.approx(28 + 1.019, abs=0.01)
     # A measured 8 us per call replaces the hop latencies.
     assert allreduce_time_s(size, 8, custom) * 1e6 == pytest.approx(8 + 1.019, abs=0.01)
+
+
+def test_gemms_and_attention_are_two_rooflines_one_after_the_other() -> None:
+    """A step on one stream runs the weight-streaming GEMMs and then attention: max(weights, GEMM FLOPs)
+    + max(KV, attention FLOPs). At batch 1,024 over 2,000-token contexts (Qwen2.5-72B, tp8, H100) the
+    GEMMs are compute-bound and attention reads 2M tokens of KV: the step is longer than one max over
+    all reads and all FLOPs would make it, by no more than the smaller of the two sides."""
+    inp = PlanInputs(cfg=QWEN, gpu=load_gpu("h100-sxm"), cluster=Cluster(1, 8), settings=fixed_settings(8192))
+    cost = layout_cost(inp, parse_layout("tp8"))
+    batch, ctx = 1024, 2000
+    p = cost.step(batch, batch * ctx, batch * ctx)
+    gemm_only = cost.step(batch, batch * ctx, 0.0)  # the same step without attention's FLOPs
+    assert gemm_only.compute_s > gemm_only.weight_read_s  # the GEMMs are compute-bound at this batch
+    one_max = max(p.weight_read_s + p.kv_read_s, p.compute_s)
+    busy = p.total_s - p.tp_comm_s - p.overhead_s
+    assert busy > one_max
+    assert busy - one_max <= min(p.kv_read_s, gemm_only.compute_s) + 1e-12
+    # a plain decode step prices the same through the simulator's per-batch pricer (bit-identical)
+    pricer = cost.decode_pricer(batch)
+    assert pricer is not None
+    assert pricer(batch * ctx, batch * ctx) == cost.round_s(batch, batch * ctx, batch * ctx, batch)
