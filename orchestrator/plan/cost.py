@@ -126,7 +126,7 @@ class LayoutCost:
 
     def _stage(self, st: StageCost, part: TokenPart, tokens: float,
                kv_tokens: float, attn_pairs: float, prefill_pairs: float, sequences: float,
-               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
+               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float, float]:
         """(weight read, kv read, compute, tp comm, ep comm, busy) seconds of one stage; `part` is its
         `_token_part` for `tokens`. Compute is every kernel beside the weight and KV stream: GEMMs and
         attention at their FLOP rate, and the fused-MoE activation passes at the HBM rate (they run
