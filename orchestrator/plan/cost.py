@@ -126,7 +126,7 @@ class LayoutCost:
 
     def _stage(self, st: StageCost, part: TokenPart, tokens: float,
                kv_tokens: float, attn_pairs: float, prefill_pairs: float, sequences: float,
-               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float]:
+               prefix_tokens: float = 0.0) -> tuple[float, float, float, float, float, float]:
         """(weight read, kv read, compute, tp comm, ep comm, busy) seconds of one stage; `part` is its
         `_token_part` for `tokens`. Compute is every kernel beside the weight and KV stream: GEMMs and
         attention at their FLOP rate, and the fused-MoE activation passes at the HBM rate (they run
@@ -159,8 +159,8 @@ class LayoutCost:
         seqs = tokens if sequences is None else sequences
         out = []
         for st, part in zip(self.stages, self._token_parts(tokens), strict=True):
-            w, kv, comp, tp, ep, busy = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs,
-                                                    seqs, prefix_tokens)
+            *_, tp, ep, busy = self._stage(st, part, tokens, kv_tokens, attn_pairs, prefill_pairs, seqs,
+                                           prefix_tokens)
             out.append(busy + tp + ep)
         return tuple(out)
 
@@ -234,7 +234,7 @@ class LayoutCost:
         total = slowest = 0.0
         seqs = sequences / m
         for st, part in zip(self.stages, self._token_parts(t, keep=tokens == sequences), strict=True):
-            _w, _k, _c, tp, ep, busy = self._stage(st, part, t, kv, pairs, pf, seqs, pre)
+            *_, tp, ep, busy = self._stage(st, part, t, kv, pairs, pf, seqs, pre)
             s = busy + tp + ep
             total += s
             if s > slowest:

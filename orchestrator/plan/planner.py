@@ -97,9 +97,14 @@ def plan_layout(inputs: PlanInputs, layout: Layout, *, batches: tuple[int, ...] 
     elif (short := cap.max_len_shortfall(inputs.max_model_len, inputs.max_num_batched_tokens)) > 0:
         # vLLM's start check (kv_cache_utils.check_enough_kv_cache_memory): one request of
         # max_model_len must fit, window layers counting their window plus a step's tokens.
-        reject.append(f"KV cache holds {kv_tokens} tokens per engine, less than max_model_len "
-                      f"{inputs.max_model_len} needs: one full-length request would not fit "
-                      f"({short / GB:.2f} GB short)")
+        if kv_tokens >= inputs.max_model_len:  # the window layers' blocks are what does not fit
+            reject.append(f"KV cache holds {kv_tokens} full-attention tokens per engine, but one "
+                          f"max_model_len {inputs.max_model_len} request also needs its sliding-window "
+                          f"layers' blocks and a step's tokens: it would not fit ({short / GB:.2f} GB short)")
+        else:
+            reject.append(f"KV cache holds {kv_tokens} tokens per engine, less than max_model_len "
+                          f"{inputs.max_model_len} needs: one full-length request would not fit "
+                          f"({short / GB:.2f} GB short)")
     kv_seqs = cap.sequences(context_tokens) if kv_tokens > 0 else 0
     max_batch = min(inputs.max_num_seqs, kv_seqs)
     if 0 < max_batch < max(batches) and not reject:

@@ -73,7 +73,9 @@ def test_gpt_oss_120b_mxfp4_on_one_h100_at_131k_fails_vllms_start_check() -> Non
     result = make_plan(_spec("gpt-oss-120b", "h100-sxm", 131072, "mxfp4"), layouts=[parse_layout("tp1")])
     row = result.rows[0]
     assert result.inputs.weight_dtype == "mxfp4" and result.inputs.mxfp4_backend == "triton"
-    assert not row.fits and "one full-length request would not fit" in row.rejected_because[0]
+    assert not row.fits and "sliding-window layers' blocks" in row.rejected_because[0]
+    # the pool holds more full-attention tokens than max_model_len: the message says what is short
+    assert "full-attention tokens per engine, but one max_model_len 131072 request" in row.rejected_because[0]
     # MXFP4 experts (0.5 + 1/32 byte, scales held twice) and bf16 attention, router, embeddings
     assert 64.0 * 2**30 < row.weight_bytes_per_gpu < 64.38 * 2**30
     # the same model with every layer full attention would hold 36 layers of KV per token, not 18
