@@ -157,8 +157,8 @@ def plan_inputs(spec: SweepSpec, settings: EngineSettings | None = None) -> Plan
         num_redundant_experts=spec.engine.num_redundant_experts,
         engine=spec.engine.name,
         sampler_profile=engine_sampler_profile(spec.engine.name, spec.engine.sim_scheduler),
-        mxfp4_backend=(mxfp4_moe_backend(spec.engine.name, spec.engine.sim_scheduler, gpu.compute_capability)
-                       if dtype == "mxfp4" else "unpadded"),
+        mxfp4_backend=mxfp4_moe_backend(spec.engine.name, spec.engine.sim_scheduler, gpu.compute_capability,
+                                        weight_dtype=dtype),
         itl_tail_fraction=itl_tail_fraction(spec),
     )
 

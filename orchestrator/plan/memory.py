@@ -218,16 +218,18 @@ MXFP4_LAYOUTS: dict[str, tuple[int, int, int]] = {
 }
 
 
-def mxfp4_moe_backend(engine: str, sim_scheduler: str, compute_capability: str) -> str:
-    """The MXFP4 MoE backend vLLM picks for a GPU (mxfp4.py `get_mxfp4_backend`, no LoRA, environment
-    defaults): FlashInfer's SM90 BF16 path only with VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 (off), so
-    Hopper (9.0) runs Triton (`triton_kernels`, vendored in the vLLM wheel we target, torch >= 2.8,
-    9.0 <= capability < 11.0); the SM100 family (10.x) with FlashInfer installed (a dependency of the
-    CUDA wheel) runs FlashInfer's BF16 TRT-LLM kernels; every other CUDA GPU (Ampere 8.0, Ada 8.9,
-    Blackwell workstation 12.0) Marlin. SGLang's MXFP4 path, the simulator standing in for
-    TensorRT-LLM and GPUs with no capability in the catalog (ROCm, CPU) count the checkpoint as stored
-    ("unpadded")."""
-    if engine == "sglang" or sim_scheduler == "guaranteed-no-evict" or not compute_capability:
+def mxfp4_moe_backend(engine: str, sim_scheduler: str, compute_capability: str, *, weight_dtype: str) -> str:
+    """The layout of the routed experts: "unpadded" (as the checkpoint stores them) unless the weights
+    are MXFP4; for MXFP4, the MoE backend vLLM picks for a GPU (mxfp4.py `get_mxfp4_backend`, no
+    LoRA, environment defaults): FlashInfer's SM90 BF16 path only with
+    VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 (off), so Hopper (9.0) runs Triton (`triton_kernels`, vendored
+    in the vLLM wheel we target, torch >= 2.8, 9.0 <= capability < 11.0); the SM100 family (10.x) with
+    FlashInfer installed (a dependency of the CUDA wheel) runs FlashInfer's BF16 TRT-LLM kernels;
+    every other CUDA GPU (Ampere 8.0, Ada 8.9, Blackwell workstation 12.0) Marlin. SGLang's MXFP4
+    path, the simulator standing in for TensorRT-LLM and GPUs with no capability in the catalog (ROCm,
+    CPU) count the checkpoint as stored ("unpadded")."""
+    if (weight_dtype != "mxfp4" or engine == "sglang" or sim_scheduler == "guaranteed-no-evict"
+            or not compute_capability):
         return "unpadded"
     major = int(compute_capability.split(".")[0])
     if major == 10:

@@ -125,8 +125,8 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         assumptions=assumptions,
         fp8_attention=args.kv_cache_dtype == "fp8" and gpu.fp8_flops_per_s > 0,
         sampler_profile=engine_sampler_profile("sim", args.scheduler),
-        mxfp4_backend=(mxfp4_moe_backend("sim", args.scheduler, gpu.compute_capability)
-                       if args.weight_dtype == "mxfp4" else "unpadded"),
+        mxfp4_backend=mxfp4_moe_backend("sim", args.scheduler, gpu.compute_capability,
+                                        weight_dtype=args.weight_dtype),
     )
     engines = replica_engines(inputs, layout, reserve_whole_kv=args.scheduler == "guaranteed-no-evict")
     if args.time_scale <= 0:

@@ -25,13 +25,16 @@ PER_WEIGHT = 0.5 + 1 / 32  # MXFP4: a nibble and one E8M0 scale per 32 weights
                                               ("a100-sxm-80gb", "marlin"), ("l40s", "marlin"),
                                               ("rtx-pro-6000", "marlin"), ("mi300x", "unpadded")])
 def test_vllm_picks_the_backend_by_compute_capability(gpu: str, backend: str) -> None:
-    assert mxfp4_moe_backend("vllm", "vllm", load_gpu(gpu).compute_capability) == backend
+    capability = load_gpu(gpu).compute_capability
+    assert mxfp4_moe_backend("vllm", "vllm", capability, weight_dtype="mxfp4") == backend
 
 
 def test_engines_without_vllms_kernels_count_the_checkpoint() -> None:
-    assert mxfp4_moe_backend("sglang", "vllm", "9.0") == "unpadded"
-    assert mxfp4_moe_backend("sim", "guaranteed-no-evict", "9.0") == "unpadded"
-    assert mxfp4_moe_backend("sim", "vllm", "9.0") == "triton"
+    assert mxfp4_moe_backend("sglang", "vllm", "9.0", weight_dtype="mxfp4") == "unpadded"
+    assert mxfp4_moe_backend("sim", "guaranteed-no-evict", "9.0", weight_dtype="mxfp4") == "unpadded"
+    assert mxfp4_moe_backend("sim", "vllm", "9.0", weight_dtype="mxfp4") == "triton"
+    # weights in any other format are held as stored, whatever the GPU
+    assert mxfp4_moe_backend("vllm", "vllm", "9.0", weight_dtype="bf16") == "unpadded"
 
 
 def test_padding_and_scale_copies_by_hand() -> None:
