@@ -35,7 +35,7 @@ from orchestrator.loadgen.content import Content, text_key
 from orchestrator.plan.capacity import kv_capacity
 from orchestrator.plan.from_spec import plan_inputs
 from orchestrator.plan.inputs import layout_cost
-from orchestrator.plan.memory import MXFP4_LAYOUTS, mxfp4_expert_factor
+from orchestrator.plan.memory import MXFP4_LAYOUTS, mxfp4_expert_factor, mxfp4_padded_dims
 from orchestrator.plan.stage_cost import StepParts
 from orchestrator.sim.loops import simulate
 from orchestrator.sim.run import spec_engines
@@ -59,10 +59,9 @@ def mxfp4_line(backend: str, hidden: int, shard: int, stored_bytes: float) -> st
     """The routed experts' bytes per GPU as the checkpoint stores them and as the engine's MXFP4
     backend holds them (plan/memory.py MXFP4_LAYOUTS: padding and kept scale copies), the latter
     being what the KV budget below subtracts."""
-    shard_multiple, hidden_multiple, copies = MXFP4_LAYOUTS[backend]
+    copies = MXFP4_LAYOUTS[backend][2]
     factor = mxfp4_expert_factor(backend, hidden, shard)
-    padded_hidden = -(-hidden // hidden_multiple) * hidden_multiple
-    padded_shard = -(-shard // shard_multiple) * shard_multiple
+    padded_shard, padded_hidden = mxfp4_padded_dims(backend, hidden, shard)
     return (f"MXFP4 experts per GPU: {stored_bytes / GIB:.2f} GiB as stored, "
             f"{stored_bytes * factor / GIB:.2f} GiB in vLLM's {backend} layout (hidden {hidden} -> "
             f"{padded_hidden}, shard {shard} -> {padded_shard}, scales x{copies})")

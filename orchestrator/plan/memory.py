@@ -239,12 +239,19 @@ def mxfp4_moe_backend(engine: str, sim_scheduler: str, compute_capability: str, 
     return "marlin"
 
 
+def mxfp4_padded_dims(backend: str, hidden_size: int, shard_width: int) -> tuple[int, int]:
+    """(expert width shard, hidden size) as the backend allocates them: each rounded up to its
+    multiple in MXFP4_LAYOUTS."""
+    shard_multiple, hidden_multiple, _ = MXFP4_LAYOUTS[backend]
+    return (-(-shard_width // shard_multiple) * shard_multiple,
+            -(-hidden_size // hidden_multiple) * hidden_multiple)
+
+
 def mxfp4_expert_factor(backend: str, hidden_size: int, shard_width: int) -> float:
     """Bytes the backend holds for MXFP4 routed experts over the checkpoint's count (0.5 byte a weight
     + one E8M0 scale per 32): both matrices of an expert (gate_up: 2 x shard x hidden, down:
     hidden x shard) scale with padded shard x padded hidden; the scales with their copies."""
-    shard_multiple, hidden_multiple, scale_copies = MXFP4_LAYOUTS[backend]
-    padded = (-(-shard_width // shard_multiple) * shard_multiple) * (-(-hidden_size // hidden_multiple)
-                                                                     * hidden_multiple)
+    padded_shard, padded_hidden = mxfp4_padded_dims(backend, hidden_size, shard_width)
+    scale_copies = MXFP4_LAYOUTS[backend][2]
     per_weight = 0.5 + 1.0 / 32
-    return padded / (shard_width * hidden_size) * (0.5 + scale_copies / 32) / per_weight
+    return padded_shard * padded_hidden / (shard_width * hidden_size) * (0.5 + scale_copies / 32) / per_weight
