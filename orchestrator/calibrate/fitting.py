@@ -8,8 +8,9 @@ constant that is 2x too high and one that is 2x too low weigh the same. The simu
 deterministic for a given spec, so the residuals are smooth enough for finite differences.
 
 Fitted by default: hbm_efficiency, compute_efficiency, step_overhead_s, request_overhead_s when TTFT
-is among the fitted metrics, and moe_compute_efficiency for MoE models. A weak pull toward the
-starting guesses (PRIOR_WEIGHT) keeps a constant the points cannot see near its start.
+is among the fitted metrics, and moe_compute_efficiency for MoE models. layer_overhead_s is fittable
+(--constants) where the points span models of different depths (bench/fit_profiles.py does so). A
+weak pull toward the starting guesses (PRIOR_WEIGHT) keeps a constant the points cannot see near its start.
 """
 
 from __future__ import annotations
@@ -60,15 +61,19 @@ def makespan_rate(records: Sequence[RequestRecord]) -> float | None:
 DEFAULT_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "step_overhead_s")
 MOE_CONSTANTS = ("moe_compute_efficiency",)
 TTFT_CONSTANTS = ("request_overhead_s",)  # fitted by default when TTFT is: nothing else sees it
+# layer_overhead_s only where the points span models of different depths: on one model it moves every
+# step by the same amount as step_overhead_s, and the two cannot be told apart.
+DEPTH_CONSTANTS = ("layer_overhead_s",)
 FITTABLE = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
-            "request_overhead_s")
+            "layer_overhead_s", "request_overhead_s")
 # Bounds of each constant during the fit (the efficiencies are fractions of the datasheet).
 _BOUNDS = {"hbm_efficiency": (0.05, 1.0), "compute_efficiency": (0.02, 1.0),
            "moe_compute_efficiency": (0.01, 1.0), "step_overhead_s": (1e-5, 0.5),
+           "layer_overhead_s": (1e-7, 1e-3),
            "request_overhead_s": (1e-5, 1.0)}
 # Where the fit starts a constant whose preset value is below its bound (0: not set). The fit runs in
 # logs, and at 10 us a factor-e change moves no prediction, so the constant would pass as unseen.
-_START_IF_UNSET = {"step_overhead_s": 1e-4, "request_overhead_s": 1e-3}
+_START_IF_UNSET = {"step_overhead_s": 1e-4, "layer_overhead_s": 1e-5, "request_overhead_s": 1e-3}
 # Weight of the pull toward the starting constants, per unit of log: a factor of 2 away costs
 # (0.01 ln 2)^2 = 5e-5, what a 0.7% error on one metric costs.
 PRIOR_WEIGHT = 0.01

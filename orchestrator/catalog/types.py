@@ -159,6 +159,11 @@ class GPUSpec:
     moe_compute_efficiency: float = 0.2
     # Fixed cost of one engine step beside bandwidth and FLOPs: scheduling, sampling, kernel launches.
     step_overhead_s: float = 0.0
+    # Fixed cost of one layer's kernels in a forward pass beside their bytes and FLOPs (each of a layer's
+    # ~10 kernels ramps up and drains, and waits on the one before it, even inside a CUDA graph): paid per
+    # layer of every step, so it weighs on a small-batch decode step of a deep model and vanishes under a
+    # large prefill. Unlike step_overhead_s it grows with depth (80 layers of Llama-70B vs 32 of 8B).
+    layer_overhead_s: float = 0.0
     # Fixed cost of one request before the engine can schedule it and beside its tokens: HTTP
     # handling, tokenisation, detokenisation, the API server's queue. Paid once, in TTFT.
     request_overhead_s: float = 0.0
@@ -181,13 +186,14 @@ class GPUSpec:
 # Efficiencies are fractions in (0, 1]; latencies and the step overhead may be 0; the rest > 0.
 GPU_CONSTANTS = ("memory_bytes", "hbm_bytes_per_s", "bf16_flops_per_s", "fp8_flops_per_s",
                  "fp4_flops_per_s", "hbm_efficiency", "compute_efficiency", "moe_compute_efficiency",
-                 "step_overhead_s", "request_overhead_s", "spec_step_overhead_s", "spec_sequence_overhead_s",
-                 "gpus_per_node")
+                 "step_overhead_s", "layer_overhead_s", "request_overhead_s", "spec_step_overhead_s",
+                 "spec_sequence_overhead_s", "gpus_per_node")
 LINK_CONSTANTS = ("bandwidth_bytes_per_s", "latency_s", "allreduce_latency_s")
 LINKS = ("intra_node", "inter_node")
 EFFICIENCIES = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency")
-MAY_BE_ZERO = ("fp8_flops_per_s", "fp4_flops_per_s", "step_overhead_s", "request_overhead_s", "latency_s",
-               "allreduce_latency_s", "spec_step_overhead_s", "spec_sequence_overhead_s")
+MAY_BE_ZERO = ("fp8_flops_per_s", "fp4_flops_per_s", "step_overhead_s", "layer_overhead_s",
+               "request_overhead_s", "latency_s", "allreduce_latency_s", "spec_step_overhead_s",
+               "spec_sequence_overhead_s")
 
 
 def override_keys() -> list[str]:

@@ -73,6 +73,7 @@ class LayoutCost:
     attn_flops_per_s: float = 0.0  # effective, attention (bf16 peak unless FP8 attention); 0: flops_per_s
     expert_flops_per_s: float = 0.0  # effective, routed-expert grouped GEMMs; 0: flops_per_s
     step_overhead_s: float = 0.0  # fixed per step (once per round under PP)
+    layer_overhead_s: float = 0.0  # fixed per layer of a stage, every step (GPUSpec.layer_overhead_s)
     # Fixed per request before it reaches the scheduler (HTTP, tokenisation): TTFT, not step time.
     request_overhead_s: float = 0.0
 
@@ -149,7 +150,7 @@ class LayoutCost:
             lin += experts
         if prefix_tokens and st.mla_expand_flops_per_prefix_token:
             lin += st.mla_expand_flops_per_prefix_token * prefix_tokens / self.flops_per_s
-        busy = (w if w > lin else lin) + (kv if kv > attn_s else attn_s)
+        busy = (w if w > lin else lin) + (kv if kv > attn_s else attn_s) + st.layers * self.layer_overhead_s
         return w, kv, lin + attn_s, tp, ep, busy
 
     def stage_times_s(self, tokens: float, kv_tokens: float, attn_pairs: float, *,
@@ -198,7 +199,9 @@ class LayoutCost:
         pp = (len(self.stages) - 1) * p2p_time_s(tokens * self.cfg.hidden_size * self.activation_bytes,
                                                  self.pp_link)
         over = self.step_overhead_s
-        return StepParts(sw, skv, sc, stp, sep, pp, total + pp + over, bound, over)
+        # reported with the stages' layer floors (inside `total` already): the step's fixed costs together
+        fixed = over + sum(st.layers for st in self.stages) * self.layer_overhead_s
+        return StepParts(sw, skv, sc, stp, sep, pp, total + pp + over, bound, fixed)
 
     def decode_round_s(self, batch: int, context_tokens: int) -> tuple[StepParts, float, int]:
         """Per-token latency of `batch` sequences decoding with `context_tokens` each.
@@ -263,6 +266,7 @@ class LayoutCost:
         kv_per_token, hbm = st.kv_bytes_per_token, self.hbm_bytes_per_s
         per_pair = st.decode_attn_flops_per_pair or st.attn_flops_per_pair
         attn_rate = self.attn_flops_per_s or self.flops_per_s
+        layers = st.layers * self.layer_overhead_s
         over = self.step_overhead_s
 
         def price(kv_tokens: float, attn_pairs: float) -> float:
@@ -271,7 +275,7 @@ class LayoutCost:
             lin = gemms
             if experts:
                 lin += experts
-            return (w if w > lin else lin) + (kv if kv > attn else attn) + tp + ep + over
+            return (w if w > lin else lin) + (kv if kv > attn else attn) + layers + tp + ep + over
 
         self._decode_pricers[decodes] = price
         return price
@@ -340,6 +344,7 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
             attn_flops_per_pair=pair_flops * full_layers,
             allreduces=2 * sp.layers if tp > 1 else 0,
             moe_layers=sp.moe_layers,
+            layers=sp.layers,
             lookup_bytes=lookup,
             lookup_row_bytes=cfg.hidden_size * EMBEDDING_BYTES_PER_VALUE / tp if lookup_only else 0.0,
             decode_attn_flops_per_pair=2.0 * cfg.num_heads * decode_dims * full_layers / tp,
@@ -376,6 +381,7 @@ def build_layout_cost(cfg: ModelConfig, counts: ParamCounts, gpu: GPUSpec, layou
         attn_flops_per_s=attn_peak * gpu.compute_efficiency,
         expert_flops_per_s=peak * gpu.moe_compute_efficiency,
         step_overhead_s=gpu.step_overhead_s,
+        layer_overhead_s=gpu.layer_overhead_s,
         request_overhead_s=gpu.request_overhead_s,
     )
 

@@ -68,7 +68,7 @@ def regime_warning(prof: Profile, spec: SweepSpec) -> str:
 
 
 GUESSED_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
-                     "request_overhead_s")
+                     "layer_overhead_s", "request_overhead_s")
 
 
 def constants_used(gpu: GPUSpec) -> dict[str, object]:

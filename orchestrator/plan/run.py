@@ -116,6 +116,7 @@ class PlanResult:
                 "compute_efficiency": inp.gpu.compute_efficiency,
                 "moe_compute_efficiency": inp.gpu.moe_compute_efficiency,
                 "step_overhead_s": inp.gpu.step_overhead_s,
+                "layer_overhead_s": inp.gpu.layer_overhead_s,
                 "request_overhead_s": inp.gpu.request_overhead_s,
                 "gpu_memory_utilization": inp.gpu_memory_utilization,
             },

@@ -18,11 +18,12 @@ class StepParts:
     tp_comm_s: float
     ep_comm_s: float
     pp_comm_s: float
-    # sum over stages of max(weight read, GEMMs) + max(KV read, attention) + communication, + the step
-    # overhead
+    # sum over stages of max(weight read, GEMMs) + max(KV read, attention) + the layers' fixed cost +
+    # communication, + the step overhead
     total_s: float
     bound: str  # "memory" or "compute": what the slowest stage is limited by
-    overhead_s: float = 0.0  # fixed per-step cost (scheduling, sampling, launches)
+    # fixed costs of the step: the step overhead (scheduling, sampling) and every layer's kernel floor
+    overhead_s: float = 0.0
 
     def to_ms_dict(self) -> dict[str, float | str]:
         return {
@@ -45,6 +46,7 @@ class StageCost:
     attn_flops_per_pair: float  # per (new token, context token) pair, the form prefill runs
     allreduces: int  # 2 per layer under TP
     moe_layers: int
+    layers: int = 0  # decoder layers of the stage (each pays the GPU's layer_overhead_s per step)
     lookup_bytes: float = 0.0  # input embedding table on this GPU: held, but a step reads only B rows
     lookup_row_bytes: float = 0.0  # one embedding row's share on this GPU (d * 2 / tp)
     decode_attn_flops_per_pair: float = 0.0  # MLA decode runs the absorbed form: more FLOPs per pair

@@ -25,10 +25,13 @@ TRUTH = {"hbm_efficiency": 0.6, "compute_efficiency": 0.4, "step_overhead_s": 2e
          "request_overhead_s": 4e-3}
 
 
-def _spec_text(extra_hardware: str = "") -> str:
+def _spec_text(extra_hardware: str = "", overrides: str = "layer_overhead_s: 0") -> str:
+    # Without the preset's per-layer floor (layer_overhead_s, not fitted by default): with it, 3.2 ms of
+    # each of this one model's steps is fixed in truth and fit alike, and the four points' jitter no
+    # longer tells a lower bandwidth from a longer step overhead to the 5% this test asks.
     text = (ROOT / "layouts" / "qwen72b.yaml").read_text()
     text = text.replace("warmup_s: 5", "warmup_s: 0").replace("duration_s: 30", "num_requests: 120")
-    return text.replace("  nodes: 1\n", "  nodes: 1\n" + extra_hardware)
+    return text.replace("  nodes: 1\n", f"  nodes: 1\n{extra_hardware}  overrides: {{{overrides}}}\n")
 
 
 def _measure(spec_path: Path, layout: str, rate: float) -> tuple[dict[str, object], list[RequestRecord]]:
@@ -163,8 +166,8 @@ def test_bundled_profiles_load_by_name(tmp_path: Path) -> None:
     assert load_profile("trtllm-h200").engine == "tensorrt-llm"
     hbm = load_profile("vllm-h100-sxm").constants["hbm_efficiency"]
     assert hbm != 0.8  # not the preset's guess
-    (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: vllm-h100-sxm\n"
-                                                   "  overrides: {step_overhead_s: 1.0e-3}\n"))
+    (tmp_path / "spec.yaml").write_text(_spec_text("  calibration: vllm-h100-sxm\n",
+                                                   overrides="step_overhead_s: 1.0e-3"))
     spec = load_spec(tmp_path / "spec.yaml")
     gpu = plan_inputs(spec).gpu
     # The profile applies on top of the preset, the spec's overrides on top of the profile.

@@ -141,9 +141,10 @@ def test_fixed_step_overhead_beside_the_bandwidth_term() -> None:
     for batch in (8, 500):
         # no attention pairs: the compute is the GEMMs', beside the weight stream; the KV read follows
         p = cost.step(batch, batch * 1000, 0.0)
-        assert p.overhead_s == 2e-3
+        # the fixed costs reported together: the step's 2 ms and 80 layers' 40 us floor (3.2 ms)
+        assert p.overhead_s == pytest.approx(2e-3 + 80 * 40e-6)
         busy = max(p.weight_read_s, p.compute_s) + p.kv_read_s
-        assert p.total_s == pytest.approx(busy + p.tp_comm_s + 2e-3)
+        assert p.total_s == pytest.approx(busy + p.tp_comm_s + p.overhead_s)
         assert cost.round_s(batch, batch * 1000, 0.0, batch) == pytest.approx(p.total_s)
         p = cost.step(batch, batch * 1000, batch * 1000)
         assert cost.round_s(batch, batch * 1000, batch * 1000, batch) == pytest.approx(p.total_s)
@@ -182,3 +183,36 @@ def test_gemms_and_attention_are_two_rooflines_one_after_the_other() -> None:
     pricer = cost.decode_pricer(batch)
     assert pricer is not None
     assert pricer(batch * ctx, batch * ctx) == cost.round_s(batch, batch * ctx, batch * ctx, batch)
+
+
+def test_every_layer_pays_a_fixed_floor_per_step() -> None:
+    """GPUSpec.layer_overhead_s: a layer's kernels cost a fixed time beside their bytes and FLOPs, paid by
+    every layer of a stage at every step, whatever the batch. Qwen2.5-72B has 80 layers: on tp8 at the
+    H100 preset's 40 us, 80 x 40 us = 3.2 ms per step at batch 1 and at batch 256 alike; under pp2 each
+    stage pays its own 40 layers (1.6 ms)."""
+    h100 = load_gpu("h100-sxm")
+    assert h100.layer_overhead_s == 40e-6
+    assert QWEN.num_layers == 80
+
+    def cost(layout: str, layer_overhead_s: float):  # type: ignore[no-untyped-def]
+        gpu = replace(h100, layer_overhead_s=layer_overhead_s)
+        inp = PlanInputs(cfg=QWEN, gpu=gpu, cluster=Cluster(1, 8), settings=fixed_settings(8192))
+        return layout_cost(inp, parse_layout(layout))
+
+    with_floor, without = cost("tp8", 40e-6), cost("tp8", 0.0)
+    for batch in (1, 256):
+        ctx = batch * 2000
+        extra = with_floor.round_s(batch, ctx, ctx, batch) - without.round_s(batch, ctx, ctx, batch)
+        assert extra == pytest.approx(80 * 40e-6)
+        pricer = with_floor.decode_pricer(batch)  # the simulator's decode pricer: bit-identical
+        assert pricer is not None
+        assert pricer(ctx, ctx) == with_floor.round_s(batch, ctx, ctx, batch)
+    # the step's parts report it with the step overhead, and still add up to the total
+    p = with_floor.step(1, 2000, 2000)
+    assert p.overhead_s == pytest.approx(h100.step_overhead_s + 3.2e-3)
+    q = without.step(1, 2000, 2000)
+    assert p.total_s - q.total_s == pytest.approx(3.2e-3)
+    pp_floor, pp_none = cost("tp4pp2", 40e-6), cost("tp4pp2", 0.0)
+    stages = [a - b for a, b in zip(pp_floor.stage_times_s(1, 2000, 2000), pp_none.stage_times_s(1, 2000, 2000),
+                                    strict=True)]
+    assert stages == pytest.approx([40 * 40e-6, 40 * 40e-6])

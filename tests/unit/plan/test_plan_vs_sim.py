@@ -100,9 +100,10 @@ def test_prefill_charge_by_hand() -> None:
     mean_s = 0.128 * chunk_s + 0.872 * decode_s
     assert est.itl_ms == pytest.approx(mean_s * 1e3)
     assert est.output_tokens_per_s_per_gpu == pytest.approx(64 / mean_s / 8)
-    # Decode alone would claim ~4x the throughput: the 4,000-token chunk is ~200 ms of compute.
+    # Decode alone would claim over twice the throughput: the 4,000-token chunk is ~200 ms of compute
+    # against a ~14 ms decode step.
     alone = decode_estimate(cost, layout, 64, 4250, kv, step_budget_tokens=inputs.max_num_batched_tokens)
-    assert alone.output_tokens_per_s_per_gpu > 2.4 * est.output_tokens_per_s_per_gpu
+    assert alone.output_tokens_per_s_per_gpu > 2.0 * est.output_tokens_per_s_per_gpu
     assert math.isclose(alone.itl_ms, decode_s * 1e3)
     # A budget smaller than the prompt splits it into chunks of 2,048 - 64 = 1,984 tokens; the 512
     # prefill tokens a step needs (64 x 4000/500) then ride in 512/1,984 = 25.8% of the steps.
