@@ -213,6 +213,6 @@ def test_every_layer_pays_a_fixed_floor_per_step() -> None:
     q = without.step(1, 2000, 2000)
     assert p.total_s - q.total_s == pytest.approx(3.2e-3)
     pp_floor, pp_none = cost("tp4pp2", 40e-6), cost("tp4pp2", 0.0)
-    stages = [a - b for a, b in zip(pp_floor.stage_times_s(1, 2000, 2000), pp_none.stage_times_s(1, 2000, 2000),
-                                    strict=True)]
+    stages = [a - b for a, b in zip(pp_floor.stage_times_s(1, 2000, 2000),
+                                    pp_none.stage_times_s(1, 2000, 2000), strict=True)]
     assert stages == pytest.approx([40 * 40e-6, 40 * 40e-6])
