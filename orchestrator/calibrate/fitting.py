@@ -9,7 +9,7 @@ deterministic for a given spec, so the residuals are smooth enough for finite di
 
 Fitted by default: hbm_efficiency, compute_efficiency, step_overhead_s, request_overhead_s when TTFT
 is among the fitted metrics, and moe_compute_efficiency for MoE models. layer_overhead_s is fittable
-(--constants) where the points span models of different depths (bench/fit_profiles.py does so). A
+on request (--constants), where the points span models of different depths. A
 weak pull toward the starting guesses (PRIOR_WEIGHT) keeps a constant the points cannot see near its start.
 """
 
@@ -61,9 +61,8 @@ def makespan_rate(records: Sequence[RequestRecord]) -> float | None:
 DEFAULT_CONSTANTS = ("hbm_efficiency", "compute_efficiency", "step_overhead_s")
 MOE_CONSTANTS = ("moe_compute_efficiency",)
 TTFT_CONSTANTS = ("request_overhead_s",)  # fitted by default when TTFT is: nothing else sees it
-# layer_overhead_s only where the points span models of different depths: on one model it moves every
-# step by the same amount as step_overhead_s, and the two cannot be told apart.
-DEPTH_CONSTANTS = ("layer_overhead_s",)
+# layer_overhead_s on request only (--constants), where the points span models of different depths: on
+# one model it moves every step by as much as step_overhead_s does, and the two cannot be told apart.
 FITTABLE = ("hbm_efficiency", "compute_efficiency", "moe_compute_efficiency", "step_overhead_s",
             "layer_overhead_s", "request_overhead_s")
 # Bounds of each constant during the fit (the efficiencies are fractions of the datasheet).
