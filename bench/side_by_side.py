@@ -25,7 +25,7 @@ SPEC: dict[str, Any] = {
     "engine": {"name": "sim", "time_scale": 1.0, "startup_s": 60},
     "workload": {"input_tokens": 128, "output_tokens": 24, "rates_per_s": [2], "num_requests": 24,
                  "seed": 3, "warmup_s": 0},
-    "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 14},
+    "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 16},  # tp8 ~14.4 ms, tp4x2 ~18.1
     "layouts": ["tp8", "tp4x2"],
 }
 
