@@ -9,8 +9,8 @@ deterministic for a given spec, so the residuals are smooth enough for finite di
 
 Fitted by default: hbm_efficiency, compute_efficiency, step_overhead_s, request_overhead_s when TTFT
 is among the fitted metrics, and moe_compute_efficiency for MoE models. layer_overhead_s is fittable
-on request (--constants), where the points span models of different depths. A
-weak pull toward the starting guesses (PRIOR_WEIGHT) keeps a constant the points cannot see near its start.
+on request (--constants), where the points span models of different depths. A weak pull toward the
+starting guesses (PRIOR_WEIGHT) keeps a constant the points cannot see near its start.
 """
 
 from __future__ import annotations
