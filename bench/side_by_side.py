@@ -5,7 +5,7 @@ swept `--served --one-at-a-time` and `--served --side-by-side`, alternating, ROU
 per round: the wall time of each sweep (its stored timing.wall_s), the ratio, each one's winner and
 whether any point was unjudged. On one machine the simulated servers of co-running layouts share
 its CPU: a busy machine shows it as unjudged points, not as a slower decision.
-Run: .venv/bin/python bench/side_by_side.py [SPEC] [ROUNDS]
+Run: PYTHONPATH=. .venv/bin/python bench/side_by_side.py [SPEC] [ROUNDS]
 """
 
 from __future__ import annotations
@@ -19,15 +19,9 @@ from typing import Any
 
 import yaml
 
-SPEC: dict[str, Any] = {
-    "model": {"name": "qwen2.5-72b", "max_model_len": 4096},
-    "hardware": {"gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8},
-    "engine": {"name": "sim", "time_scale": 1.0, "startup_s": 60},
-    "workload": {"input_tokens": 128, "output_tokens": 24, "rates_per_s": [2], "num_requests": 24,
-                 "seed": 3, "warmup_s": 0},
-    "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 16},  # tp8 ~14.4 ms, tp4x2 ~18.1
-    "layouts": ["tp8", "tp4x2"],
-}
+from tests.support.side_by_side import side_by_side_spec
+
+SPEC: dict[str, Any] = side_by_side_spec(num_requests=24)
 
 
 def _sweep(spec: str, db: Path, flag: str) -> tuple[float, str | None, bool]:

@@ -20,6 +20,7 @@ import yaml
 
 from tests.support.cli import ORCH
 from tests.support.ray_cluster import LEFTOVERS_SCRIPT, ray_head, token_env
+from tests.support.side_by_side import side_by_side_spec
 from tests.support.sweep_procs import sim_pids, store_rows
 
 pytestmark = pytest.mark.ray
@@ -59,16 +60,7 @@ def _env() -> dict[str, str]:
 
 
 def _spec(address: str) -> dict[str, Any]:
-    return {
-        "model": {"name": "qwen2.5-72b", "max_model_len": 4096},
-        "hardware": {"gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8},
-        "engine": {"name": "sim", "time_scale": 1.0, "startup_s": 60},
-        "target": {"kind": "ray", "address": address},
-        "workload": {"input_tokens": 128, "output_tokens": 24, "rates_per_s": [2], "num_requests": 40,
-                     "seed": 3, "warmup_s": 0},
-        "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 16},  # tp8 ~14.4 ms meets it, tp4x2 ~18.1 does not
-        "layouts": ["tp8", "tp4x2"],
-    }
+    return {**side_by_side_spec(num_requests=40), "target": {"kind": "ray", "address": address}}
 
 
 @pytest.fixture(scope="module")

@@ -17,18 +17,10 @@ import yaml
 
 from orchestrator.store.db import Store
 from tests.support.cli import orch
+from tests.support.side_by_side import side_by_side_spec
 from tests.support.sweep_procs import gone, processes, sim_pids, start_sweep, store_rows
 
-# tp8 meets the TPOT bound (about 14.4 ms predicted), tp4x2 does not (about 18.1 ms): a clear winner.
-SPEC: dict[str, Any] = {
-    "model": {"name": "qwen2.5-72b", "max_model_len": 4096},
-    "hardware": {"gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8},
-    "engine": {"name": "sim", "time_scale": 1.0, "startup_s": 60},  # 0.5 doubles clock jitter
-    "workload": {"input_tokens": 128, "output_tokens": 24, "rates_per_s": [2], "num_requests": 12,
-                 "seed": 3, "warmup_s": 0},
-    "slo": {"ttft_p99_ms": 3000, "tpot_p50_ms": 16},
-    "layouts": ["tp8", "tp4x2"],
-}
+SPEC: dict[str, Any] = side_by_side_spec(num_requests=12)
 
 
 def _write(tmp_path: Path, name: str = "spec.yaml", **changes: Any) -> str:
