@@ -31,6 +31,22 @@ def test_plan_json_carries_every_number_and_its_parts(orch: Orch) -> None:
     assert tps == sorted(tps, reverse=True)
 
 
+def test_the_parts_table_names_every_part_of_the_step(orch: Orch) -> None:
+    # memory-bound dense decode: step = weights + KV + comm + fixed, each cell as printed (2 decimals)
+    out = orch("plan", SPEC, "--layouts", "tp8,tp4pp2", "--batch", "1", "--wide")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("decode step parts"))
+    cols = [c.strip() for c in lines[head + 2].split("┃")[1:-1]]
+    assert cols[:10] == ["layout", "batch", "weights", "KV", "compute", "TP comm", "EP comm", "PP comm",
+                         "fixed", "step"]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines[head + 4:head + 6]]
+    for row in rows:
+        weights, kv, tp, ep, pp, fixed, step = (float(row[i]) for i in (2, 3, 5, 6, 7, 8, 9))
+        assert fixed > 0, row  # the step overhead and 80 layers' floor are not hidden in "step"
+        assert abs(weights + kv + tp + ep + pp + fixed - step) <= 0.03, row  # rounding of 6 cells
+
+
 def test_plan_table_and_spec_layouts_only(orch: Orch) -> None:
     out = orch("plan", SPEC, "--layouts", "spec")
     assert out.returncode == 0, out.stderr
