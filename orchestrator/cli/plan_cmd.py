@@ -80,10 +80,9 @@ def print_plan(result: PlanResult, candidates: set[str], console: Console, *, wi
 
     # "fixed": the step overhead and every layer's kernel floor, which the step pays beside its bytes,
     # FLOPs and messages; without it the parts left a gap the table did not name (80 layers of a 70B
-    # model: 3.2 ms of a 14 ms step).
-    parts = FitTable("decode step parts at each batch (ms, one micro-batch through all stages; per stage, "
-                     "step = max(weights, GEMMs) + max(KV, attention) + comm + fixed: each layer's floor "
-                     "and the step overhead once)", wide=wide)
+    # model: 3.2 ms of a 14 ms step). Per stage, step = max(weights, GEMMs) + max(KV, attention) + comm
+    # + fixed (plan/cost.py); the title stays one short line (FitTable sizes the table by it).
+    parts = FitTable("decode step parts at each batch (ms, one micro-batch through all stages)", wide=wide)
     for col, keep in (("layout", 0), ("batch", 0), ("weights", 1), ("KV", 1), ("compute", 1), ("TP comm", 2),
                       ("EP comm", 2), ("PP comm", 2), ("fixed", 1), ("step", 0), ("bound", 1),
                       ("experts touched", 3)):
