@@ -9,9 +9,9 @@ that fails with its whole interval outside), the two relative half-widths added 
 are independent: one is the point's noise, the other the search's). Which layouts that separates,
 and what decides among the rest, is separation.py: layouts whose intervals overlap the best one's,
 or whose points hold too few requests to tell, are tied; a tie goes to the first rule that
-separates them (fewer GPUs where the counts differ, then the lower TTFT p99, said to be beyond or
-within noise, else the point estimate), and only that rule is given. A point that could not be
-judged ("unreliable") makes the decision not sound: `Selection.unjudged` names each.
+separates them (fewer GPUs where the counts differ, then the lower TTFT p99 where it is lower beyond
+noise, else the objective's point estimate, within noise), and only that rule is given. A point that
+could not be judged ("unreliable") makes the decision not sound: `Selection.unjudged` names each.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ class Selection:
     verdicts: tuple[Verdict, ...]
     unjudged: tuple[str, ...] = ()  # "layout label" of each point that could not be judged
     # What picked the winner: "intervals apart" (from every other layout), or the tie-break that
-    # decided a tie ("fewer GPUs (4 against 8)", "lower TTFT p99 (... within noise ...)"); "" without one
+    # decided a tie ("fewer GPUs (4 against 8)", "lower TTFT p99 (... beyond noise)", "the higher point
+    # estimate, within noise (...)"); "" without one
     decided_by: str = ""
 
     @property

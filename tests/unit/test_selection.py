@@ -130,15 +130,16 @@ def test_a_tie_break_that_decides_nothing_is_not_given_as_the_reason() -> None:
     assert sel.winner == "tp4x2" and "fewer GPUs" not in " ".join(reasons.values())
     assert "decided by lower TTFT p99 (120.0 against 150.0 ms, beyond noise)" in reasons["tp4x2"]
     assert "tp4x2 has the lower TTFT p99" in reasons["tp8"]
-    # TTFT intervals overlapping: the lower TTFT still decides (the documented order), said to be
-    # within noise; never "fewer GPUs"
+    # TTFT intervals overlapping: the lower TTFT decides nothing; the objective's point estimate does,
+    # said to be within noise; never "fewer GPUs"
     c = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.50, 0.40, 0.60, 80, 150, (110, 160)),))
     d = LayoutOutcome("tp4x2", 8, "measured", None, (_n("r4", 0.48, 0.38, 0.58, 80, 120, (100, 155)),))
     sel2 = select([c, d])
     why = {v.layout: v.reason for v in sel2.verdicts}
-    assert sel2.winner == "tp4x2"
-    assert "decided by lower TTFT p99 (120.0 against 150.0 ms, within noise: nothing separates them beyond " \
-        "it)" in why["tp4x2"]
+    assert sel2.winner == "tp8"
+    assert "decided by the higher point estimate, within noise (nothing else separates them: 8 GPUs each; " \
+        "TTFT p99 not apart)" in why["tp8"]
+    assert "has the lower TTFT p99" not in why["tp4x2"] and "point estimate is higher" in why["tp4x2"]
     assert "fewer GPUs" not in " ".join(why.values())
     # equal TTFT: the higher point estimate, within noise
     e = LayoutOutcome("tp8", 8, "measured", None, (_n("r4", 0.50, 0.40, 0.60, 80, 150, (110, 160)),))
@@ -146,7 +147,21 @@ def test_a_tie_break_that_decides_nothing_is_not_given_as_the_reason() -> None:
     sel3 = select([e, f])
     assert sel3.winner == "tp8"
     assert "decided by the higher point estimate, within noise (nothing else separates them: 8 GPUs each; " \
-        "TTFT p99 equal or unknown)" in {v.layout: v.reason for v in sel3.verdicts}["tp8"]
+        "TTFT p99 not apart)" in {v.layout: v.reason for v in sel3.verdicts}["tp8"]
+
+
+def test_a_ttft_lower_only_within_noise_never_beats_the_higher_objective() -> None:
+    """llama70b-h200's sweep: tp2x4 scores 2.46 goodput per GPU, tp8 1.68, their intervals overlap; tp8's
+    TTFT p99 is lower (638 against 790 ms) but its interval overlaps tp2x4's: the objective decides."""
+    hi = LayoutOutcome("tp2x4", 8, "measured", None, (_n("r21", 2.456, 1.922, 2.959, 80, 790, (600, 900)),))
+    lo = LayoutOutcome("tp8", 8, "measured", None, (_n("r14", 1.68, 1.383, 2.24, 80, 638, (560, 800)),))
+    sel = select([lo, hi])
+    assert sel.winner == "tp2x4" and sel.tie_with == ("tp8",)
+    assert sel.decided_by.startswith("the higher point estimate, within noise")
+    # the same TTFT beyond noise (intervals apart) still decides, as documented
+    fast = LayoutOutcome("tp8", 8, "measured", None, (_n("r14", 1.68, 1.383, 2.24, 80, 500, (450, 550)),))
+    sel2 = select([fast, hi])
+    assert sel2.winner == "tp8" and "beyond noise" in sel2.decided_by
 
 
 def _slo_iv(
