@@ -6,7 +6,6 @@ where PyTorch is all there is, and that its file and orch agree."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 
 from orchestrator.catalog.loader import load_gpu
 from tests.support.cpu_vllm_helpers import vllm_python
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, pythonpath_env
 
 SCRIPT = ROOT / "bench" / "gpu_constants.py"
 
@@ -39,7 +38,7 @@ def test_measure_on_cpu_then_overrides_for_the_cpu_preset(tmp_path: Path) -> Non
     fragment = tmp_path / "hw.yaml"
     argv = [sys.executable, str(SCRIPT), "overrides", str(out), "--gpu", "cpu", "--out", str(fragment)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          env=pythonpath_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     hw = yaml.safe_load(fragment.read_text())["hardware"]
     gpu = load_gpu("cpu", hw["overrides"])

@@ -2,32 +2,18 @@
 point's prefix, and each built-in client's point is counted alike by the client and by the server's
 log (no timing asserted: bench/ prints, never asserts)."""
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.support.paths import ROOT
-
-BENCH = ROOT / "bench" / "loadgen_ceiling.py"
-
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("loadgen_ceiling", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["loadgen_ceiling"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from tests.support.bench_scripts import load_bench
 
 
 def test_each_client_is_counted_by_itself_and_by_the_server_log() -> None:
     if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
         pytest.skip("nginx not installed (apt-get install -y nginx; .ci/setup.d/10-nginx.sh)")
-    lc = _module()
+    lc = load_bench("loadgen_ceiling")
     clients = {"orch bench (http1)": lc.orch_client("http1"),
                "orch bench (aiohttp)": lc.orch_client("aiohttp"), "bare aiohttp loop": lc.bare_aiohttp}
     with lc.nginx_server() as srv:
@@ -40,7 +26,7 @@ def test_each_client_is_counted_by_itself_and_by_the_server_log() -> None:
 
 
 def test_lag_is_measured_against_a_constant_schedule() -> None:
-    lc = _module()
+    lc = load_bench("loadgen_ceiling")
     on_time = [i / 100 for i in range(100)]
     assert lc.lag_p99_ms(on_time, 100.0) == pytest.approx(0.0, abs=1e-6)
     late_start = [5 + t for t in on_time]  # starting late is not lag; falling behind is

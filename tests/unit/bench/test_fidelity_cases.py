@@ -3,28 +3,15 @@ model and GPU and a valid layout, the table covers what issue 14 asks, and a cas
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from orchestrator.catalog.loader import load_gpu, load_model
 from orchestrator.disagg import parse_any_layout
-from tests.support.paths import ROOT
+from tests.support.bench_scripts import load_bench
 
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "bench" / "fidelity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fidelity"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-FID = _bench()
+FID = load_bench("fidelity")
 
 
 def test_every_case_is_sourced_and_names_catalog_entries() -> None:

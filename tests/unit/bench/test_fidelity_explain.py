@@ -3,27 +3,14 @@ is the planner's, and the reserve what-if moves the room by exactly the differen
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
-
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.bench_scripts import load_bench
 
 GIB = 1024.0 ** 3
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-EXPLAIN = _load("fidelity_explain")
+EXPLAIN = load_bench("fidelity_explain")
 
 
 def _room_gib(out: str) -> float:

@@ -7,28 +7,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from orchestrator.catalog.loader import load_gpu
-from tests.support.paths import ROOT
+from tests.support.bench_scripts import load_bench
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_constants", ROOT / "bench" / "gpu_constants.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_constants"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-GC = _load()
+GC = load_bench("gpu_constants")
 H100 = load_gpu("h100-sxm")  # 3.35e12 B/s, 989e12 bf16 FLOP/s, 1979e12 fp8, 85,520,809,984 B
 
 
